@@ -1,0 +1,1 @@
+//! LLM provider clients. See ARCHITECTURE.md.

@@ -1,0 +1,1 @@
+//! The egress proxy. See ARCHITECTURE.md.

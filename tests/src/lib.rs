@@ -1,0 +1,1 @@
+//! Test support: gateway process harness and fixture servers.
