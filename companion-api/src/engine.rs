@@ -1,0 +1,152 @@
+//! The trait the HTTP surface calls. The gateway implements it; tests may too.
+//!
+//! Answers are JSON values shaped as `companion-api.md` describes (the engine owns the
+//! records); the HTTP layer owns status codes, headers, ETags and SSE framing.
+
+use crate::error::ApiResult;
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// One pre-formatted SSE frame of a session's stream.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The event's per-session seq (0 for control frames).
+    pub seq: i64,
+    /// `id: …\nevent: …\ndata: …\n\n`, ready to write.
+    pub bytes: Bytes,
+}
+
+/// What `subscription.ready` says.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub cursor: i64,
+    pub current_turn_id: Option<String>,
+    pub is_live: bool,
+}
+
+/// An atomic subscription: replay captured together with the live registration.
+pub struct Subscription {
+    pub session_id: String,
+    pub ready: Ready,
+    /// `(from, to)` when the cursor is older than what is retained.
+    pub gap: Option<(i64, i64)>,
+    pub replay: Vec<Frame>,
+    pub live: mpsc::Receiver<Frame>,
+}
+
+/// A requested cursor (`None` = not given, treated as 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor(pub i64);
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct CreateSession {
+    pub channel: Option<String>,
+    pub title: Option<String>,
+    pub external_id: Option<String>,
+    pub workspace_id: Option<String>,
+    pub root: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Attachment {
+    pub filename: Option<String>,
+    pub media_type: Option<String>,
+    pub base64: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct SubmitTurn {
+    pub request: Option<Value>,
+    pub display_request: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub model: Option<String>,
+    pub reasoning_default: Option<Value>,
+    pub attachments: Option<Vec<Attachment>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SessionListQuery {
+    pub limit: Option<usize>,
+    pub after: Option<(i64, i64, String)>,
+    pub root: Option<String>,
+    pub dirty: Vec<String>,
+}
+
+/// Figures for `/v1/admin/status`, `/healthz` and `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub sessions_tracked: u64,
+    pub turns_running: u64,
+    pub turns_executing: u64,
+    pub turns_queued: u64,
+    pub turns_total: u64,
+    pub turns_failed_total: u64,
+    pub turn_duration_ms_total: u64,
+    pub tokens_input: u64,
+    pub tokens_output: u64,
+    pub concurrency_limit: u64,
+    pub replay_events_retained: u64,
+    pub db: Option<String>,
+}
+
+/// The gateway as seen by the HTTP layer.
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    fn stats(&self) -> Stats;
+
+    // Sessions
+    async fn create_session(&self, req: CreateSession) -> ApiResult<Value>;
+    /// Returns `{sessions, awaiting, root, total, limit, after, next_cursor, has_more, overview?}`.
+    async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<Value>;
+    async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<Value>;
+    async fn delete_session(&self, sid: &str);
+    async fn transcript(&self, sid: &str, limit: Option<usize>, offset: Option<usize>) -> ApiResult<Value>;
+    async fn model(&self, sid: &str) -> ApiResult<Value>;
+
+    // Turns
+    /// `(is_replay, TurnRecord)`: a replayed idempotency key answers 200, otherwise 202.
+    async fn submit_turn(&self, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)>;
+    async fn list_turns(&self, sid: &str, queued_only: bool) -> ApiResult<Value>;
+    async fn get_turn(&self, sid: &str, tid: &str) -> ApiResult<Value>;
+    async fn turn_attachments(&self, sid: &str, tid: &str) -> ApiResult<Value>;
+    async fn edit_turn(&self, sid: &str, tid: &str, request: Option<Value>) -> ApiResult<Value>;
+    async fn delete_turn(&self, sid: &str, tid: &str) -> ApiResult<()>;
+    async fn cancel_turn(&self, sid: &str, tid: &str) -> ApiResult<()>;
+    /// Returns the cancelled turn id.
+    async fn cancel_current(&self, sid: &str, idempotency_key: Option<String>) -> ApiResult<String>;
+    async fn resume_queue(&self, sid: &str) -> ApiResult<Option<Value>>;
+    async fn drain_queue(&self, sid: &str) -> ApiResult<Option<Value>>;
+    async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Value>;
+
+    // Events
+    /// Registers a live sink atomically with the replay capture. The engine cancels `kick`
+    /// when the subscriber falls 1024 frames behind; the connection then closes.
+    async fn subscribe(&self, sid: &str, cursor: Cursor, kick: CancellationToken) -> ApiResult<Subscription>;
+    async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<Value>>;
+    async fn seq(&self, sid: &str) -> ApiResult<i64>;
+    fn sse_clients_changed(&self, _delta: i64) {}
+
+    // Human input and live views
+    async fn human_input(&self, sid: &str) -> ApiResult<Value>;
+    async fn human_input_submit(&self, sid: &str, request_id: &str, values: serde_json::Map<String, Value>) -> ApiResult<Value>;
+    async fn human_input_cancel(&self, sid: &str, request_id: &str) -> ApiResult<Value>;
+    async fn live_views(&self, sid: &str) -> ApiResult<Value>;
+    async fn live_log(&self, sid: &str, view_id: &str, node_id: &str, from: usize, limit: usize) -> ApiResult<Value>;
+    async fn live_focus(&self, sid: &str, view_id: &str, body: Value) -> ApiResult<Value>;
+    async fn live_interrupt(&self, sid: &str, view_id: &str, note: Option<String>) -> ApiResult<Value>;
+
+    // Palette, egress, extensions, router
+    async fn slashes(&self, sid: &str) -> ApiResult<Value>;
+    async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<Value>;
+    async fn extensions(&self, root: Option<String>) -> ApiResult<Value>;
+    async fn router(&self) -> ApiResult<Value>;
+
+    /// Asks the process to stop (`POST /v1/admin/stop`).
+    fn request_stop(&self);
+}

@@ -1,0 +1,84 @@
+//! Routes the Companion calls while opening a session that this gateway answers with their
+//! documented empty shapes (settings, devices, artifacts) or small real answers (router, fs,
+//! extensions).
+
+use super::Q;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+use axum::extract::{Path, State};
+use axum::Json;
+use serde_json::{json, Value};
+
+pub async fn extensions(State(st): State<AppState>, q: Q) -> ApiResult<Json<Value>> {
+    Ok(Json(st.engine.extensions(q.get("root").cloned()).await?))
+}
+
+pub async fn router(State(st): State<AppState>) -> ApiResult<Json<Value>> {
+    Ok(Json(st.engine.router().await?))
+}
+
+pub async fn artifacts(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+    st.engine.get_session(&sid, false).await?;
+    Ok(Json(json!({"artifacts": []})))
+}
+
+fn setting_row(id: &str) -> Option<Value> {
+    match id {
+        "reasoning_level" => Some(json!({"id": id, "label": "Reasoning", "type": "cycle", "value": "default",
+            "choices": ["default", "low", "medium", "high"]})),
+        "verbosity" => Some(json!({"id": id, "label": "Verbosity", "type": "cycle", "value": "default",
+            "choices": ["default", "low", "high"]})),
+        "codex_fast_mode" => Some(json!({"id": id, "label": "Fast mode", "type": "toggle", "enabled": false})),
+        _ => None,
+    }
+}
+
+pub async fn settings() -> Json<Value> {
+    let rows: Vec<Value> = ["reasoning_level", "verbosity", "codex_fast_mode"].iter().filter_map(|i| setting_row(i)).collect();
+    Json(json!({"settings": rows}))
+}
+
+pub async fn setting(Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    setting_row(&id)
+        .map(Json)
+        .ok_or_else(|| ApiError::new(axum::http::StatusCode::NOT_FOUND, "setting-not-found", format!("no setting {id}")).with("setting_id", id))
+}
+
+pub async fn devices() -> Json<Value> {
+    Json(json!({"devices": [], "push": {"is_available": false, "provider": null, "missing": []}}))
+}
+
+/// Lists directories under `path` (default: home), no dot-folders, ≤ 400 entries.
+pub async fn fs(q: Q) -> ApiResult<Json<Value>> {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/".into());
+    let path = q.get("path").filter(|p| !p.trim().is_empty()).cloned().unwrap_or_else(|| home.clone());
+    let dir = std::path::PathBuf::from(&path);
+    let listing = tokio::task::spawn_blocking(move || -> std::io::Result<(Vec<Value>, bool)> {
+        let mut entries = Vec::new();
+        let mut truncated = false;
+        let mut names: Vec<_> = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        for name in names {
+            if entries.len() >= 400 {
+                truncated = true;
+                break;
+            }
+            let p = dir.join(&name);
+            let count = std::fs::read_dir(&p).map(|r| r.count()).unwrap_or(0);
+            entries.push(json!({"name": name, "path": p.to_string_lossy(), "entry_count": count,
+                "is_repo": p.join(".git").exists()}));
+        }
+        Ok((entries, truncated))
+    })
+    .await
+    .map_err(|e| ApiError::engine(e.to_string()))?;
+    let (entries, truncated) =
+        listing.map_err(|e| ApiError::bad_request("invalid-path", format!("cannot list {path}: {e}")))?;
+    let parent = std::path::Path::new(&path).parent().map(|p| p.to_string_lossy().to_string());
+    Ok(Json(json!({"path": path, "parent": parent, "home": home, "is_truncated": truncated, "entries": entries})))
+}

@@ -1,0 +1,55 @@
+//! Serving the router: one task per connection, each with a kill switch.
+
+use axum::extract::Request;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// Request extension: cancelling it drops the connection at once (used for slow SSE
+/// subscribers, whose sockets may be blocked on a full send buffer).
+#[derive(Clone)]
+pub struct ConnKill(pub CancellationToken);
+
+/// Serves `app` on `listener` until `shutdown` fires; open connections are dropped then.
+pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        let (stream, _peer) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of descriptors and similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let kill = shutdown.child_token();
+        let router = app.clone();
+        tokio::spawn(async move {
+            let conn_kill = kill.clone();
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(ConnKill(conn_kill.clone()));
+                router.clone().oneshot(req.map(axum::body::Body::new))
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(30)).keep_alive(true);
+            let conn = builder.serve_connection(TokioIo::new(stream), svc).with_upgrades();
+            tokio::select! {
+                _ = kill.cancelled() => {}
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,144 @@
+//! SSE framing (§4.2) and the per-connection stream: `subscription.ready` → `stream.gap` →
+//! replay → live, deduplicated per session, with a `: ping` heartbeat and the
+//! anti-buffering pad.
+
+use crate::engine::{Frame, Subscription};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::stream::{self, BoxStream, SelectAll, StreamExt};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+/// Quiet time after which a `: ping` comment is written.
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+/// Frames a subscriber may fall behind before it is dropped.
+pub const SSE_QUEUE_CAP: usize = 1024;
+const PING: &[u8] = b": ping\n\n";
+
+/// Formats one frame: `id: <seq>` (empty for control frames), `event: <type>`, one-line data.
+pub fn format_frame(seq: Option<i64>, event_type: &str, data: &str) -> Bytes {
+    let mut b = BytesMut::with_capacity(data.len() + event_type.len() + 32);
+    b.put_slice(b"id: ");
+    if let Some(s) = seq {
+        b.put_slice(s.to_string().as_bytes());
+    }
+    b.put_slice(b"\nevent: ");
+    b.put_slice(event_type.as_bytes());
+    b.put_slice(b"\ndata: ");
+    b.put_slice(data.as_bytes());
+    b.put_slice(b"\n\n");
+    b.freeze()
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+fn control(value: Value, event_type: &str) -> Bytes {
+    format_frame(None, event_type, &value.to_string())
+}
+
+/// The control frames and replay of one subscription, in order.
+fn prelude(sub: &Subscription) -> Vec<(usize, Frame)> {
+    let mut out = Vec::with_capacity(sub.replay.len() + 2);
+    let ready = json!({
+        "type": "subscription.ready", "session_id": sub.session_id, "cursor": sub.ready.cursor,
+        "current_turn_id": sub.ready.current_turn_id, "is_live": sub.ready.is_live,
+        "server_time_ms": now_ms(),
+    });
+    out.push((usize::MAX, Frame { seq: 0, bytes: control(ready, "subscription.ready") }));
+    if let Some((from, to)) = sub.gap {
+        let gap = json!({"type": "stream.gap", "session_id": sub.session_id, "from": from, "to": to});
+        out.push((usize::MAX, Frame { seq: 0, bytes: control(gap, "stream.gap") }));
+    }
+    out
+}
+
+struct State {
+    queue: VecDeque<(usize, Frame)>,
+    live: SelectAll<BoxStream<'static, (usize, Frame)>>,
+    last: Vec<i64>,
+    kill: CancellationToken,
+    finished: bool,
+}
+
+/// Builds the body stream for one or more subscriptions on one connection.
+pub fn body_stream(subs: Vec<Subscription>, pad: bool, kill: CancellationToken) -> BoxStream<'static, Result<Bytes, std::io::Error>> {
+    let mut queue = VecDeque::new();
+    if pad {
+        let mut p = BytesMut::with_capacity(8200);
+        p.put_slice(b": ");
+        p.put_bytes(b' ', 8192);
+        p.put_slice(b"\n\n");
+        queue.push_back((usize::MAX, Frame { seq: 0, bytes: p.freeze() }));
+    }
+    let mut live = SelectAll::new();
+    let mut last = Vec::with_capacity(subs.len());
+    for (i, mut sub) in subs.into_iter().enumerate() {
+        queue.extend(prelude(&sub));
+        last.push(sub.ready.cursor);
+        for f in std::mem::take(&mut sub.replay) {
+            queue.push_back((i, f));
+        }
+        let rx = ReceiverStream::new(sub.live).map(move |f| (i, f)).boxed();
+        live.push(rx);
+    }
+    let st = State { queue, live, last, kill, finished: false };
+    stream::unfold(st, |mut st| async move {
+        if st.finished {
+            return None;
+        }
+        loop {
+            if let Some((i, f)) = st.queue.pop_front() {
+                if i != usize::MAX {
+                    if f.seq <= st.last[i] {
+                        continue;
+                    }
+                    st.last[i] = f.seq;
+                }
+                return Some((Ok(f.bytes), st));
+            }
+            let next = tokio::select! {
+                _ = st.kill.cancelled() => {
+                    st.finished = true;
+                    return Some((Err(std::io::Error::other("subscriber dropped")), st));
+                }
+                n = tokio::time::timeout(HEARTBEAT, st.live.next()) => n,
+            };
+            match next {
+                Err(_) => return Some((Ok(Bytes::from_static(PING)), st)),
+                Ok(None) => {
+                    // Every sink was closed by the engine (session deleted or shutdown).
+                    st.finished = true;
+                    return Some((Err(std::io::Error::other("stream closed")), st));
+                }
+                Ok(Some(item)) => st.queue.push_back(item),
+            }
+        }
+    })
+    .boxed()
+}
+
+/// Whether the request came through a proxy that may buffer (§4.1 pad rule).
+pub fn wants_pad(h: &axum::http::HeaderMap) -> bool {
+    ["cf-ray", "cf-connecting-ip", "x-forwarded-for", "via"].iter().any(|n| h.contains_key(*n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_has_id_event_and_one_data_line() {
+        let f = format_frame(Some(7), "turn.started", r#"{"a":1}"#);
+        assert_eq!(&f[..], b"id: 7\nevent: turn.started\ndata: {\"a\":1}\n\n");
+    }
+
+    #[test]
+    fn a_control_frame_has_an_empty_id_line() {
+        let f = format_frame(None, "subscription.ready", "{}");
+        assert!(f.starts_with(b"id: \nevent: subscription.ready\n"));
+    }
+}
