@@ -1,0 +1,283 @@
+//! Denial kinds and the ONE place that turns a denial into a wire answer
+//! (an HTTP 400/403/407/502/503/504 response or a SOCKS5 reply code).
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+
+use crate::body::ProxyBody;
+
+/// `X-Vis-Egress-Error` values (decision P7).
+pub mod kind {
+    /// Host matched a specific `denied_domains` entry (or `denied: [*]`).
+    pub const DENYLIST: &str = "blocked-by-denylist";
+    /// Host not on a strict allowlist.
+    pub const ALLOWLIST: &str = "blocked-by-allowlist";
+    /// Rule method/path check failed.
+    pub const METHOD_POLICY: &str = "blocked-by-method-policy";
+    /// Rule port check failed.
+    pub const PORT_POLICY: &str = "blocked-by-port-policy";
+    /// SSRF floor or DNS failure.
+    pub const SSRF: &str = "blocked-by-ssrf";
+    /// A network filter blocked.
+    pub const FILTER: &str = "blocked-by-filter";
+    /// A network filter failed or timed out (fail closed).
+    pub const FILTER_ERROR: &str = "filter-error";
+    /// Missing or unknown proxy token.
+    pub const AUTH: &str = "proxy-auth-required";
+}
+
+/// Reason texts fixed by the spec.
+pub mod reason {
+    /// No `Proxy-Authorization` / SOCKS username.
+    pub const MISSING_TOKEN: &str =
+        "vis-agent: missing Proxy-Authorization (unattributable egress)";
+    /// Token not registered.
+    pub const UNKNOWN_TOKEN: &str = "vis-agent: no live session for this proxy token";
+    /// The attribution backend failed.
+    pub const POLICY_ERROR: &str = "vis-agent: session policy error";
+    /// Malformed / hostless request.
+    pub const MALFORMED: &str = "malformed proxy request";
+}
+
+/// Which part of the pipeline decided (companion-api §7 `decided_by.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeciderKind {
+    /// Token check.
+    Auth,
+    /// Host allow/deny lists.
+    HostGate,
+    /// A per-host rule (method/path/port).
+    Rule,
+    /// The SSRF floor.
+    Ssrf,
+    /// A network filter.
+    Filter,
+    /// Provider credential checks (not produced by this crate yet).
+    Credential,
+    /// No policy / nothing specific decided.
+    Default,
+}
+
+/// What kind of refusal this is; decides the wire answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyClass {
+    /// 407 / SOCKS `01 01` or REP `02`.
+    Auth,
+    /// 403 / REP `02` with an egress error kind.
+    Policy(&'static str),
+    /// 403 / REP `02` without an egress kind (session policy error; header
+    /// `blocked-by-denylist` as the spec suggests).
+    PolicyError,
+    /// 400, no kind.
+    BadRequest,
+    /// 502 / REP `05` (refused) — upstream connect/TLS/IO failure.
+    UpstreamRefused,
+    /// 502 / REP `04` — upstream unreachable.
+    UpstreamUnreachable,
+    /// 504 / REP `04` — upstream connect timeout.
+    UpstreamTimeout,
+    /// 503 / REP `01` — a connection limit was hit.
+    Overloaded,
+}
+
+/// One refusal: class, sentence and who decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// Wire class.
+    pub class: DenyClass,
+    /// The refusal sentence (without newline).
+    pub reason: String,
+    /// Which stage decided.
+    pub decider: DeciderKind,
+    /// The selected rule's host pattern, when a rule decided.
+    pub rule_host: Option<String>,
+    /// The filter (extension) name, when a filter decided.
+    pub filter: Option<String>,
+}
+
+impl Denial {
+    /// A denial with an egress error kind.
+    pub fn policy(kind: &'static str, reason: impl Into<String>, decider: DeciderKind) -> Self {
+        Denial {
+            class: DenyClass::Policy(kind),
+            reason: reason.into(),
+            decider,
+            rule_host: None,
+            filter: None,
+        }
+    }
+    /// 407 with the given reason.
+    pub fn auth(reason: &str) -> Self {
+        Denial {
+            class: DenyClass::Auth,
+            reason: reason.into(),
+            decider: DeciderKind::Auth,
+            rule_host: None,
+            filter: None,
+        }
+    }
+    /// 400 with the given reason.
+    pub fn bad_request(reason: impl Into<String>) -> Self {
+        Denial {
+            class: DenyClass::BadRequest,
+            reason: reason.into(),
+            decider: DeciderKind::Default,
+            rule_host: None,
+            filter: None,
+        }
+    }
+    /// Attribution backend failure.
+    pub fn policy_error() -> Self {
+        Denial {
+            class: DenyClass::PolicyError,
+            reason: reason::POLICY_ERROR.into(),
+            decider: DeciderKind::Auth,
+            rule_host: None,
+            filter: None,
+        }
+    }
+    /// Upstream failure of the given class.
+    pub fn upstream(class: DenyClass, message: impl std::fmt::Display) -> Self {
+        Denial {
+            class,
+            reason: format!("upstream error: {message}"),
+            decider: DeciderKind::Default,
+            rule_host: None,
+            filter: None,
+        }
+    }
+    /// Limit reached.
+    pub fn overloaded(what: &str) -> Self {
+        Denial {
+            class: DenyClass::Overloaded,
+            reason: format!("vis-agent: too many connections ({what})"),
+            decider: DeciderKind::Default,
+            rule_host: None,
+            filter: None,
+        }
+    }
+    /// Attach the rule host.
+    pub fn with_rule(mut self, rule_host: Option<String>) -> Self {
+        self.rule_host = rule_host;
+        self
+    }
+    /// Attach the filter name.
+    pub fn with_filter(mut self, filter: &str) -> Self {
+        self.filter = Some(filter.to_string());
+        self
+    }
+
+    /// The `X-Vis-Egress-Error` kind, if any.
+    pub fn error_kind(&self) -> Option<&'static str> {
+        match self.class {
+            DenyClass::Auth => Some(kind::AUTH),
+            DenyClass::Policy(k) => Some(k),
+            DenyClass::PolicyError => Some(kind::DENYLIST),
+            _ => None,
+        }
+    }
+
+    /// Whether this denial is a policy verdict (reported as `deny`) rather
+    /// than an upstream failure.
+    pub fn is_policy(&self) -> bool {
+        matches!(
+            self.class,
+            DenyClass::Auth | DenyClass::Policy(_) | DenyClass::PolicyError
+        )
+    }
+
+    /// HTTP status for this denial.
+    pub fn status(&self) -> StatusCode {
+        match self.class {
+            DenyClass::Auth => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            DenyClass::Policy(_) | DenyClass::PolicyError => StatusCode::FORBIDDEN,
+            DenyClass::BadRequest => StatusCode::BAD_REQUEST,
+            DenyClass::UpstreamRefused | DenyClass::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
+            DenyClass::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            DenyClass::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// SOCKS5 REP code for this denial.
+    pub fn socks_reply(&self) -> u8 {
+        match self.class {
+            DenyClass::Auth
+            | DenyClass::Policy(_)
+            | DenyClass::PolicyError
+            | DenyClass::BadRequest => 0x02,
+            DenyClass::UpstreamRefused => 0x05,
+            DenyClass::UpstreamUnreachable | DenyClass::UpstreamTimeout => 0x04,
+            DenyClass::Overloaded => 0x01,
+        }
+    }
+
+    /// The HTTP response: `text/plain`, body = reason + newline.
+    pub fn to_response(&self) -> Response<ProxyBody> {
+        let body = format!("{}\n", self.reason);
+        let len = body.len();
+        let mut resp = Response::new(crate::body::full(Bytes::from(body)));
+        *resp.status_mut() = self.status();
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        if self.class == DenyClass::Auth {
+            h.insert(
+                header::PROXY_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"vis-session\""),
+            );
+        }
+        if let Some(k) = self.error_kind() {
+            h.insert("x-vis-egress-error", HeaderValue::from_static(k));
+        }
+        resp
+    }
+}
+
+/// The SOCKS5 reply frame `05 REP 00 01 0.0.0.0:0`.
+pub fn socks_reply_frame(rep: u8) -> [u8; 10] {
+    [0x05, rep, 0x00, 0x01, 0, 0, 0, 0, 0, 0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_denial_is_a_407_with_the_realm_and_kind() {
+        let r = Denial::auth(reason::MISSING_TOKEN).to_response();
+        assert_eq!(r.status(), 407);
+        assert_eq!(
+            r.headers()["proxy-authenticate"],
+            "Basic realm=\"vis-session\""
+        );
+        assert_eq!(r.headers()["x-vis-egress-error"], "proxy-auth-required");
+        assert_eq!(
+            r.headers()["content-length"],
+            (reason::MISSING_TOKEN.len() + 1).to_string().as_str()
+        );
+    }
+
+    #[test]
+    fn bad_request_has_no_egress_kind() {
+        let r = Denial::bad_request(reason::MALFORMED).to_response();
+        assert_eq!(r.status(), 400);
+        assert!(r.headers().get("x-vis-egress-error").is_none());
+    }
+
+    #[test]
+    fn socks_codes_follow_p7() {
+        assert_eq!(
+            Denial::policy(kind::SSRF, "x", DeciderKind::Ssrf).socks_reply(),
+            2
+        );
+        assert_eq!(
+            Denial::upstream(DenyClass::UpstreamRefused, "x").socks_reply(),
+            5
+        );
+        assert_eq!(
+            Denial::upstream(DenyClass::UpstreamTimeout, "x").socks_reply(),
+            4
+        );
+    }
+}

@@ -1,0 +1,340 @@
+//! Compile a [`NetworkConfig`] once into a frozen [`Policy`] (§4.2–4.5).
+
+use std::collections::BTreeSet;
+
+use super::config::{Access, NetworkConfig};
+use super::glob::Glob;
+use crate::error::ProxyError;
+use crate::ssrf::parse_ip_literal;
+
+/// Normalize a host as sent by a client or written in config: trim,
+/// lower-case, drop IPv6 brackets and trailing dots; IP literals in any
+/// `inet_aton` spelling (`2130706433`, `0x7f.1`, `0177.0.0.1`) become their
+/// canonical text (dotted quad / RFC 5952 IPv6).
+pub fn normalize_host(raw: &str) -> String {
+    let mut h = raw.trim().to_ascii_lowercase();
+    if h.starts_with('[') && h.ends_with(']') && h.len() >= 2 {
+        h = h[1..h.len() - 1].to_string();
+    }
+    while h.ends_with('.') && h.len() > 1 {
+        h.pop();
+    }
+    match parse_ip_literal(&h) {
+        Some(ip) => ip.to_string(),
+        None => h,
+    }
+}
+
+/// A compiled host pattern (§4.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// `*`: every host.
+    Any,
+    /// `example.com`, `*.example.com` or `.example.com`: the apex and every subdomain.
+    Domain(String),
+}
+
+impl HostPattern {
+    /// Compile a pattern; `key` names the config path for errors. Wildcards
+    /// other than `*` and a leading `*.` are rejected (§15 Q6); a leading dot
+    /// is treated as the bare domain.
+    pub fn parse(raw: &str, key: &str) -> Result<(String, HostPattern), ProxyError> {
+        let n = normalize_host(raw);
+        if n == "*" {
+            return Ok((n, HostPattern::Any));
+        }
+        let (shown, base) = if let Some(rest) = n.strip_prefix("*.") {
+            (n.clone(), rest.to_string())
+        } else if let Some(rest) = n.strip_prefix('.') {
+            (rest.to_string(), rest.to_string())
+        } else {
+            (n.clone(), n.clone())
+        };
+        if base.is_empty() || base.contains('*') {
+            return Err(ProxyError::Config(format!(
+                "{key}: unsupported host pattern {raw:?} (use `*`, `example.com` or `*.example.com`)"
+            )));
+        }
+        let base = normalize_host(&base);
+        Ok((shown, HostPattern::Domain(base)))
+    }
+
+    /// Does this pattern match an already normalized host?
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Any => true,
+            HostPattern::Domain(d) => {
+                host == d
+                    || (host.len() > d.len()
+                        && host.ends_with(d.as_str())
+                        && host.as_bytes()[host.len() - d.len() - 1] == b'.')
+            }
+        }
+    }
+
+    /// Is this the `*` pattern?
+    pub fn is_any(&self) -> bool {
+        matches!(self, HostPattern::Any)
+    }
+}
+
+/// One compiled rule (§4.5).
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Normalized host pattern text (used for selection by length and reports).
+    pub host: String,
+    pub(crate) pattern: HostPattern,
+    /// Upper-cased allowed methods; `*` = any.
+    pub methods: BTreeSet<String>,
+    pub(crate) allow: Vec<(String, Glob)>,
+    /// Allowed ports; empty = any.
+    pub ports: BTreeSet<u16>,
+    /// `access: none` (decision P3).
+    pub closed: bool,
+    order: usize,
+}
+
+impl Rule {
+    /// True when this rule can deny some method/path, i.e. interception is
+    /// needed to enforce it on HTTPS.
+    pub fn restricts_requests(&self) -> bool {
+        if self.methods.contains("*") {
+            return false;
+        }
+        self.closed || !self.methods.is_empty() || !self.allow.is_empty()
+    }
+}
+
+/// A frozen, compiled policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub(crate) restricted: bool,
+    pub(crate) deny_all: Option<String>,
+    pub(crate) allowed: Vec<HostPattern>,
+    pub(crate) denied: Vec<HostPattern>,
+    pub(crate) exclude: Vec<HostPattern>,
+    pub(crate) allow_private: bool,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) denied_names: Vec<String>,
+}
+
+impl Policy {
+    /// "No policy": every public host allowed (the SSRF floor still applies).
+    pub fn unrestricted() -> Self {
+        Policy {
+            restricted: false,
+            deny_all: None,
+            allowed: vec![],
+            denied: vec![],
+            exclude: vec![],
+            allow_private: false,
+            rules: vec![],
+            denied_names: vec![],
+        }
+    }
+
+    /// A sentinel that denies everything with the given reason.
+    pub fn deny_all(reason: Option<String>) -> Self {
+        Policy {
+            restricted: true,
+            deny_all: Some(reason.unwrap_or_else(|| "vis-agent: egress denied".into())),
+            ..Policy::unrestricted()
+        }
+    }
+
+    /// Is this the "no policy" case?
+    pub fn is_unrestricted(&self) -> bool {
+        !self.restricted
+    }
+
+    /// Does `allow_private` apply?
+    pub fn allow_private(&self) -> bool {
+        self.allow_private
+    }
+
+    /// Concrete (non-glob) `denied_domains` entries, resolved by the SSRF floor.
+    pub fn denied_names(&self) -> &[String] {
+        &self.denied_names
+    }
+
+    /// Is this (normalized) host in `exclude_domains`?
+    pub fn is_excluded(&self, host: &str) -> bool {
+        self.restricted && self.exclude.iter().any(|p| p.matches(host))
+    }
+
+    /// The rule selected for a host: longest pattern text, then a
+    /// non-wildcard pattern, then configuration order (§15 Q8).
+    pub fn select_rule(&self, host: &str) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .filter(|r| r.pattern.matches(host))
+            .min_by_key(|r| {
+                (
+                    std::cmp::Reverse(r.host.len()),
+                    r.host.contains('*'),
+                    r.order,
+                )
+            })
+    }
+
+    /// Compile a parsed `jail.network` block.
+    pub fn compile(cfg: &NetworkConfig) -> Result<Policy, ProxyError> {
+        let list = |name: &str,
+                    v: &[super::config::NonBlank]|
+         -> Result<Vec<(String, HostPattern)>, ProxyError> {
+            v.iter()
+                .enumerate()
+                .map(|(i, s)| HostPattern::parse(&s.0, &format!("jail.network.{name}[{i}]")))
+                .collect()
+        };
+        let allowed = list("allowed_domains", &cfg.allowed_domains)?;
+        let denied = list("denied_domains", &cfg.denied_domains)?;
+        let exclude = list("exclude_domains", &cfg.exclude_domains)?;
+
+        let mut rules: Vec<Rule> = Vec::new();
+        for (i, rc) in cfg.rules.iter().enumerate() {
+            let (host, pattern) =
+                HostPattern::parse(&rc.host.0, &format!("jail.network.rules[{i}].host"))?;
+            let mut methods: BTreeSet<String> = match rc.access {
+                Some(Access::ReadOnly) => ["GET", "HEAD", "OPTIONS"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                Some(Access::ReadWrite) => ["*".to_string()].into_iter().collect(),
+                Some(Access::None) | None => BTreeSet::new(),
+            };
+            methods.extend(rc.methods.iter().map(|m| m.0.to_ascii_uppercase()));
+            let allow: Vec<(String, Glob)> = rc
+                .allow
+                .iter()
+                .map(|a| {
+                    (
+                        a.method.0.to_ascii_uppercase(),
+                        Glob::new(a.path.as_ref().map(|p| p.0.as_str()).unwrap_or("*")),
+                    )
+                })
+                .collect();
+            let ports: BTreeSet<u16> = rc.ports.iter().map(|p| p.0).collect();
+            let closed = rc.access == Some(Access::None);
+            if let Some(existing) = rules.iter_mut().find(|r| r.host == host) {
+                existing.methods.extend(methods);
+                existing.allow.extend(allow);
+                existing.ports.extend(ports);
+                existing.closed |= closed;
+            } else {
+                rules.push(Rule {
+                    host,
+                    pattern,
+                    methods,
+                    allow,
+                    ports,
+                    closed,
+                    order: i,
+                });
+            }
+        }
+        rules.retain(|r| {
+            r.closed || !r.methods.is_empty() || !r.allow.is_empty() || !r.ports.is_empty()
+        });
+
+        let no_policy = denied.is_empty()
+            && (allowed.is_empty() || allowed.iter().any(|(_, p)| p.is_any()))
+            && rules.is_empty()
+            && !cfg.allow_private;
+        if no_policy {
+            return Ok(Policy::unrestricted());
+        }
+        let denied_names = denied
+            .iter()
+            .filter(|(shown, p)| !p.is_any() && !shown.starts_with("*."))
+            .filter_map(|(_, p)| match p {
+                HostPattern::Domain(d) => Some(d.clone()),
+                HostPattern::Any => None,
+            })
+            .collect();
+        Ok(Policy {
+            restricted: true,
+            deny_all: None,
+            allowed: allowed.into_iter().map(|(_, p)| p).collect(),
+            denied: denied.into_iter().map(|(_, p)| p).collect(),
+            exclude: exclude.into_iter().map(|(_, p)| p).collect(),
+            allow_private: cfg.allow_private,
+            rules,
+            denied_names,
+        })
+    }
+
+    /// Parse and compile a YAML `jail.network` block.
+    pub fn from_yaml(s: &str) -> Result<Policy, ProxyError> {
+        Policy::compile(&NetworkConfig::from_yaml_str(s)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(y: &str) -> Policy {
+        Policy::from_yaml(y).unwrap()
+    }
+
+    #[test]
+    fn star_allowlist_and_empty_lists_compile_to_no_policy() {
+        assert!(p("allowed_domains: ['*']\ndenied_domains: []\nrules: []\n").is_unrestricted());
+        assert!(p("allowed_domains: []\ndenied_domains: []\n").is_unrestricted());
+        assert!(p("exclude_domains: [x.com]\n").is_unrestricted());
+    }
+
+    #[test]
+    fn any_deny_entry_strict_allowlist_rule_or_allow_private_compiles_to_a_policy() {
+        assert!(!p("denied_domains: [x.com]\n").is_unrestricted());
+        assert!(!p("allowed_domains: [x.com]\n").is_unrestricted());
+        assert!(!p("rules: [{host: x.com, ports: [443]}]\n").is_unrestricted());
+        assert!(!p("allow_private: true\n").is_unrestricted());
+    }
+
+    #[test]
+    fn exclude_domains_are_normalized_and_match_subdomains() {
+        let pol =
+            p("allowed_domains: [x.com]\nexclude_domains: ['GitHub.com', '*.pinned.example']\n");
+        assert!(pol.is_excluded("github.com"));
+        assert!(pol.is_excluded("api.github.com"));
+        assert!(pol.is_excluded("x.pinned.example"));
+        assert!(!pol.is_excluded("example.com"));
+        assert!(!Policy::unrestricted().is_excluded("github.com"));
+    }
+
+    #[test]
+    fn mid_string_wildcards_are_rejected_and_leading_dot_means_the_domain() {
+        let e = Policy::from_yaml("allowed_domains: [ok.com, 'api*.x.com']\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allowed_domains[1]"), "{e}");
+        let pol = p("allowed_domains: ['.example.com']\n");
+        assert!(pol.allowed[0].matches("api.example.com"));
+    }
+
+    #[test]
+    fn access_none_is_kept_as_a_closed_rule() {
+        let pol = p("rules: [{host: x.com, access: none}]\n");
+        assert_eq!(pol.rules.len(), 1);
+        assert!(pol.rules[0].closed);
+    }
+
+    #[test]
+    fn empty_rules_are_dropped_and_same_host_rules_merge() {
+        let pol = p(
+            "rules: [{host: a.com}, {host: B.com, methods: [get]}, {host: b.com, ports: [22]}]\n",
+        );
+        assert_eq!(pol.rules.len(), 1);
+        assert!(pol.rules[0].methods.contains("GET"));
+        assert!(pol.rules[0].ports.contains(&22));
+    }
+
+    #[test]
+    fn host_normalization_canonicalizes_ip_spellings() {
+        assert_eq!(normalize_host(" Example.COM. "), "example.com");
+        assert_eq!(normalize_host("2130706433"), "127.0.0.1");
+        assert_eq!(normalize_host("[0:0:0:0:0:0:0:1]"), "::1");
+    }
+}

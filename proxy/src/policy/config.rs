@@ -1,0 +1,233 @@
+//! `jail.network` configuration (egress-proxy.md §4.1): a closed map parsed
+//! with serde; unknown keys and bad values are errors naming the key path.
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use std::fmt;
+
+use crate::error::ProxyError;
+
+/// The `jail.network` block.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Host allowlist.
+    #[serde(default)]
+    pub allowed_domains: Vec<NonBlank>,
+    /// Host denylist.
+    #[serde(default)]
+    pub denied_domains: Vec<NonBlank>,
+    /// Hosts that are always opaque tunnels.
+    #[serde(default)]
+    pub exclude_domains: Vec<NonBlank>,
+    /// Let private addresses through the SSRF floor.
+    #[serde(default)]
+    pub allow_private: bool,
+    /// Process jail only; validated here, unused by the proxy.
+    #[serde(default)]
+    pub inbound_ports: Vec<Port>,
+    /// Per-host method / path / port rules.
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+}
+
+/// One entry of `rules`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Host pattern (required).
+    pub host: NonBlank,
+    /// Method preset.
+    #[serde(default)]
+    pub access: Option<Access>,
+    /// Extra allowed methods.
+    #[serde(default)]
+    pub methods: Vec<NonBlank>,
+    /// Allowed ports (empty = any).
+    #[serde(default)]
+    pub ports: Vec<Port>,
+    /// Method + path globs.
+    #[serde(default)]
+    pub allow: Vec<AllowEntry>,
+}
+
+/// One `allow` entry of a rule.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowEntry {
+    /// Method (or `*`).
+    pub method: NonBlank,
+    /// Path glob, default `*`.
+    #[serde(default)]
+    pub path: Option<NonBlank>,
+}
+
+/// `access` presets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Access {
+    /// GET HEAD OPTIONS.
+    #[serde(rename = "read-only", alias = "readonly", alias = "ro")]
+    ReadOnly,
+    /// Any method.
+    #[serde(
+        rename = "read-write",
+        alias = "readwrite",
+        alias = "rw",
+        alias = "full",
+        alias = "all"
+    )]
+    ReadWrite,
+    /// No method (closed rule, decision P3).
+    #[serde(rename = "none", alias = "deny", alias = "closed")]
+    None,
+}
+
+/// A non-blank string (trimmed on parse).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonBlank(pub String);
+
+impl<'de> Deserialize<'de> for NonBlank {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let t = s.trim();
+        if t.is_empty() {
+            return Err(de::Error::custom("must be a non-blank string"));
+        }
+        Ok(NonBlank(t.to_string()))
+    }
+}
+
+/// A port 1..=65535, given as an integer or a numeric string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Port(pub u16);
+
+impl<'de> Deserialize<'de> for Port {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Port;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a port number 1..65535")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Port, E> {
+                if (1..=65535).contains(&v) {
+                    Ok(Port(v as u16))
+                } else {
+                    Err(E::custom(format!("port {v} out of range 1..65535")))
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Port, E> {
+                if v < 0 {
+                    return Err(E::custom(format!("port {v} out of range 1..65535")));
+                }
+                self.visit_u64(v as u64)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Port, E> {
+                match v.trim().parse::<u64>() {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(E::custom(format!("port {v:?} is not a number"))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn path_error<E: fmt::Display>(e: serde_path_to_error::Error<E>) -> ProxyError {
+    let path = e.path().to_string();
+    let key = if path == "." || path.is_empty() {
+        String::new()
+    } else {
+        format!(".{path}")
+    };
+    ProxyError::Config(format!("jail.network{key}: {}", e.inner()))
+}
+
+impl NetworkConfig {
+    /// Parse from a JSON value (as the gateway's config loader holds it).
+    pub fn from_json_value(v: serde_json::Value) -> Result<Self, ProxyError> {
+        let cfg: NetworkConfig = serde_path_to_error::deserialize(v).map_err(path_error)?;
+        cfg.validate()
+    }
+
+    /// Parse from YAML text.
+    pub fn from_yaml_str(s: &str) -> Result<Self, ProxyError> {
+        let de = serde_yaml::Deserializer::from_str(s);
+        let cfg: NetworkConfig = serde_path_to_error::deserialize(de).map_err(path_error)?;
+        cfg.validate()
+    }
+
+    fn validate(self) -> Result<Self, ProxyError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, p) in self.inbound_ports.iter().enumerate() {
+            if !seen.insert(p.0) {
+                return Err(ProxyError::Config(format!(
+                    "jail.network.inbound_ports[{i}]: duplicate port {}",
+                    p.0
+                )));
+            }
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_key_of_the_closed_map() {
+        let c = NetworkConfig::from_yaml_str(
+            "allowed_domains: [example.com]\ndenied_domains: ['*']\nexclude_domains: [pinned.example]\nallow_private: true\ninbound_ports: [5273, '4200']\nrules:\n  - host: api.example.com\n    access: ro\n    methods: [post]\n    ports: [443, '22']\n    allow: [{method: POST, path: /repos/**}]\n",
+        )
+        .unwrap();
+        assert_eq!(c.rules[0].access, Some(Access::ReadOnly));
+        assert_eq!(c.rules[0].ports, vec![Port(443), Port(22)]);
+        assert_eq!(c.inbound_ports, vec![Port(5273), Port(4200)]);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_the_key() {
+        let e = NetworkConfig::from_yaml_str("allowed_domain: [x]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allowed_domain"), "{e}");
+        let e = NetworkConfig::from_yaml_str("rules: [{host: x, acces: ro}]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rules[0]") && e.contains("acces"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_errors_naming_the_key() {
+        let e = NetworkConfig::from_yaml_str("rules: [{host: x, ports: [70000]}]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rules[0].ports[0]"), "{e}");
+        let e = NetworkConfig::from_yaml_str("rules: [{host: x, access: sometimes}]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rules[0].access"), "{e}");
+        let e = NetworkConfig::from_yaml_str("allowed_domains: ['  ']\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allowed_domains[0]"), "{e}");
+        let e = NetworkConfig::from_yaml_str("rules: [{access: ro}]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host"), "{e}");
+        let e = NetworkConfig::from_yaml_str("inbound_ports: [1, 1]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("inbound_ports[1]"), "{e}");
+    }
+
+    #[test]
+    fn json_values_parse_the_same_way() {
+        let c = NetworkConfig::from_json_value(
+            serde_json::json!({"rules":[{"host":"x","ports":["443"]}]}),
+        )
+        .unwrap();
+        assert_eq!(c.rules[0].ports, vec![Port(443)]);
+    }
+}

@@ -1,0 +1,11 @@
+//! Network policy: parse (`config`), compile once (`compile`), and decide per
+//! request as a pure function (`decide`).
+
+pub mod compile;
+pub mod config;
+pub mod decide;
+pub mod glob;
+
+pub use compile::{normalize_host, HostPattern, Policy, Rule};
+pub use config::NetworkConfig;
+pub use decide::{decide, normalize_path, Allowed, DecideInput};
