@@ -1,0 +1,1 @@
+"""Vis SDK packages (see ``blockether.vis.extension``)."""

@@ -1,0 +1,259 @@
+"""Host doors: the seam between the SDK and the Vis gateway worker.
+
+Every effect of the host-backed names (``state``, ``log``, ``notify``, ``shell``,
+``jailed_shell``, ``jailed_shell_session``, ``fs``, ``ask``, ``reveal``,
+``forget``, ``live``, ``publish_activity`` and ``register``'s environment
+resolution) goes through ONE bridge object installed by the worker::
+
+    from blockether.vis.extension import _host
+    _host.set_bridge(bridge)          # bridge.call(op: str, payload: dict) -> Any
+
+The SDK validates arguments before calling the bridge, so the bridge only sees
+well-formed payloads.  Every payload carries ``"extension"``: the name of the
+extension the call acts for (``None`` before ``register``), taken from
+:func:`acting_for` (the worker wraps each call into an extension with it; the
+loader sets it when ``register`` succeeds).  A bridge reports a failure by
+raising an exception; the SDK lets it propagate to extension code unchanged.
+Without a bridge every door raises ``RuntimeError`` (``publish_activity``
+returns ``False`` instead, because it never raises).
+
+Protocol (op, payload keys besides ``extension`` -> return value):
+
+==========================  ==============================================  =========================
+op                          payload                                         returns
+==========================  ==============================================  =========================
+``state_get``               ``key: str``                                    JSON value, ``None`` = absent
+``state_put``               ``key: str, value: JSON (never None)``          ignored
+``state_del``               ``key: str`` (absent key is not an error)       ignored
+``state_keys``              —                                               ``list[str]``
+``log``                     ``level`` (trace|debug|info|warn|error),        ignored
+                            ``message: str``
+``notify``                  ``text: str``, ``level`` (info|success|warn|    ignored
+                            error)
+``shell``                   ``opts: dict`` (see below)                      ``dict`` shell record
+``jailed_shell``            ``opts: dict``                                  ``dict`` shell record
+``jailed_shell_session``    ``opts: dict`` (raise "available only while     ``dict`` shell record
+                            handling a session" without one)
+``fs_read``                 ``path: str``                                   ``bytes``
+``fs_write``                ``path: str, data: bytes, append: bool``        ignored
+``fs_list``                 ``path: str``                                   ``list[str]`` entry names
+``fs_stat``                 ``path: str``                                   ``dict``
+``fs_copy`` / ``fs_move``   ``src: str, dst: str``                          ignored
+``fs_remove``               ``path: str``                                   ``bool`` (removed)
+``fs_mkdir``                ``path: str``                                   ``bool`` (created)
+``fs_exists``               ``path: str``                                   ``bool``
+``request_input``           ``request: dict`` (the form, validators         answer ``dict``: ``status``
+                            stripped), ``validators: {field: arity}``,      (submitted|cancelled|
+                            ``run_validator: callable(field, value,         timeout|undeliverable|…),
+                            all_values) -> str | None`` (error message)     ``values``, ``request_id``,
+                                                                            ``reason``
+``reveal_secret``           ``handle: str``                                 ``str | None``
+``forget_secret``           ``handle: str``                                 ``bool``
+``live``                    ``envelope: dict`` (``op``: open|patch|state|   ``dict``
+                            close, see ``_live``)
+``activity``                ``presentation: dict`` (wire form)              truthy when shown
+``declare_env``             ``names: list[str]``                            ``{name: value}`` for the
+                                                                            names that resolved
+==========================  ==============================================  =========================
+
+Shell ``opts``: ``op`` is ``run`` (default) or ``background`` with ``command``
+(``str`` run by the shell, or ``list[str]`` argv) and optional ``cwd``,
+``env``, ``timeout_secs``, ``stdin``; or ``logs`` / ``wait`` / ``send`` /
+``stop`` with ``id`` (plus ``offset``/``limit``, ``seconds``, ``text``/
+``is_enter``).  The shell record has the keys in :data:`SHELL_KEYS`; missing
+keys are filled with ``None`` by the SDK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import MutableMapping
+
+_bridge = None
+_OWNER = contextvars.ContextVar("vis_extension_owner", default=None)
+
+SHELL_KEYS = ("stage", "id", "cwd", "command", "status", "pid", "exit", "duration_ms",
+              "uptime_ms", "started_at", "finished_at", "log_path", "cpu_ms", "cpu_percent",
+              "rss_bytes", "timed_out", "timeout_secs", "out", "out_omitted_chars", "offset",
+              "next_offset", "is_eof", "attach", "already_running", "keys", "note")
+SHELL_OPS = ("run", "background", "logs", "wait", "send", "stop")
+LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
+NOTIFY_LEVELS = ("info", "success", "warn", "error")
+
+
+def set_bridge(bridge) -> None:
+    """Install the worker's bridge (an object with ``call(op, payload)``); ``None`` removes it."""
+    if bridge is not None and not callable(getattr(bridge, "call", None)):
+        raise TypeError("the host bridge must have a call(op, payload) method")
+    global _bridge
+    _bridge = bridge
+
+
+def get_bridge():
+    return _bridge
+
+
+def current_extension():
+    return _OWNER.get()
+
+
+@contextlib.contextmanager
+def acting_for(extension_name):
+    """Attribute host calls inside the block to ``extension_name``."""
+    token = _OWNER.set(extension_name)
+    try:
+        yield
+    finally:
+        _OWNER.reset(token)
+
+
+def set_owner(extension_name) -> None:
+    _OWNER.set(extension_name)
+
+
+def call(op: str, payload: dict):
+    if _bridge is None:
+        raise RuntimeError(f"vis host operation '{op}' needs the Vis gateway: it is only "
+                           f"available inside a gateway extension worker")
+    return _bridge.call(op, dict(payload, extension=_OWNER.get()))
+
+
+class RecordingBridge:
+    """Test double: records ``(op, payload)`` and answers from ``responses``.
+
+    ``responses[op]`` is a value or a callable ``(payload) -> value``.  State ops
+    are served from ``self.state`` unless a response overrides them.
+    """
+
+    def __init__(self, responses=None):
+        self.calls = []
+        self.responses = dict(responses or {})
+        self.state = {}
+
+    def call(self, op, payload):
+        self.calls.append((op, payload))
+        if op in self.responses:
+            answer = self.responses[op]
+            return answer(payload) if callable(answer) else answer
+        if op == "state_get":
+            return self.state.get(payload["key"])
+        if op == "state_put":
+            self.state[payload["key"]] = payload["value"]
+        elif op == "state_del":
+            self.state.pop(payload["key"], None)
+        elif op == "state_keys":
+            return list(self.state)
+        elif op == "declare_env":
+            return {}
+        return None
+
+    def ops(self) -> list:
+        return [op for op, _ in self.calls]
+
+
+# -- state -------------------------------------------------------------------
+
+def _plain(value, path="value"):
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"vis.state {path} must be a finite number")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _plain(item, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"vis.state {path} keys must be strings")
+            _plain(item, f"{path}[{key!r}]")
+        return
+    raise TypeError(f"vis.state values must be plain JSON data (dict, list, str, number, "
+                    f"bool); {path} is {type(value).__name__}")
+
+
+class _State(MutableMapping):
+    """``vis.state``: a MutableMapping persisted by the gateway, keyed by extension name."""
+
+    def __getitem__(self, key):
+        value = call("state_get", {"key": str(key)})
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def get(self, key, default=None):
+        value = call("state_get", {"key": str(key)})
+        return default if value is None else value
+
+    def __contains__(self, key):
+        return call("state_get", {"key": str(key)}) is not None
+
+    def __setitem__(self, key, value):
+        if value is None:
+            call("state_del", {"key": str(key)})
+            return
+        _plain(value)
+        call("state_put", {"key": str(key), "value": value})
+
+    def __delitem__(self, key):
+        if key not in self:
+            raise KeyError(key)
+        call("state_del", {"key": str(key)})
+
+    def __iter__(self):
+        return iter(sorted(call("state_keys", {}) or []))
+
+    def __len__(self):
+        return len(call("state_keys", {}) or [])
+
+    def __repr__(self):
+        return "<vis.state>"
+
+
+state = _State()
+
+
+# -- log, notify, env ------------------------------------------------------------
+
+def log(level, msg) -> None:
+    """Write to the gateway log (levels trace, debug, info, warn, error; unknown -> info)."""
+    level = level if level in LOG_LEVELS else "info"
+    call("log", {"level": level, "message": str(msg)})
+
+
+def notify(text, level="info") -> None:
+    """Show a toast in the active channel (levels info, success, warn, error)."""
+    level = level if level in NOTIFY_LEVELS else "info"
+    call("notify", {"text": str(text), "level": level})
+
+
+def host_env(name, default=None):
+    """A declared (and resolved) environment variable, or ``default``."""
+    return os.environ.get(name, default)
+
+
+def declare_env(names) -> dict:
+    resolved = call("declare_env", {"names": list(names)})
+    if not isinstance(resolved, dict):
+        raise TypeError("the host's declare_env answer must be a dict of name -> value")
+    return {k: v for k, v in resolved.items() if k in names and isinstance(v, str)}
+
+
+# -- secrets -------------------------------------------------------------------
+
+def reveal(handle):
+    """Plaintext of a secret handle from a form answer (``None`` for a falsy handle)."""
+    if not handle:
+        return None
+    return call("reveal_secret", {"handle": str(handle)})
+
+
+def forget(handle) -> bool:
+    """Drop a secret handle (``False`` for a falsy handle)."""
+    if not handle:
+        return False
+    return bool(call("forget_secret", {"handle": str(handle)}))
