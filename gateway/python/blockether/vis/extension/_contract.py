@@ -25,6 +25,7 @@ _KIND_NAMES = {
 }
 _DEFERRED = "deferred annotation; use from __future__ import annotations"
 _FUTURE_FLAG = __future__.annotations.compiler_flag
+_DEFERRED_ANNOTATIONS = sys.version_info >= (3, 14)  # PEP 649/749 lazy annotations
 
 
 # -- reading a callable ----------------------------------------------------
@@ -47,7 +48,7 @@ def unwrap(fn):
 
 def _is_deferred(target) -> bool:
     """True on Python 3.14+ for functions compiled without postponed annotations."""
-    if sys.version_info < (3, 14):
+    if not _DEFERRED_ANNOTATIONS:
         return False
     code = getattr(target, "__code__", None)
     return code is not None and not (code.co_flags & _FUTURE_FLAG)
