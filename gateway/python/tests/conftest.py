@@ -57,3 +57,25 @@ def load(write):
         return result.extension
 
     return _load
+
+
+_MODULE_SEQ = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def module():
+    """module(source, future=True) -> a fresh module executed like an entry file."""
+    import __future__
+    import types
+
+    def _module(source, future=True):
+        name = f"vis_sdk_test_module_{next(_MODULE_SEQ)}"
+        mod = types.ModuleType(name)
+        sys.modules[name] = mod
+        flags = __future__.annotations.compiler_flag if future else 0
+        code = compile(textwrap.dedent(source), f"<{name}>", "exec", flags=flags,
+                       dont_inherit=True)
+        exec(code, mod.__dict__)
+        return mod
+
+    return _module

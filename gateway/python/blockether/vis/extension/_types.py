@@ -150,6 +150,23 @@ class _Resolver:
             return _generic("tuple", [self.node(items[0], path)], variadic=True)
         return _generic(name, [self.node(i, path) for i in items])
 
+    def is_required(self, ann, default: bool) -> bool:
+        """TypedDict ``Required[...]``/``NotRequired[...]`` written as a string annotation."""
+        text = ann.__forward_arg__ if isinstance(ann, typing.ForwardRef) else ann
+        if not isinstance(text, str):
+            return default
+        try:
+            node = ast.parse(text.strip(), mode="eval").body
+        except SyntaxError:
+            return default
+        if isinstance(node, ast.Subscript):
+            origin = self.lookup(node.value)
+            if origin is getattr(typing, "NotRequired", _MISSING):
+                return False
+            if origin is getattr(typing, "Required", _MISSING):
+                return True
+        return default
+
     def lookup(self, node: ast.AST):
         """Resolve a Name or dotted Attribute without running code."""
         if isinstance(node, ast.Name):
@@ -233,7 +250,9 @@ def _record_fields(cls: type):
         all_annotations = {}
         for klass in reversed(cls.__mro__):
             all_annotations.update(vars(klass).get("__annotations__", {}))
-        return [(n, a, n in required_keys, False, False)
+        module = sys.modules.get(getattr(cls, "__module__", ""), None)
+        resolver = _Resolver(vars(module) if module is not None else {})
+        return [(n, a, resolver.is_required(a, n in required_keys), False, False)
                 for n, a in all_annotations.items() if not n.startswith("_")]
     if issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
         defaults = getattr(cls, "_field_defaults", {})
