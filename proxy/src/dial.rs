@@ -1,0 +1,115 @@
+//! Resolve once, classify every answer, dial only the validated address.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+
+use crate::deny::{kind, DeciderKind, Denial, DenyClass};
+use crate::engine::Shared;
+use crate::ssrf::{self, parse_ip_literal, FloorInput};
+use crate::traits::Principal;
+
+/// Names of metadata services refused at the floor whatever they resolve to.
+const METADATA_NAMES: [&str; 4] = [
+    "metadata.google.internal",
+    "metadata.goog",
+    "metadata",
+    "instance-data",
+];
+
+/// Addresses of the policy's concrete denied names (short-TTL cache).
+async fn denied_addrs(shared: &Shared, principal: &Principal) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for name in principal.policy.denied_names() {
+        if let Some(ip) = parse_ip_literal(name) {
+            out.push(ip);
+            continue;
+        }
+        let cached = shared.denied_cache.lock().ok().and_then(|c| {
+            c.get(name)
+                .filter(|(t, _)| t.elapsed() < shared.cfg.denied_name_ttl)
+                .map(|(_, v)| v.clone())
+        });
+        let addrs = match cached {
+            Some(v) => v,
+            None => {
+                let v = shared
+                    .svc
+                    .resolver
+                    .resolve(name, 443)
+                    .await
+                    .unwrap_or_default();
+                if let Ok(mut c) = shared.denied_cache.lock() {
+                    c.insert(name.clone(), (Instant::now(), v.clone()));
+                }
+                v
+            }
+        };
+        out.extend(addrs);
+    }
+    out
+}
+
+/// Resolve `host` once and pass every answer through the SSRF floor; the
+/// returned address is the only one that may be dialled.
+pub async fn validate(
+    shared: &Shared,
+    principal: &Principal,
+    host: &str,
+    port: u16,
+) -> Result<SocketAddr, Denial> {
+    if METADATA_NAMES.contains(&host) {
+        return Err(Denial::policy(
+            kind::SSRF,
+            format!("blocked internal address for host: {host}"),
+            DeciderKind::Ssrf,
+        ));
+    }
+    let answers = match parse_ip_literal(host) {
+        Some(ip) => vec![ip],
+        None if host.is_empty() => vec![],
+        None => shared
+            .svc
+            .resolver
+            .resolve(host, port)
+            .await
+            .unwrap_or_default(),
+    };
+    let denied = denied_addrs(shared, principal).await;
+    let mut reserved = principal.reserved_ports.clone();
+    reserved.push(shared.own_port);
+    let ip = ssrf::check(
+        &answers,
+        FloorInput {
+            host,
+            port,
+            allow_private: principal.policy.allow_private(),
+            reserved_ports: &reserved,
+            denied_addrs: &denied,
+        },
+    )?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Map a connect error to its denial class.
+pub fn classify_io(e: &io::Error) -> DenyClass {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => DenyClass::UpstreamRefused,
+        io::ErrorKind::TimedOut => DenyClass::UpstreamTimeout,
+        _ => DenyClass::UpstreamUnreachable,
+    }
+}
+
+/// Dial a validated address with the connect timeout.
+pub async fn connect(shared: &Shared, addr: SocketAddr) -> Result<TcpStream, Denial> {
+    match tokio::time::timeout(shared.cfg.connect_timeout, shared.svc.dialer.dial(addr)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(Denial::upstream(classify_io(&e), e)),
+        Err(_) => Err(Denial::upstream(
+            DenyClass::UpstreamTimeout,
+            "connect timed out",
+        )),
+    }
+}

@@ -1,0 +1,174 @@
+//! Shared proxy state, the service bundle and the running [`Proxy`] handle.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::body::ProxyBody;
+use crate::error::ProxyError;
+use crate::settings::ProxyConfig;
+use crate::tls::{upstream_client_config, CertAuthority};
+use crate::traits::{
+    Attribution, DecisionSink, Dialer, FilterSet, NetworkFilter, NoFilters, Principal, Resolver,
+    SystemResolver, TcpDialer,
+};
+use crate::upstream::ValidatedConnector;
+
+/// Everything the proxy asks its host for (decision A5).
+#[derive(Clone)]
+pub struct Services {
+    /// token → principal.
+    pub attribution: Arc<dyn Attribution>,
+    /// Where decisions go.
+    pub sink: Arc<dyn DecisionSink>,
+    /// Ordered network filters.
+    pub filters: Arc<dyn FilterSet>,
+    /// DNS.
+    pub resolver: Arc<dyn Resolver>,
+    /// TCP connects.
+    pub dialer: Arc<dyn Dialer>,
+}
+
+impl Services {
+    /// Services with no filters, the system resolver and real TCP dials.
+    pub fn new(attribution: Arc<dyn Attribution>, sink: Arc<dyn DecisionSink>) -> Self {
+        Services {
+            attribution,
+            sink,
+            filters: Arc::new(NoFilters),
+            resolver: Arc::new(SystemResolver),
+            dialer: Arc::new(TcpDialer),
+        }
+    }
+    /// Replace the filter set.
+    pub fn with_filters(mut self, f: Arc<dyn FilterSet>) -> Self {
+        self.filters = f;
+        self
+    }
+    /// Replace the resolver.
+    pub fn with_resolver(mut self, r: Arc<dyn Resolver>) -> Self {
+        self.resolver = r;
+        self
+    }
+    /// Replace the dialer.
+    pub fn with_dialer(mut self, d: Arc<dyn Dialer>) -> Self {
+        self.dialer = d;
+        self
+    }
+}
+
+pub(crate) struct Shared {
+    pub cfg: ProxyConfig,
+    pub svc: Services,
+    pub ca: CertAuthority,
+    pub upstream_tls: Arc<rustls::ClientConfig>,
+    pub http_client: Client<ValidatedConnector, ProxyBody>,
+    pub own_port: u16,
+    pub denied_cache: Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>,
+    sessions: Mutex<HashMap<String, usize>>,
+}
+
+/// Holds one of a session's concurrency slots.
+pub(crate) struct SessionSlot {
+    shared: Arc<Shared>,
+    sid: String,
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.shared.sessions.lock() {
+            if let Some(n) = m.get_mut(&self.sid) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(&self.sid);
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    pub fn filters(&self, p: &Principal) -> Vec<Arc<dyn NetworkFilter>> {
+        self.svc.filters.filters(p)
+    }
+
+    /// Take a per-session slot, or `None` when the session is at its cap.
+    pub fn session_slot(self: &Arc<Self>, sid: &str) -> Option<SessionSlot> {
+        let mut m = self.sessions.lock().ok()?;
+        let n = m.entry(sid.to_string()).or_insert(0);
+        if *n >= self.cfg.max_per_session {
+            return None;
+        }
+        *n += 1;
+        Some(SessionSlot {
+            shared: self.clone(),
+            sid: sid.to_string(),
+        })
+    }
+}
+
+/// A running proxy. Dropping it does not stop it; call [`Proxy::shutdown`].
+pub struct Proxy {
+    pub(crate) shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+impl Proxy {
+    /// Mint the CA, load upstream roots, bind the listener and start serving.
+    pub async fn start(cfg: ProxyConfig, svc: Services) -> Result<Proxy, ProxyError> {
+        let listener = TcpListener::bind(cfg.listen).await?;
+        let addr = listener.local_addr()?;
+        let (use_sys, extra, cache) = (
+            cfg.use_system_roots,
+            cfg.extra_roots.clone(),
+            cfg.leaf_cache_size,
+        );
+        let (ca, upstream_tls) = tokio::task::spawn_blocking(move || -> Result<_, ProxyError> {
+            Ok((
+                CertAuthority::new(cache)?,
+                upstream_client_config(use_sys, &extra)?,
+            ))
+        })
+        .await
+        .map_err(|e| ProxyError::Tls(e.to_string()))??;
+        let http_client = Client::builder(TokioExecutor::new()).build(ValidatedConnector {
+            dialer: svc.dialer.clone(),
+            timeout: cfg.connect_timeout,
+        });
+        let shared = Arc::new(Shared {
+            cfg,
+            svc,
+            ca,
+            upstream_tls,
+            http_client,
+            own_port: addr.port(),
+            denied_cache: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(crate::listener::serve(listener, shared.clone(), stop_rx));
+        Ok(Proxy { shared, addr, stop })
+    }
+
+    /// The bound address (`127.0.0.1:<port>`).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The interception CA certificate (PEM) for the children's CA bundle.
+    pub fn ca_pem(&self) -> &str {
+        self.shared.ca.ca_pem()
+    }
+
+    /// Stop accepting (idempotent). Established connections finish on their own.
+    pub fn shutdown(&self) {
+        let _ = self.stop.send(true);
+    }
+}

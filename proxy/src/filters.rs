@@ -1,0 +1,138 @@
+//! Running network filters (decision P6): registration order, first deny
+//! wins, an error, a panic or a timeout DENIES with kind `filter-error`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde::Serialize;
+
+use crate::deny::{kind, DeciderKind, Denial};
+use crate::traits::{FilterCtx, FilterError, FilterVerdict, NetworkFilter};
+
+/// Run one filter with the timeout, turning panics and timeouts into errors.
+pub async fn run_one(
+    f: &dyn NetworkFilter,
+    ctx: &FilterCtx,
+    timeout: Duration,
+) -> Result<FilterVerdict, FilterError> {
+    match tokio::time::timeout(timeout, AssertUnwindSafe(f.check(ctx)).catch_unwind()).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(FilterError {
+            message: "filter panicked".into(),
+            trace: None,
+        }),
+        Err(_) => Err(FilterError {
+            message: format!("timed out after {} ms", timeout.as_millis()),
+            trace: None,
+        }),
+    }
+}
+
+/// Run filters in order; the first deny (or failure) stops and is returned.
+pub async fn run_filters(
+    filters: &[Arc<dyn NetworkFilter>],
+    ctx: &FilterCtx,
+    timeout: Duration,
+) -> Result<(), Denial> {
+    for f in filters {
+        match run_one(f.as_ref(), ctx, timeout).await {
+            Ok(FilterVerdict::Allow) => {}
+            Ok(FilterVerdict::Block(reason)) => {
+                let reason = if reason.trim().is_empty() {
+                    "blocked by network filter".to_string()
+                } else {
+                    reason
+                };
+                return Err(
+                    Denial::policy(kind::FILTER, reason, DeciderKind::Filter).with_filter(f.name())
+                );
+            }
+            Err(e) => {
+                tracing::warn!(filter = f.name(), error = %e.message, "network filter failed (fail closed)");
+                return Err(Denial::policy(
+                    kind::FILTER_ERROR,
+                    format!("network filter error in '{}': {}", f.name(), e.message),
+                    DeciderKind::Filter,
+                )
+                .with_filter(f.name()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One row of a probe report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FilterRow {
+    /// Filter name.
+    pub owner: String,
+    /// Verdict.
+    pub allow: bool,
+    /// Block reason.
+    pub reason: Option<String>,
+    /// Failure, if any.
+    pub error: Option<FilterErrorView>,
+}
+
+/// Serializable filter failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FilterErrorView {
+    /// Message.
+    pub message: String,
+    /// Traceback.
+    pub trace: Option<String>,
+}
+
+/// Run EVERY filter (no short-circuit) for `/net-probe`.
+pub async fn run_all(
+    filters: &[Arc<dyn NetworkFilter>],
+    ctx: &FilterCtx,
+    timeout: Duration,
+) -> Vec<FilterRow> {
+    let mut rows = Vec::new();
+    for f in filters {
+        let row = match run_one(f.as_ref(), ctx, timeout).await {
+            Ok(FilterVerdict::Allow) => FilterRow {
+                owner: f.name().into(),
+                allow: true,
+                reason: None,
+                error: None,
+            },
+            Ok(FilterVerdict::Block(r)) => FilterRow {
+                owner: f.name().into(),
+                allow: false,
+                reason: Some(r),
+                error: None,
+            },
+            Err(e) => FilterRow {
+                owner: f.name().into(),
+                allow: false,
+                reason: Some(format!(
+                    "network filter error in '{}': {}",
+                    f.name(),
+                    e.message
+                )),
+                error: Some(FilterErrorView {
+                    message: e.message,
+                    trace: e.trace,
+                }),
+            },
+        };
+        rows.push(row);
+    }
+    rows
+}
+
+/// Lower-case, trim, last duplicate wins.
+pub fn header_map(h: &http::HeaderMap) -> std::collections::BTreeMap<String, String> {
+    h.iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_ascii_lowercase(),
+                String::from_utf8_lossy(v.as_bytes()).trim().to_string(),
+            )
+        })
+        .collect()
+}

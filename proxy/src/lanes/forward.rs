@@ -1,0 +1,305 @@
+//! The per-request pipeline shared by plain HTTP and intercepted HTTPS:
+//! decide → request filters → SSRF/validated address → pooled upstream →
+//! response filters → streamed, metered response.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioIo;
+
+use crate::body::{self, ProxyBody};
+use crate::deny::Denial;
+use crate::engine::Shared;
+use crate::filters::{header_map, run_filters};
+use crate::policy::{decide, DecideInput};
+use crate::record::{emit_denial, AllowRecord, RecordBase};
+use crate::traits::{FilterCtx, Phase, Principal};
+use crate::upstream::{describe, TunnelTlsConnector};
+
+/// Request bodies up to this size are shown to request filters.
+pub const FILTER_BODY_LIMIT: u64 = 1024 * 1024;
+
+/// Where the request goes.
+pub(crate) enum Upstream {
+    /// Plain HTTP: validate the host now, use the shared pooled client.
+    Plain,
+    /// Intercepted: the address validated at CONNECT, the tunnel's client.
+    Tunnel {
+        client: Box<Client<TunnelTlsConnector, ProxyBody>>,
+        authority: String,
+    },
+}
+
+pub(crate) struct Job {
+    pub principal: Principal,
+    pub base: RecordBase,
+    pub req_phase: Phase,
+    pub resp_phase: Phase,
+    /// Port used for the rule port check (`None` inside a tunnel).
+    pub check_port: Option<u16>,
+    pub upstream: Upstream,
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+fn is_upgrade(h: &HeaderMap) -> bool {
+    h.contains_key(header::UPGRADE)
+        && h.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .map(|s| s.to_ascii_lowercase().contains("upgrade"))
+                .unwrap_or(false)
+        })
+}
+
+/// Remove hop-by-hop headers (and those named by `Connection`); keep
+/// `Upgrade` + `Connection: upgrade` for an upgrade handshake.
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let upgrade = is_upgrade(h);
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|s| {
+            s.split(',')
+                .map(|x| x.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|n| n != "upgrade")
+        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+    if upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        h.remove(header::UPGRADE);
+    }
+}
+
+fn deny(shared: &Shared, job: &Job, d: Denial) -> Response<ProxyBody> {
+    emit_denial(
+        shared.svc.sink.as_ref(),
+        &job.principal.session_id,
+        &job.base,
+        &d,
+    );
+    d.to_response()
+}
+
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+pub(crate) async fn forward(
+    shared: Arc<Shared>,
+    job: Job,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let Some(slot) = shared.session_slot(&job.principal.session_id) else {
+        return deny(&shared, &job, Denial::overloaded("per session"));
+    };
+    let base = &job.base;
+    let verdict = decide(
+        &job.principal.policy,
+        DecideInput {
+            method: base.method.as_deref(),
+            host: &base.host,
+            path: base.path.as_deref(),
+            port: job.check_port,
+        },
+    );
+    let allowed = match verdict {
+        Ok(a) => a,
+        Err(d) => return deny(&shared, &job, d),
+    };
+
+    // Request filters (body pre-read only when filters exist and the body is small).
+    let filters = shared.filters(&job.principal);
+    let upgrade = is_upgrade(req.headers());
+    let client_upgrade = if upgrade {
+        Some(hyper::upgrade::on(&mut req))
+    } else {
+        None
+    };
+    let (mut parts, incoming) = req.into_parts();
+    let mut pre_read: Option<Bytes> = None;
+    let mut stream_body: Option<Incoming> = Some(incoming);
+    if !filters.is_empty() {
+        let mut body_text = None;
+        if matches!(content_length(&parts.headers), Some(n) if n <= FILTER_BODY_LIMIT) {
+            if let Some(incoming) = stream_body.take() {
+                let bytes = match incoming.collect().await {
+                    Ok(c) => c.to_bytes(),
+                    Err(_) => {
+                        return Denial::bad_request("request body could not be read").to_response()
+                    }
+                };
+                body_text = Some(String::from_utf8_lossy(&bytes).into_owned());
+                pre_read = Some(bytes);
+            }
+        }
+        let ctx = FilterCtx {
+            phase: job.req_phase,
+            method: base.method.clone(),
+            host: base.host.clone(),
+            port: base.port,
+            path: base.path.clone(),
+            headers: header_map(&parts.headers),
+            body: body_text,
+            status: None,
+        };
+        if let Err(d) = run_filters(&filters, &ctx, shared.cfg.filter_timeout).await {
+            return deny(&shared, &job, d.with_rule(allowed.rule_host.clone()));
+        }
+    }
+
+    // SSRF floor and the upstream URI.
+    let path = base.path.clone().unwrap_or_else(|| "/".into());
+    let (uri, host_value) = match &job.upstream {
+        Upstream::Plain => {
+            let addr: SocketAddr =
+                match crate::dial::validate(&shared, &job.principal, &base.host, base.port).await {
+                    Ok(a) => a,
+                    Err(d) => return deny(&shared, &job, d),
+                };
+            let host_value = if base.port == 80 {
+                base.host.clone()
+            } else {
+                format!("{}:{}", bracket(&base.host), base.port)
+            };
+            (format!("http://{addr}{path}"), host_value)
+        }
+        Upstream::Tunnel { authority, .. } => {
+            (format!("https://{authority}{path}"), authority.clone())
+        }
+    };
+    let Ok(uri) = uri.parse::<Uri>() else {
+        return deny(
+            &shared,
+            &job,
+            Denial::bad_request(crate::deny::reason::MALFORMED),
+        );
+    };
+
+    let record = AllowRecord::new(
+        shared.svc.sink.clone(),
+        job.principal.session_id.clone(),
+        base.clone(),
+        allowed.decider,
+        allowed.rule_host.clone(),
+    );
+    record.keep(Box::new(slot));
+    if !parts.headers.contains_key(header::HOST) {
+        if let Ok(v) = HeaderValue::from_str(&host_value) {
+            parts.headers.insert(header::HOST, v);
+        }
+    }
+    strip_hop_by_hop(&mut parts.headers);
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    let out_body = match (pre_read, stream_body) {
+        (Some(b), _) => {
+            record
+                .up
+                .fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            body::full(b)
+        }
+        (None, Some(incoming)) => body::metered(incoming, record.up.clone(), None),
+        (None, None) => body::empty(),
+    };
+    let out = Request::from_parts(parts, out_body);
+    let sent = match &job.upstream {
+        Upstream::Plain => shared.http_client.request(out).await,
+        Upstream::Tunnel { client, .. } => client.request(out).await,
+    };
+    let mut resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            let (class, msg) = describe(&e);
+            let d = Denial::upstream(class, msg);
+            record.set_note(d.reason.clone());
+            return d.to_response();
+        }
+    };
+
+    // Response filters see the status line and headers, never the body.
+    if !filters.is_empty() {
+        let ctx = FilterCtx {
+            phase: job.resp_phase,
+            method: base.method.clone(),
+            host: base.host.clone(),
+            port: base.port,
+            path: base.path.clone(),
+            headers: header_map(resp.headers()),
+            body: None,
+            status: Some(resp.status().as_u16()),
+        };
+        if let Err(d) = run_filters(&filters, &ctx, shared.cfg.filter_timeout).await {
+            record.cancel();
+            let mut rb = base.clone();
+            rb.phase = job.resp_phase.as_str();
+            emit_denial(shared.svc.sink.as_ref(), &job.principal.session_id, &rb, &d);
+            return d.to_response();
+        }
+    }
+
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_up) = client_upgrade {
+            let upstream_up = hyper::upgrade::on(&mut resp);
+            let idle = shared.cfg.idle_timeout;
+            tokio::spawn(async move {
+                if let (Ok(c), Ok(u)) = (client_up.await, upstream_up.await) {
+                    let _ = crate::relay::relay(
+                        TokioIo::new(c),
+                        TokioIo::new(u),
+                        idle,
+                        &record.up,
+                        &record.down,
+                    )
+                    .await;
+                }
+                drop(record);
+            });
+            let (mut parts, _) = resp.into_parts();
+            parts.version = Version::HTTP_11;
+            return Response::from_parts(parts, body::empty());
+        }
+    }
+    let (mut parts, incoming) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.version = Version::HTTP_11;
+    let down = record.down.clone();
+    Response::from_parts(parts, body::metered(incoming, down, Some(record)))
+}
+
+fn bracket(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}

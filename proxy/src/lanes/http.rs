@@ -1,0 +1,90 @@
+//! Plain HTTP lane (§6.1): hyper HTTP/1.1 server with keep-alive; every
+//! request is attributed and decided on its own (decision P1).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use crate::attribution::{authorize, token_from_headers};
+use crate::body::ProxyBody;
+use crate::deny::{reason, Denial};
+use crate::engine::Shared;
+use crate::lanes::forward::{forward, Job, Upstream};
+use crate::policy::normalize_host;
+use crate::record::RecordBase;
+use crate::traits::{Lane, Phase};
+
+pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
+    let svc_shared = shared.clone();
+    let svc = service_fn(move |req| {
+        let s = svc_shared.clone();
+        async move { Ok::<_, Infallible>(handle(s, req).await) }
+    });
+    let mut b = http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(shared.cfg.head_timeout)
+        .max_buf_size(shared.cfg.max_header_bytes.max(8192))
+        .keep_alive(true);
+    if let Err(e) = b
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades()
+        .await
+    {
+        tracing::debug!(error = %e, "proxy client connection ended with an error");
+    }
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        return crate::lanes::connect::handle(shared, req).await;
+    }
+    let uri = req.uri().clone();
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Denial::bad_request("https:// URLs must be sent through CONNECT").to_response()
+        }
+        _ => return Denial::bad_request(reason::MALFORMED).to_response(),
+    }
+    let host = match uri.host() {
+        Some(h) if !h.trim().is_empty() => normalize_host(h),
+        _ => return Denial::bad_request(reason::MALFORMED).to_response(),
+    };
+    let principal = match authorize(
+        shared.svc.attribution.as_ref(),
+        token_from_headers(req.headers()).as_deref(),
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(d) => return d.to_response(),
+    };
+    let port = uri.port_u16().unwrap_or(80);
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let job = Job {
+        base: RecordBase {
+            lane: Lane::Http,
+            phase: "http",
+            method: Some(req.method().as_str().to_string()),
+            path: Some(path),
+            host,
+            port,
+            is_intercepted: false,
+        },
+        principal,
+        req_phase: Phase::Http,
+        resp_phase: Phase::HttpResponse,
+        check_port: Some(port),
+        upstream: Upstream::Plain,
+    };
+    forward(shared, job, req).await
+}

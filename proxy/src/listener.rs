@@ -1,0 +1,54 @@
+//! Accept loop: the overall connection cap, first-byte demux, lane dispatch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+use crate::detect::{detect, Protocol};
+use crate::engine::Shared;
+
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let sem = Arc::new(Semaphore::new(shared.cfg.max_connections.max(1)));
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.changed() => return,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "proxy accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = sem.clone().try_acquire_owned() else {
+            tracing::warn!("proxy connection cap reached; refusing a connection");
+            drop(stream);
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            handle(stream, shared).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn handle(mut stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    match detect(&stream, shared.cfg.first_byte_timeout).await {
+        Ok(Protocol::Socks5) => crate::lanes::socks5::serve(stream, shared).await,
+        Ok(Protocol::Http) => crate::lanes::http::serve(stream, shared).await,
+        Ok(Protocol::Socks4) | Ok(Protocol::Eof) | Err(_) => {
+            let _ = stream.shutdown().await;
+        }
+    }
+}

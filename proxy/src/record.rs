@@ -1,0 +1,162 @@
+//! Building [`Decision`] records and emitting them exactly once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::deny::{DeciderKind, Denial};
+use crate::traits::{DecidedBy, Decision, DecisionSink, Lane, Verdict};
+
+/// The request facts a record carries.
+#[derive(Debug, Clone)]
+pub struct RecordBase {
+    /// Lane.
+    pub lane: Lane,
+    /// Phase string.
+    pub phase: &'static str,
+    /// Method.
+    pub method: Option<String>,
+    /// Path.
+    pub path: Option<String>,
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Inside TLS.
+    pub is_intercepted: bool,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Emit a denial right away.
+pub fn emit_denial(sink: &dyn DecisionSink, session: &str, base: &RecordBase, d: &Denial) {
+    sink.record(
+        session,
+        Decision {
+            ts: now_ms(),
+            decision: Verdict::Deny,
+            lane: base.lane,
+            phase: base.phase.to_string(),
+            method: base.method.clone(),
+            path: base.path.clone(),
+            host: base.host.clone(),
+            port: base.port,
+            decided_by: DecidedBy {
+                kind: d.decider,
+                rule_host: d.rule_host.clone(),
+                filter: d.filter.clone(),
+            },
+            error_kind: d.error_kind().map(str::to_string),
+            reason: Some(d.reason.clone()),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+            is_intercepted: base.is_intercepted,
+            provider: None,
+        },
+    );
+}
+
+/// An allowed request in flight: counts bytes, emits on drop.
+pub struct AllowRecord {
+    sink: Arc<dyn DecisionSink>,
+    session: String,
+    base: RecordBase,
+    decider: DeciderKind,
+    rule_host: Option<String>,
+    ts: u64,
+    start: Instant,
+    /// Bytes client → upstream.
+    pub up: Arc<AtomicU64>,
+    /// Bytes upstream → client.
+    pub down: Arc<AtomicU64>,
+    note: std::sync::Mutex<Option<String>>,
+    keep: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    cancelled: std::sync::atomic::AtomicBool,
+}
+
+impl AllowRecord {
+    /// Start the clock for an allowed request.
+    pub fn new(
+        sink: Arc<dyn DecisionSink>,
+        session: String,
+        base: RecordBase,
+        decider: DeciderKind,
+        rule_host: Option<String>,
+    ) -> Self {
+        AllowRecord {
+            sink,
+            session,
+            base,
+            decider,
+            rule_host,
+            ts: now_ms(),
+            start: Instant::now(),
+            up: Arc::default(),
+            down: Arc::default(),
+            note: std::sync::Mutex::new(None),
+            keep: std::sync::Mutex::new(Vec::new()),
+            cancelled: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Attach a note (e.g. an upstream error) as the record's `reason`.
+    pub fn set_note(&self, note: String) {
+        if let Ok(mut g) = self.note.lock() {
+            *g = Some(note);
+        }
+    }
+}
+
+impl AllowRecord {
+    /// Keep `guard` alive as long as this record (e.g. a concurrency slot).
+    pub fn keep(&self, guard: Box<dyn std::any::Any + Send>) {
+        if let Ok(mut k) = self.keep.lock() {
+            k.push(guard);
+        }
+    }
+
+    /// Do not emit an allow record (a later stage denied and reported instead).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for AllowRecord {
+    fn drop(&mut self) {
+        if self.cancelled.load(Ordering::Relaxed) {
+            return;
+        }
+        let reason = self.note.lock().ok().and_then(|mut g| g.take());
+        self.sink.record(
+            &self.session,
+            Decision {
+                ts: self.ts,
+                decision: Verdict::Allow,
+                lane: self.base.lane,
+                phase: self.base.phase.to_string(),
+                method: self.base.method.clone(),
+                path: self.base.path.clone(),
+                host: self.base.host.clone(),
+                port: self.base.port,
+                decided_by: DecidedBy {
+                    kind: self.decider,
+                    rule_host: self.rule_host.clone(),
+                    filter: None,
+                },
+                error_kind: None,
+                reason,
+                bytes_up: self.up.load(Ordering::Relaxed),
+                bytes_down: self.down.load(Ordering::Relaxed),
+                duration_ms: self.start.elapsed().as_millis() as u64,
+                is_intercepted: self.base.is_intercepted,
+                provider: None,
+            },
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! Limits and TLS trust settings (decision P9 defaults).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
+use crate::error::ProxyError;
+
+/// Proxy configuration. `Default` gives the spec's defaults on `127.0.0.1:0`.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Listen address (must be loopback in production).
+    pub listen: SocketAddr,
+    /// First byte after accept (10 s).
+    pub first_byte_timeout: Duration,
+    /// Request head / SOCKS handshake / interception handshake (10 s).
+    pub head_timeout: Duration,
+    /// Upstream connect (15 s).
+    pub connect_timeout: Duration,
+    /// Idle tunnel teardown (15 min without a byte either way).
+    pub idle_timeout: Duration,
+    /// Per-filter timeout (5 s); a timeout denies.
+    pub filter_timeout: Duration,
+    /// Concurrent client connections overall (2048).
+    pub max_connections: usize,
+    /// Concurrent attributed requests/tunnels per session (256).
+    pub max_per_session: usize,
+    /// Request head size cap (64 KiB).
+    pub max_header_bytes: usize,
+    /// Leaf certificate LRU bound (1024).
+    pub leaf_cache_size: usize,
+    /// Trust the OS roots for upstream TLS (true).
+    pub use_system_roots: bool,
+    /// Extra upstream roots (`VIS_SYSTEM_CA_CERT`, or injected by tests).
+    pub extra_roots: Vec<CertificateDer<'static>>,
+    /// How long resolved addresses of denied names are cached (30 s).
+    pub denied_name_ttl: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            first_byte_timeout: Duration::from_secs(10),
+            head_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(15),
+            idle_timeout: Duration::from_secs(15 * 60),
+            filter_timeout: Duration::from_secs(5),
+            max_connections: 2048,
+            max_per_session: 256,
+            max_header_bytes: 64 * 1024,
+            leaf_cache_size: 1024,
+            use_system_roots: true,
+            extra_roots: Vec::new(),
+            denied_name_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Parse every certificate of a PEM text.
+pub fn certs_from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, ProxyError> {
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
+    let certs = certs.map_err(|e| ProxyError::Tls(format!("bad PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(ProxyError::Tls("no certificate in PEM".into()));
+    }
+    Ok(certs)
+}
+
+impl ProxyConfig {
+    /// Add the roots named by `VIS_SYSTEM_CA_CERT` (a PEM file path, or PEM
+    /// text itself), if set.
+    pub async fn with_env_extra_roots(mut self) -> Result<Self, ProxyError> {
+        let Ok(v) = std::env::var("VIS_SYSTEM_CA_CERT") else {
+            return Ok(self);
+        };
+        if v.trim().is_empty() {
+            return Ok(self);
+        }
+        let pem = if v.contains("-----BEGIN") {
+            v.into_bytes()
+        } else {
+            tokio::fs::read(v.trim()).await?
+        };
+        self.extra_roots.extend(certs_from_pem(&pem)?);
+        Ok(self)
+    }
+}

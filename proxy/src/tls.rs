@@ -1,0 +1,201 @@
+//! The interception CA (§7, decision P5): one ephemeral ECDSA P-256 CA per
+//! process, leaves per name in a bounded LRU, and the upstream client config.
+
+use std::net::IpAddr;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::CertifiedKey;
+use time::{Duration as TDuration, OffsetDateTime};
+
+use crate::error::ProxyError;
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn random_serial() -> SerialNumber {
+    let a = uuid::Uuid::new_v4();
+    let b = uuid::Uuid::new_v4();
+    let mut bytes = [0u8; 20];
+    bytes[..16].copy_from_slice(a.as_bytes());
+    bytes[16..].copy_from_slice(&b.as_bytes()[..4]);
+    bytes[0] &= 0x7f; // positive, ≤ 159 bits
+    SerialNumber::from_slice(&bytes)
+}
+
+fn window(p: &mut CertificateParams) {
+    let now = OffsetDateTime::now_utc();
+    p.not_before = now - TDuration::days(1);
+    p.not_after = now + TDuration::days(825);
+}
+
+/// The ephemeral CA and its leaf cache.
+pub struct CertAuthority {
+    issuer: Issuer<'static, KeyPair>,
+    ca_der: CertificateDer<'static>,
+    ca_pem: String,
+    cache: Mutex<LruCache<String, Arc<CertifiedKey>>>,
+}
+
+impl std::fmt::Debug for CertAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertAuthority").finish_non_exhaustive()
+    }
+}
+
+impl CertAuthority {
+    /// Mint a new CA (`CN=vis ephemeral CA,O=vis`).
+    pub fn new(cache_size: usize) -> Result<Self, ProxyError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        let mut p = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "vis ephemeral CA");
+        dn.push(DnType::OrganizationName, "vis");
+        p.distinguished_name = dn;
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        p.serial_number = Some(random_serial());
+        window(&mut p);
+        let cert = p.self_signed(&key)?;
+        let cap = NonZeroUsize::new(cache_size.max(1)).unwrap_or(NonZeroUsize::MIN);
+        Ok(CertAuthority {
+            ca_der: cert.der().clone(),
+            ca_pem: cert.pem(),
+            issuer: Issuer::new(p, key),
+            cache: Mutex::new(LruCache::new(cap)),
+        })
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The CA certificate, DER.
+    pub fn ca_der(&self) -> &CertificateDer<'static> {
+        &self.ca_der
+    }
+
+    /// Number of cached leaves.
+    pub fn cached_leaves(&self) -> usize {
+        self.cache.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// The leaf for `name` (lower-cased), minted on first use.
+    pub fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, ProxyError> {
+        let name = name.trim().trim_end_matches('.').to_ascii_lowercase();
+        if let Ok(mut c) = self.cache.lock() {
+            if let Some(k) = c.get(&name) {
+                return Ok(k.clone());
+            }
+        }
+        let ck = Arc::new(self.mint(&name)?);
+        if let Ok(mut c) = self.cache.lock() {
+            c.put(name, ck.clone());
+        }
+        Ok(ck)
+    }
+
+    fn mint(&self, name: &str) -> Result<CertifiedKey, ProxyError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        let mut p = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        p.distinguished_name = dn;
+        let bare = name.trim_start_matches('[').trim_end_matches(']');
+        p.subject_alt_names = vec![match bare.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(name.try_into()?),
+        }];
+        p.is_ca = IsCa::ExplicitNoCa;
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        p.serial_number = Some(random_serial());
+        window(&mut p);
+        let cert = p.signed_by(&key, &self.issuer)?;
+        let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let signer = provider().key_provider.load_private_key(key_der)?;
+        Ok(CertifiedKey::new(
+            vec![cert.der().clone(), self.ca_der.clone()],
+            signer,
+        ))
+    }
+
+    /// Server config presenting the leaf for `name`, ALPN h2 + http/1.1.
+    pub fn server_config(&self, name: &str) -> Result<Arc<rustls::ServerConfig>, ProxyError> {
+        let ck = self.leaf(name)?;
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Fixed(ck)));
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(cfg))
+    }
+}
+
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for Fixed {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Upstream TLS client config: system roots (optional) + extra roots,
+/// hostname verification on, ALPN h2 + http/1.1. Loading the system roots
+/// reads files: call from a blocking context.
+pub fn upstream_client_config(
+    use_system_roots: bool,
+    extra: &[CertificateDer<'static>],
+) -> Result<Arc<rustls::ClientConfig>, ProxyError> {
+    let mut roots = rustls::RootCertStore::empty();
+    if use_system_roots {
+        let found = rustls_native_certs::load_native_certs();
+        for c in found.certs {
+            let _ = roots.add(c);
+        }
+    }
+    for c in extra {
+        roots
+            .add(c.clone())
+            .map_err(|e| ProxyError::Tls(format!("extra root rejected: {e}")))?;
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaves_are_cached_per_name_and_bounded() {
+        let ca = CertAuthority::new(2).unwrap();
+        let a = ca.leaf("Example.COM").unwrap();
+        let b = ca.leaf("example.com").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        ca.leaf("b.test").unwrap();
+        ca.leaf("c.test").unwrap();
+        assert_eq!(ca.cached_leaves(), 2);
+        assert!(ca.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+    }
+
+    #[test]
+    fn ip_literal_leaves_use_ip_sans() {
+        let ca = CertAuthority::new(4).unwrap();
+        assert_eq!(ca.leaf("127.0.0.1").unwrap().cert.len(), 2);
+        assert_eq!(ca.leaf("::1").unwrap().cert.len(), 2);
+    }
+}
