@@ -349,8 +349,8 @@ impl Curl {
         // with -i the last status line of the output is the final response
         self.stdout
             .lines()
-            .filter(|l| l.starts_with("HTTP/"))
-            .last()
+            .rev()
+            .find(|l| l.starts_with("HTTP/"))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|s| s.parse().ok())
             .unwrap_or(0)
@@ -359,8 +359,8 @@ impl Curl {
         let prefix = format!("{}:", name.to_ascii_lowercase());
         self.stdout
             .lines()
-            .filter(|l| l.to_ascii_lowercase().starts_with(&prefix))
-            .last()
+            .rev()
+            .find(|l| l.to_ascii_lowercase().starts_with(&prefix))
             .map(|l| l[prefix.len()..].trim().to_string())
     }
     pub fn body(&self) -> String {
