@@ -57,6 +57,15 @@ pub enum Script {
     Slow { chunks: Vec<String>, delay_ms: u64 },
     /// A text stream that stops with the "output limit reached" stop reason.
     MaxTokens(Vec<String>),
+    /// The inner script's stream re-cut into writes of `bytes_per_write`
+    /// bytes (splitting lines, CRLFs and UTF-8 sequences), ~1 ms apart.
+    Chunked {
+        script: Box<Script>,
+        bytes_per_write: usize,
+    },
+    /// The inner script answered as one JSON body, as a server that ignores
+    /// `stream: true` does.
+    NoStream(Box<Script>),
     /// Exactly this response (for malformed-stream tests).
     Raw {
         status: u16,
@@ -449,8 +458,27 @@ async fn handle(
     if let Err(msg) = validate(dialect, &json_body) {
         return error_response(dialect, 400, &msg, None);
     }
-    let script = lock(&shared.scripts).pop_front();
+    let mut script = lock(&shared.scripts).pop_front();
+    let mut force_whole = false;
+    let mut rechunk = None;
+    loop {
+        match script {
+            Some(Script::NoStream(inner)) => {
+                force_whole = true;
+                script = Some(*inner);
+            }
+            Some(Script::Chunked {
+                script: inner,
+                bytes_per_write,
+            }) => {
+                rechunk = Some(bytes_per_write.max(1));
+                script = Some(*inner);
+            }
+            _ => break,
+        }
+    }
     let plan = match script {
+        Some(Script::NoStream(_) | Script::Chunked { .. }) => unreachable!("unwrapped above"),
         None => Plan::new(vec![Part::Text(word_chunks(&format!(
             "You said: {}",
             last_user_text(dialect, &json_body)
@@ -537,7 +565,7 @@ async fn handle(
             .and_then(Value::as_bool)
             == Some(true),
     };
-    if !streaming {
+    if !streaming || force_whole {
         let body = match dialect {
             Dialect::OpenAi => openai_whole(&plan, &ctx),
             Dialect::Anthropic => anthropic_whole(&plan, &ctx),
@@ -548,7 +576,18 @@ async fn handle(
         Dialect::OpenAi => openai_frames(&plan, &ctx),
         Dialect::Anthropic => anthropic_frames(&plan, &ctx),
     };
-    stream_response(dialect, frames, plan.delay, plan.stall)
+    let writes: Vec<Bytes> = match rechunk {
+        None => frames.into_iter().map(Bytes::from).collect(),
+        Some(n) => {
+            let all = frames.concat().into_bytes();
+            all.chunks(n).map(Bytes::copy_from_slice).collect()
+        }
+    };
+    let delay = match rechunk {
+        Some(_) if plan.delay.is_zero() => Duration::from_millis(1),
+        _ => plan.delay,
+    };
+    stream_response(dialect, writes, delay, plan.stall)
 }
 
 struct Ctx {
@@ -565,13 +604,8 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-fn stream_response(
-    dialect: Dialect,
-    frames: Vec<String>,
-    delay: Duration,
-    stall: bool,
-) -> Response {
-    let (tx, rx) = mpsc::channel::<String>(4);
+fn stream_response(dialect: Dialect, frames: Vec<Bytes>, delay: Duration, stall: bool) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
         for (i, frame) in frames.into_iter().enumerate() {
             if i > 0 && !delay.is_zero() {
@@ -585,10 +619,8 @@ fn stream_response(
             tx.closed().await;
         }
     });
-    let body = Body::from_stream(
-        tokio_stream::wrappers::ReceiverStream::new(rx)
-            .map(|s| Ok::<_, Infallible>(Bytes::from(s))),
-    );
+    let body =
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>));
     let content_type = match dialect {
         Dialect::OpenAi => "text/event-stream; charset=utf-8",
         Dialect::Anthropic => "text/event-stream",

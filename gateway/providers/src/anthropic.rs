@@ -151,21 +151,17 @@ fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
     v.pointer(ptr).and_then(Value::as_str)
 }
 
-impl EventParser for Parser {
-    fn on_event(
+impl Parser {
+    fn on_value(
         &mut self,
-        ev: SseEvent,
+        v: &Value,
+        event_name: Option<&str>,
         out: &mut VecDeque<StreamEvent>,
     ) -> Result<(), ProviderError> {
-        if ev.data.trim().is_empty() {
-            return Ok(());
-        }
-        let v: Value = serde_json::from_str(&ev.data)
-            .map_err(|e| ProviderError::Protocol(format!("invalid JSON in stream event: {e}")))?;
         let kind = v
             .get("type")
             .and_then(Value::as_str)
-            .or(ev.event.as_deref())
+            .or(event_name)
             .unwrap_or("");
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
         match kind {
@@ -263,7 +259,7 @@ impl EventParser for Parser {
                 }
             }
             "message_delta" => {
-                if let Some(s) = str_at(&v, "/delta/stop_reason") {
+                if let Some(s) = str_at(v, "/delta/stop_reason") {
                     self.stop = Some(map_stop(s));
                 }
                 if let Some(u) = v.get("usage") {
@@ -284,8 +280,8 @@ impl EventParser for Parser {
             }
             "error" => {
                 return Err(ProviderError::Stream {
-                    kind: str_at(&v, "/error/type").unwrap_or("error").to_string(),
-                    message: str_at(&v, "/error/message")
+                    kind: str_at(v, "/error/type").unwrap_or("error").to_string(),
+                    message: str_at(v, "/error/message")
                         .unwrap_or("unknown error")
                         .to_string(),
                 });
@@ -293,6 +289,60 @@ impl EventParser for Parser {
             _ => {} // ping and future event types
         }
         Ok(())
+    }
+}
+
+/// Events for a non-streamed `message` object (a server that ignored
+/// `stream: true`), replayed through the streaming parser.
+pub(crate) fn events_from_whole(v: &Value) -> Result<Vec<StreamEvent>, ProviderError> {
+    let mut p = Parser::default();
+    let mut out = VecDeque::new();
+    if v.get("type").and_then(Value::as_str) == Some("error") {
+        p.on_value(v, None, &mut out)?;
+    }
+    p.on_value(
+        &json!({"type": "message_start", "message": {"usage": v.get("usage").cloned().unwrap_or(Value::Null)}}),
+        None,
+        &mut out,
+    )?;
+    let blocks = v
+        .get("content")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (i, block) in blocks.into_iter().enumerate() {
+        p.on_value(
+            &json!({"type": "content_block_start", "index": i, "content_block": block}),
+            None,
+            &mut out,
+        )?;
+        p.on_value(
+            &json!({"type": "content_block_stop", "index": i}),
+            None,
+            &mut out,
+        )?;
+    }
+    p.on_value(
+        &json!({"type": "message_delta", "delta": {"stop_reason": v.get("stop_reason").cloned().unwrap_or(Value::Null)}}),
+        None,
+        &mut out,
+    )?;
+    p.on_value(&json!({"type": "message_stop"}), None, &mut out)?;
+    Ok(out.into())
+}
+
+impl EventParser for Parser {
+    fn on_event(
+        &mut self,
+        ev: SseEvent,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), ProviderError> {
+        if ev.data.trim().is_empty() {
+            return Ok(());
+        }
+        let v: Value = serde_json::from_str(&ev.data)
+            .map_err(|e| ProviderError::Protocol(format!("invalid JSON in stream event: {e}")))?;
+        self.on_value(&v, ev.event.as_deref(), out)
     }
 
     fn is_done(&self) -> bool {

@@ -344,6 +344,16 @@ impl Client {
             on_retry,
         )
         .await?;
+        let is_json = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
+        if is_json {
+            // The server ignored `stream: true` (some compatible servers do):
+            // replay the whole completion as events.
+            return self.replay_whole(resp, &cancel).await;
+        }
         let parser: Box<dyn sse::EventParser> = match self.cfg.dialect {
             Dialect::OpenAiChat => Box::new(openai::Parser::default()),
             Dialect::Anthropic => Box::new(anthropic::Parser::default()),
@@ -355,6 +365,26 @@ impl Client {
             self.cfg.stall_timeout,
             self.cfg.api_key.clone(),
         ))
+    }
+
+    async fn replay_whole(
+        &self,
+        resp: reqwest::Response,
+        cancel: &CancellationToken,
+    ) -> Result<BoxStream<'static, Result<StreamEvent, ProviderError>>, ProviderError> {
+        use futures::StreamExt;
+        let key = self.cfg.api_key.as_deref();
+        let body = retry::read_body(resp, cancel, self.cfg.stall_timeout, MAX_WHOLE_BODY, false)
+            .await
+            .map_err(|e| error::redact_error(e, key))?;
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| ProviderError::Protocol(format!("invalid JSON response body: {e}")))?;
+        let events = match self.cfg.dialect {
+            Dialect::OpenAiChat => openai::events_from_whole(&v),
+            Dialect::Anthropic => anthropic::events_from_whole(&v),
+        }
+        .map_err(|e| error::redact_error(e, key))?;
+        Ok(futures::stream::iter(events.into_iter().map(Ok)).boxed())
     }
 
     fn headers(&self) -> Result<reqwest::header::HeaderMap, ProviderError> {
@@ -399,6 +429,9 @@ impl Client {
         Ok(h)
     }
 }
+
+/// Largest non-streamed (JSON) completion accepted.
+const MAX_WHOLE_BODY: usize = 32 * 1024 * 1024;
 
 fn join_url(base: &str, path: &str) -> String {
     format!("{}/{}", base.trim().trim_end_matches('/'), path)

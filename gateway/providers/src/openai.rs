@@ -140,10 +140,12 @@ impl Parser {
             .and_then(|f| f.get("name"))
             .and_then(Value::as_str)
             .unwrap_or("");
-        let args = func
-            .and_then(|f| f.get("arguments"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        // Some compatible servers send the arguments as a JSON object, not text.
+        let args = match func.and_then(|f| f.get("arguments")) {
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ Value::Object(_)) => v.to_string(),
+            _ => String::new(),
+        };
         let existing = match tc.get("index").and_then(Value::as_u64) {
             Some(i) => self.by_index.get(&i).copied(),
             // No index: a new id starts a new call, otherwise continue the last one.
@@ -174,7 +176,7 @@ impl Parser {
         if !args.is_empty() {
             out.push_back(StreamEvent::ToolCallDelta {
                 index: ordinal,
-                arguments_delta: args.to_string(),
+                arguments_delta: args,
             });
         }
     }
@@ -215,6 +217,32 @@ impl EventParser for Parser {
         }
         let v: Value = serde_json::from_str(data)
             .map_err(|e| ProviderError::Protocol(format!("invalid JSON in stream chunk: {e}")))?;
+        self.on_chunk(&v, out)
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn on_eof(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError> {
+        if self.finish.is_some() {
+            // No `[DONE]`, but the model had finished: accept.
+            self.complete(out);
+            Ok(())
+        } else {
+            Err(ProviderError::Protocol(
+                "stream ended before finish_reason / [DONE]".into(),
+            ))
+        }
+    }
+}
+
+impl Parser {
+    fn on_chunk(
+        &mut self,
+        v: &Value,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), ProviderError> {
         if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
             let message = err
                 .get("message")
@@ -269,22 +297,34 @@ impl EventParser for Parser {
         }
         Ok(())
     }
+}
 
-    fn is_done(&self) -> bool {
-        self.done
-    }
-
-    fn on_eof(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<(), ProviderError> {
-        if self.finish.is_some() {
-            // No `[DONE]`, but the model had finished: accept.
-            self.complete(out);
-            Ok(())
-        } else {
-            Err(ProviderError::Protocol(
-                "stream ended before finish_reason / [DONE]".into(),
-            ))
+/// Events for a non-streamed `chat.completion` object (a server that ignored
+/// `stream: true`): its message is treated as one big delta.
+pub(crate) fn events_from_whole(v: &Value) -> Result<Vec<StreamEvent>, ProviderError> {
+    let mut chunk = v.clone();
+    if let Some(choices) = chunk.get_mut("choices").and_then(Value::as_array_mut) {
+        for c in choices {
+            if let Some(mut m) = c.get_mut("message").map(Value::take) {
+                if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                    for (i, call) in calls.iter_mut().enumerate() {
+                        if call.get("index").is_none() {
+                            call["index"] = json!(i);
+                        }
+                    }
+                }
+                c["delta"] = m;
+            }
         }
     }
+    let mut p = Parser::default();
+    let mut out = VecDeque::new();
+    p.on_chunk(&chunk, &mut out)?;
+    if p.finish.is_none() {
+        p.finish = Some(StopReason::EndTurn);
+    }
+    p.complete(&mut out);
+    Ok(out.into())
 }
 
 #[cfg(test)]

@@ -133,11 +133,16 @@ pub(crate) async fn send_with_retry(
             Ok(Ok(resp)) => {
                 let status = resp.status().as_u16();
                 let wait = retry_after(resp.headers());
-                let body = read_error_body(resp, cancel, cfg.stall_timeout).await?;
+                // OpenAI and Anthropic may veto a retry explicitly.
+                let vetoed = resp
+                    .headers()
+                    .get("x-should-retry")
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"false"));
+                let body = read_body(resp, cancel, cfg.stall_timeout, MAX_ERROR_BODY, true).await?;
                 let err = ProviderError::Http {
                     status,
                     message: message_from_body(status, &body),
-                    retryable: status_is_retryable(status),
+                    retryable: status_is_retryable(status) && !vetoed,
                 };
                 (err, wait)
             }
@@ -180,10 +185,15 @@ pub(crate) async fn send_with_retry(
     }
 }
 
-async fn read_error_body(
+/// Reads a response body up to `limit` bytes (the rest is ignored). With
+/// `lenient` (error bodies) read failures and stalls just end the body;
+/// otherwise they are errors.
+pub(crate) async fn read_body(
     mut resp: reqwest::Response,
     cancel: &CancellationToken,
     stall: Duration,
+    limit: usize,
+    lenient: bool,
 ) -> Result<Vec<u8>, ProviderError> {
     let mut buf = Vec::new();
     loop {
@@ -194,14 +204,21 @@ async fn read_error_body(
         };
         match next {
             Ok(Ok(Some(chunk))) => {
-                let room = MAX_ERROR_BODY.saturating_sub(buf.len());
+                let room = limit.saturating_sub(buf.len());
                 buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if buf.len() >= MAX_ERROR_BODY {
-                    break;
+                if buf.len() >= limit {
+                    if lenient {
+                        break;
+                    }
+                    return Err(ProviderError::Protocol(format!(
+                        "response body larger than {limit} bytes"
+                    )));
                 }
             }
-            // A broken or slow error body still yields the status; keep what we have.
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(None)) => break,
+            _ if lenient => break,
+            Ok(Err(e)) => return Err(ProviderError::Transport(describe(&e))),
+            Err(_) => return Err(ProviderError::Stalled),
         }
     }
     Ok(buf)

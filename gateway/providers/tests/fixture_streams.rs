@@ -708,3 +708,117 @@ async fn the_fixture_rejects_an_anthropic_request_without_max_tokens_like_the_re
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "invalid_request_error");
 }
+
+fn rich_script() -> Script {
+    Script::ToolCall {
+        name: "greet".into(),
+        arguments: json!({"who": "Zoë", "emoji": "🌍", "n": [1, 2]}),
+        text_before: Some("Grüße aus Köln 🌍\r\n".into()),
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_into_tiny_writes_anywhere_decodes_the_same_as_a_whole_one() {
+    for d in DIALECTS {
+        let f = FixtureLlm::start().await;
+        let c = client(&f, d);
+        f.push(rich_script());
+        let reference = run(&c, &ask("q")).await.unwrap();
+        for n in [3, 11, 64] {
+            f.push(Script::Chunked {
+                script: Box::new(rich_script()),
+                bytes_per_write: n,
+            });
+            let got = run(&c, &ask("q")).await.unwrap();
+            assert_eq!(got.text, reference.text, "{d}, {n} bytes per write");
+            assert_eq!(got.tool_calls.len(), 1);
+            assert_eq!(
+                serde_json::from_str::<Value>(&got.tool_calls[0].arguments).unwrap(),
+                json!({"who": "Zoë", "emoji": "🌍", "n": [1, 2]}),
+                "{d}, {n} bytes per write"
+            );
+            assert_eq!(got.stop_reason, StopReason::ToolUse);
+            assert_eq!(got.usage, reference.usage);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_stream_true_and_answers_with_json_is_replayed_as_events() {
+    for d in DIALECTS {
+        let f = FixtureLlm::start().await;
+        let c = client(&f, d);
+        f.push(rich_script());
+        let streamed = run(&c, &ask("q")).await.unwrap();
+        f.push(Script::NoStream(Box::new(rich_script())));
+        let whole = run(&c, &ask("q")).await.unwrap();
+        assert_eq!(whole.text, streamed.text, "{d}");
+        assert_eq!(whole.tool_calls[0].name, "greet", "{d}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&whole.tool_calls[0].arguments).unwrap(),
+            serde_json::from_str::<Value>(&streamed.tool_calls[0].arguments).unwrap(),
+            "{d}"
+        );
+        assert_eq!(whole.stop_reason, StopReason::ToolUse, "{d}");
+        assert_eq!(whole.usage, streamed.usage, "{d}");
+
+        f.push(Script::NoStream(Box::new(Script::Reasoning {
+            reasoning: vec!["hm".into()],
+            text: vec!["yes".into()],
+        })));
+        let r = run(&c, &ask("q")).await.unwrap();
+        assert_eq!(
+            (r.reasoning.as_str(), r.text.as_str()),
+            ("hm", "yes"),
+            "{d}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_accepts_but_never_answers_fails_as_stalled() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock);
+        }
+    });
+    let mut cfg = ProviderConfig::new(
+        "mute",
+        Dialect::Anthropic,
+        format!("http://127.0.0.1:{port}/v1"),
+        "m",
+    );
+    cfg.stall_timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let err = fast(cfg)
+        .stream(&ask("q"), CancellationToken::new(), &no_retry)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err, ProviderError::Stalled);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    hold.abort();
+}
+
+#[tokio::test]
+async fn openai_compatible_tool_arguments_sent_as_an_object_are_accepted() {
+    let f = FixtureLlm::start().await;
+    f.push(Script::Raw {
+        status: 200,
+        content_type: "text/event-stream".into(),
+        body: concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1}}}]},\"finish_reason\":null}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        )
+        .into(),
+    });
+    let got = run(&client(&f, Dialect::OpenAiChat), &ask("q"))
+        .await
+        .unwrap();
+    assert_eq!(got.tool_calls[0].arguments, "{\"a\":1}");
+    assert_eq!(got.stop_reason, StopReason::ToolUse);
+}
