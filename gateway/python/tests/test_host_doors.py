@@ -55,7 +55,27 @@ def test_bridge_failures_propagate_as_ordinary_exceptions(bridge):
 
 # -- state ----------------------------------------------------------------------------
 
-def test_state_is_a_mutable_mapping_backed_by_the_state_doors(bridge):
+@pytest.fixture
+def owned(bridge):
+    """A bridge plus a registered owner, as inside a worker call."""
+    _host.set_owner("todo")
+    return bridge
+
+
+def test_state_before_register_is_refused_with_a_clear_error(bridge):
+    with pytest.raises(RuntimeError, match="call vis.register"):
+        vis.state["k"] = 1
+    with pytest.raises(RuntimeError, match="call vis.register"):
+        vis.state.get("k")
+    assert bridge.calls == []
+
+
+def test_state_ops_carry_the_owning_extension_name(owned):
+    vis.state["k"] = 1
+    assert owned.calls == [("state_put", {"key": "k", "value": 1, "extension": "todo"})]
+
+def test_state_is_a_mutable_mapping_backed_by_the_state_doors(owned):
+    bridge = owned
     from collections.abc import MutableMapping
     assert isinstance(vis.state, MutableMapping)
     vis.state["repo"] = "acme/widgets"
@@ -78,14 +98,16 @@ def test_state_is_a_mutable_mapping_backed_by_the_state_doors(bridge):
     assert bridge.state == {}
 
 
-def test_writing_none_removes_the_key(bridge):
+def test_writing_none_removes_the_key(owned):
+    bridge = owned
     vis.state["k"] = {"a": 1}
     vis.state["k"] = None
     assert "k" not in vis.state and bridge.state == {}
-    assert ("state_del", {"key": "k", "extension": None}) in bridge.calls
+    assert ("state_del", {"key": "k", "extension": "todo"}) in bridge.calls
 
 
-def test_state_keys_are_coerced_to_strings_and_values_must_be_plain_data(bridge):
+def test_state_keys_are_coerced_to_strings_and_values_must_be_plain_data(owned):
+    bridge = owned
     vis.state[7] = [1, 2.5, True, {"x": "y"}]
     assert bridge.state == {"7": [1, 2.5, True, {"x": "y"}]}
     for bad in ({1, 2}, object(), {"k": b"bytes"}, {1: "non-string key"}):
@@ -96,7 +118,8 @@ def test_state_keys_are_coerced_to_strings_and_values_must_be_plain_data(bridge)
     assert "bad" not in bridge.state
 
 
-def test_get_is_one_host_call(bridge):
+def test_get_is_one_host_call(owned):
+    bridge = owned
     vis.state.get("x", 1)
     assert bridge.ops() == ["state_get"]
 

@@ -176,39 +176,49 @@ def _plain(value, path="value"):
                     f"bool); {path} is {type(value).__name__}")
 
 
+def _state_call(op: str, payload: dict):
+    if _bridge is not None and _OWNER.get() is None:
+        raise RuntimeError("vis.state belongs to a registered extension: call "
+                           "vis.register(vis.Extension(...)) before using vis.state")
+    return call(op, payload)
+
+
 class _State(MutableMapping):
-    """``vis.state``: a MutableMapping persisted by the gateway, keyed by extension name."""
+    """``vis.state``: a MutableMapping persisted by the gateway, keyed by extension name.
+
+    Before ``register`` (no owning extension) every operation raises ``RuntimeError``.
+    """
 
     def __getitem__(self, key):
-        value = call("state_get", {"key": str(key)})
+        value = _state_call("state_get", {"key": str(key)})
         if value is None:
             raise KeyError(key)
         return value
 
     def get(self, key, default=None):
-        value = call("state_get", {"key": str(key)})
+        value = _state_call("state_get", {"key": str(key)})
         return default if value is None else value
 
     def __contains__(self, key):
-        return call("state_get", {"key": str(key)}) is not None
+        return _state_call("state_get", {"key": str(key)}) is not None
 
     def __setitem__(self, key, value):
         if value is None:
-            call("state_del", {"key": str(key)})
+            _state_call("state_del", {"key": str(key)})
             return
         _plain(value)
-        call("state_put", {"key": str(key), "value": value})
+        _state_call("state_put", {"key": str(key), "value": value})
 
     def __delitem__(self, key):
         if key not in self:
             raise KeyError(key)
-        call("state_del", {"key": str(key)})
+        _state_call("state_del", {"key": str(key)})
 
     def __iter__(self):
-        return iter(sorted(call("state_keys", {}) or []))
+        return iter(sorted(_state_call("state_keys", {}) or []))
 
     def __len__(self):
-        return len(call("state_keys", {}) or [])
+        return len(_state_call("state_keys", {}) or [])
 
     def __repr__(self):
         return "<vis.state>"

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import enum
+import json
+import re
+import traceback
+
 from . import _contract
 from ._activity import ActivityPresentation, publish_activity
 
@@ -66,3 +73,103 @@ def slash_result(value, extension_name: str) -> dict:
 def is_block(value) -> bool:
     """True only for ``vis.block(reason)``; anything else allows."""
     return isinstance(value, dict) and value.get("marker") == "block"
+
+
+# -- discovery over registered extensions (E9 built-in tools) ------------------------
+
+def _public_members(extensions):
+    for extension in extensions:
+        for member in extension.members:
+            if not member.is_hidden:
+                yield member
+
+
+def apropos(extensions, pattern: str) -> list:
+    """Compact catalog of public tools whose full name matches ``pattern`` (``re.search``)."""
+    regex = re.compile(pattern)
+    hits = []
+    for member in _public_members(extensions):
+        if regex.search(member.full_name):
+            contract = member.contract
+            hits.append({"name": member.full_name, "tag": member.tag,
+                         "signature": contract["signature"],
+                         "summary": contract["description"].splitlines()[0]})
+    return hits
+
+
+def doc(extensions, name_or_hit) -> str:
+    """The complete ``doc()`` text of one public tool, by name or by an ``apropos`` hit."""
+    name = name_or_hit.get("name") if isinstance(name_or_hit, dict) else name_or_hit
+    for member in _public_members(extensions):
+        if member.full_name == name:
+            return member.doc()
+    raise LookupError(f"no public tool named {name!r}; search with apropos(pattern)")
+
+
+# -- crossing the worker boundary (§4, §10.3) ---------------------------------------------
+
+def to_portable(value, _path=()):
+    """A tool result as JSON data; objects become ``__vis_object__`` records."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return to_portable(value.value, _path)
+    if isinstance(value, (bytes, bytearray)):
+        return {"__vis_bytes__": base64.b64encode(bytes(value)).decode("ascii")}
+    if any(value is seen for seen in _path):
+        raise ValueError("a tool result refers to itself; results must be trees of data")
+    path = _path + (value,)
+    if isinstance(value, dict):
+        return {str(k): to_portable(v, path) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_portable(v, path) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        attrs = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                 if not f.name.startswith("_")}
+    elif hasattr(value, "__dict__") and not callable(value):
+        attrs = {k: v for k, v in vars(value).items()
+                 if not k.startswith("_") and not callable(v)}
+    else:
+        raise TypeError(f"a tool result of type {type(value).__name__} cannot cross to the "
+                        f"sandbox; return data, a dataclass or a plain object")
+    return {"__vis_object__": type(value).__name__,
+            "__vis_attrs__": {k: to_portable(v, path) for k, v in attrs.items()}}
+
+
+class Sealer:
+    """Replaces callables in a registration spec with ``{"__vis_callable__": "c<n>"}``."""
+
+    def __init__(self):
+        self.table = {}
+        self._ids = {}
+
+    def seal(self, value):
+        if callable(value) and not isinstance(value, type):
+            cid = self._ids.get(id(value))
+            if cid is None:
+                cid = f"c{len(self.table) + 1}"
+                self._ids[id(value)] = cid
+                self.table[cid] = value
+            return {"__vis_callable__": cid}
+        if isinstance(value, dict):
+            return {k: self.seal(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.seal(v) for v in value]
+        return value
+
+    def call(self, cid: str, args_json: str, kwargs_json: str) -> str:
+        """``__vis_call__``: call a sealed callable with JSON arguments, answer a JSON envelope.
+
+        ``{"ok": true, "value": <portable result>}`` or ``{"ok": false, "error":
+        "ClassName: message", "type": "ClassName", "traceback": "..."}``.
+        """
+        try:
+            fn = self.table[cid]
+            args = json.loads(args_json) if args_json else []
+            kwargs = json.loads(kwargs_json) if kwargs_json else {}
+            value = to_portable(fn(*args, **kwargs))
+            return json.dumps({"ok": True, "value": value})
+        except Exception as exc:
+            return json.dumps({"ok": False, "type": type(exc).__name__,
+                               "error": f"{type(exc).__name__}: {exc}",
+                               "traceback": traceback.format_exc()})
