@@ -63,16 +63,40 @@ pub(crate) fn status_is_retryable(status: u16) -> bool {
     matches!(status, 408 | 409 | 429) || (500..=599).contains(&status)
 }
 
-/// Replaces any occurrence of `key` in `text` (keys shorter than 4 bytes are ignored).
-pub(crate) fn redact(text: String, key: Option<&str>) -> String {
-    match key {
-        Some(k) if k.len() >= 4 && text.contains(k) => text.replace(k, "<redacted>"),
-        _ => text,
+/// Secret strings of one provider (api key, extra header values) that must
+/// never appear in an error message.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Secrets(std::sync::Arc<Vec<String>>);
+
+impl Secrets {
+    pub(crate) fn of(cfg: &crate::ProviderConfig) -> Secrets {
+        let mut v: Vec<String> = cfg.api_key.iter().cloned().collect();
+        // Header values are secret-ish (custom auth); short ones would over-redact.
+        v.extend(
+            cfg.extra_headers
+                .iter()
+                .map(|(_, value)| value.clone())
+                .filter(|value| value.len() >= 8),
+        );
+        v.retain(|s| s.len() >= 4);
+        // Longest first, so a secret containing another is replaced whole.
+        v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Secrets(std::sync::Arc::new(v))
     }
 }
 
-/// Scrubs the key out of every message an error carries.
-pub(crate) fn redact_error(err: ProviderError, key: Option<&str>) -> ProviderError {
+/// Replaces every occurrence of a secret in `text`.
+pub(crate) fn redact(mut text: String, secrets: &Secrets) -> String {
+    for s in secrets.0.iter() {
+        if text.contains(s.as_str()) {
+            text = text.replace(s.as_str(), "<redacted>");
+        }
+    }
+    text
+}
+
+/// Scrubs the secrets out of every message an error carries.
+pub(crate) fn redact_error(err: ProviderError, key: &Secrets) -> ProviderError {
     match err {
         ProviderError::Http {
             status,
@@ -153,15 +177,21 @@ mod tests {
 
     #[test]
     fn the_api_key_is_scrubbed_from_error_messages() {
+        let cfg = crate::ProviderConfig {
+            api_key: Some("sk-abcdef".into()),
+            extra_headers: vec![("x-auth".into(), "tok-0123456789".into())],
+            ..Default::default()
+        };
         let e = redact_error(
             ProviderError::Http {
                 status: 401,
-                message: "bad key sk-abcdef".into(),
+                message: "bad key sk-abcdef, bad token tok-0123456789".into(),
                 retryable: false,
             },
-            Some("sk-abcdef"),
+            &Secrets::of(&cfg),
         );
         assert!(!e.to_string().contains("sk-abcdef"));
+        assert!(!e.to_string().contains("tok-0123456789"));
     }
 
     #[test]

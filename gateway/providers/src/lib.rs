@@ -259,6 +259,7 @@ pub struct Client {
     cfg: ProviderConfig,
     http: reqwest::Client,
     backoff: retry::Backoff,
+    secrets: error::Secrets,
 }
 
 impl fmt::Debug for Client {
@@ -280,9 +281,11 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(cfg.connect_timeout)
             .tcp_nodelay(true)
+            .user_agent(concat!("vis-gateway/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ProviderError::Transport(format!("building HTTP client: {e}")))?;
         Ok(Client {
+            secrets: error::Secrets::of(&cfg),
             cfg,
             http,
             backoff: retry::Backoff::default(),
@@ -333,12 +336,14 @@ impl Client {
         let body = serde_json::to_vec(&body)
             .map_err(|e| ProviderError::Protocol(format!("encoding request: {e}")))?;
         let headers = self.headers()?;
+        tracing::debug!(provider = %self.cfg.id, dialect = %self.cfg.dialect, %url, "opening provider stream");
         let resp = retry::send_with_retry(
             &self.http,
             &url,
             headers,
             bytes::Bytes::from(body),
             &self.cfg,
+            &self.secrets,
             &self.backoff,
             &cancel,
             on_retry,
@@ -363,7 +368,7 @@ impl Client {
             parser,
             cancel,
             self.cfg.stall_timeout,
-            self.cfg.api_key.clone(),
+            self.secrets.clone(),
         ))
     }
 
@@ -373,7 +378,7 @@ impl Client {
         cancel: &CancellationToken,
     ) -> Result<BoxStream<'static, Result<StreamEvent, ProviderError>>, ProviderError> {
         use futures::StreamExt;
-        let key = self.cfg.api_key.as_deref();
+        let key = &self.secrets;
         let body = retry::read_body(resp, cancel, self.cfg.stall_timeout, MAX_WHOLE_BODY, false)
             .await
             .map_err(|e| error::redact_error(e, key))?;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{message_from_body, redact_error, status_is_retryable};
+use crate::error::{message_from_body, redact_error, status_is_retryable, Secrets};
 use crate::{ProviderConfig, ProviderError, RetryInfo};
 
 /// Largest error body read to find the provider's message.
@@ -107,11 +107,12 @@ pub(crate) async fn send_with_retry(
     headers: HeaderMap,
     body: Bytes,
     cfg: &ProviderConfig,
+    secrets: &Secrets,
     backoff: &Backoff,
     cancel: &CancellationToken,
     on_retry: &(dyn Fn(RetryInfo) + Send + Sync),
 ) -> Result<reqwest::Response, ProviderError> {
-    let key = cfg.api_key.as_deref();
+    let key = secrets;
     let mut retries_done = 0u32;
     loop {
         if cancel.is_cancelled() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::stream::{BoxStream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::redact_error;
+use crate::error::{redact_error, Secrets};
 use crate::{ProviderError, StreamEvent};
 
 /// One dispatched SSE event.
@@ -138,7 +138,7 @@ struct State {
     pending: VecDeque<StreamEvent>,
     cancel: CancellationToken,
     stall: Duration,
-    api_key: Option<String>,
+    secrets: Secrets,
     finished: bool,
 }
 
@@ -146,7 +146,7 @@ impl State {
     fn fail(&mut self, e: ProviderError) -> Result<StreamEvent, ProviderError> {
         self.finished = true;
         self.pending.clear();
-        Err(redact_error(e, self.api_key.as_deref()))
+        Err(redact_error(e, &self.secrets))
     }
 
     fn feed(&mut self, chunk: &[u8]) -> Result<(), ProviderError> {
@@ -179,7 +179,7 @@ pub(crate) fn event_stream(
     parser: Box<dyn EventParser>,
     cancel: CancellationToken,
     stall: Duration,
-    api_key: Option<String>,
+    secrets: Secrets,
 ) -> BoxStream<'static, Result<StreamEvent, ProviderError>> {
     let state = State {
         body: resp.bytes_stream().boxed(),
@@ -188,7 +188,7 @@ pub(crate) fn event_stream(
         pending: VecDeque::new(),
         cancel,
         stall,
-        api_key,
+        secrets,
         finished: false,
     };
     futures::stream::unfold(state, |mut st| async move {
