@@ -450,3 +450,32 @@ def test_host_env_reads_os_environ_with_a_default(monkeypatch):
 def test_no_bridge_call_happens_for_any_constructor(bridge):
     _instances()
     assert bridge.calls == [] and _host.get_bridge() is bridge
+
+
+def test_a_callable_without_a_readable_signature_is_refused_clearly():
+    with pytest.raises(ValueError, match="cannot read the signature of next"):
+        vis.Symbol(next)
+
+
+def test_a_bound_method_symbol_excludes_self():
+    class Api:
+        def get(self, key: str, /) -> str:
+            """Get a key."""
+            return key
+    s = vis.Symbol(Api().get)
+    assert s.name == "get"
+    assert s.contract["signature"] == "key, /"
+    assert s.spec["params"] == ["key"]
+
+
+def test_a_vis_method_activity_is_kept_on_the_member_and_its_spec():
+    activity = vis.Activity(presenter="tests", label="Run checks")
+
+    class Checks:
+        @vis.method(activity=activity)
+        def run(self) -> None:
+            """Run the checks."""
+    s = vis.Symbol(Checks(), name="checks")
+    assert s.members[0].activity is activity
+    assert s.spec["methods"][0]["activity"] == {"presenter": "tests", "show_start": True,
+                                                "label": "Run checks"}

@@ -63,7 +63,11 @@ def _signature(target):
         clone.__kwdefaults__ = target.__kwdefaults__
         clone.__annotations__ = {}
         return inspect.signature(clone, follow_wrapped=False), True
-    return inspect.signature(target, follow_wrapped=False), False
+    try:
+        return inspect.signature(target, follow_wrapped=False), False
+    except (TypeError, ValueError) as exc:
+        name = getattr(target, "__qualname__", type(target).__name__)
+        raise ValueError(f"vis.Symbol: cannot read the signature of {name}: {exc}") from None
 
 
 def callable_contract(fn, full_name: str, tag: str) -> dict:
