@@ -14,17 +14,24 @@ impl FromRequest<AppState> for JsonBody {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let limit = state.cfg.max_body_bytes;
-        let bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|e| {
-            let mut src: Option<&dyn std::error::Error> = Some(&e);
-            while let Some(err) = src {
-                if err.to_string().contains("length limit") {
-                    return ApiError::payload_too_large(limit);
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|e| {
+                let mut src: Option<&dyn std::error::Error> = Some(&e);
+                while let Some(err) = src {
+                    if err.to_string().contains("length limit") {
+                        return ApiError::payload_too_large(limit);
+                    }
+                    src = err.source();
                 }
-                src = err.source();
-            }
-            ApiError::bad_request("bad-request", format!("could not read the request body: {e}"))
-        })?;
-        Ok(JsonBody(serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+                ApiError::bad_request(
+                    "bad-request",
+                    format!("could not read the request body: {e}"),
+                )
+            })?;
+        Ok(JsonBody(
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
     }
 }
 

@@ -106,7 +106,12 @@ pub trait Engine: Send + Sync + 'static {
     async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<Value>;
     async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<Value>;
     async fn delete_session(&self, sid: &str);
-    async fn transcript(&self, sid: &str, limit: Option<usize>, offset: Option<usize>) -> ApiResult<Value>;
+    async fn transcript(
+        &self,
+        sid: &str,
+        limit: Option<usize>,
+        offset: Option<usize>,
+    ) -> ApiResult<Value>;
     async fn model(&self, sid: &str) -> ApiResult<Value>;
 
     // Turns
@@ -119,7 +124,8 @@ pub trait Engine: Send + Sync + 'static {
     async fn delete_turn(&self, sid: &str, tid: &str) -> ApiResult<()>;
     async fn cancel_turn(&self, sid: &str, tid: &str) -> ApiResult<()>;
     /// Returns the cancelled turn id.
-    async fn cancel_current(&self, sid: &str, idempotency_key: Option<String>) -> ApiResult<String>;
+    async fn cancel_current(&self, sid: &str, idempotency_key: Option<String>)
+        -> ApiResult<String>;
     async fn resume_queue(&self, sid: &str) -> ApiResult<Option<Value>>;
     async fn drain_queue(&self, sid: &str) -> ApiResult<Option<Value>>;
     async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Value>;
@@ -127,19 +133,41 @@ pub trait Engine: Send + Sync + 'static {
     // Events
     /// Registers a live sink atomically with the replay capture. The engine cancels `kick`
     /// when the subscriber falls 1024 frames behind; the connection then closes.
-    async fn subscribe(&self, sid: &str, cursor: Cursor, kick: CancellationToken) -> ApiResult<Subscription>;
+    async fn subscribe(
+        &self,
+        sid: &str,
+        cursor: Cursor,
+        kick: CancellationToken,
+    ) -> ApiResult<Subscription>;
     async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<Value>>;
     async fn seq(&self, sid: &str) -> ApiResult<i64>;
     fn sse_clients_changed(&self, _delta: i64) {}
 
     // Human input and live views
     async fn human_input(&self, sid: &str) -> ApiResult<Value>;
-    async fn human_input_submit(&self, sid: &str, request_id: &str, values: serde_json::Map<String, Value>) -> ApiResult<Value>;
+    async fn human_input_submit(
+        &self,
+        sid: &str,
+        request_id: &str,
+        values: serde_json::Map<String, Value>,
+    ) -> ApiResult<Value>;
     async fn human_input_cancel(&self, sid: &str, request_id: &str) -> ApiResult<Value>;
     async fn live_views(&self, sid: &str) -> ApiResult<Value>;
-    async fn live_log(&self, sid: &str, view_id: &str, node_id: &str, from: usize, limit: usize) -> ApiResult<Value>;
+    async fn live_log(
+        &self,
+        sid: &str,
+        view_id: &str,
+        node_id: &str,
+        from: usize,
+        limit: usize,
+    ) -> ApiResult<Value>;
     async fn live_focus(&self, sid: &str, view_id: &str, body: Value) -> ApiResult<Value>;
-    async fn live_interrupt(&self, sid: &str, view_id: &str, note: Option<String>) -> ApiResult<Value>;
+    async fn live_interrupt(
+        &self,
+        sid: &str,
+        view_id: &str,
+        note: Option<String>,
+    ) -> ApiResult<Value>;
 
     // Palette, egress, extensions, router
     async fn slashes(&self, sid: &str) -> ApiResult<Value>;

@@ -15,7 +15,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
-        Self { status, kind: kind.to_string(), message: message.into(), extra: Map::new() }
+        Self {
+            status,
+            kind: kind.to_string(),
+            message: message.into(),
+            extra: Map::new(),
+        }
     }
 
     /// Adds an extra snake_case field to the error object.
@@ -28,13 +33,27 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not-found", "no such route")
     }
     pub fn method_not_allowed() -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "method not allowed on this route")
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "method not allowed on this route",
+        )
     }
     pub fn session_not_found(sid: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "session-not-found", format!("no session {sid}")).with("session_id", sid)
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "session-not-found",
+            format!("no session {sid}"),
+        )
+        .with("session_id", sid)
     }
     pub fn turn_not_found(tid: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "turn-not-found", format!("no turn {tid}")).with("turn_id", tid)
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "turn-not-found",
+            format!("no turn {tid}"),
+        )
+        .with("turn_id", tid)
     }
     pub fn bad_request(kind: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, kind, message)
@@ -46,10 +65,18 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "engine-error", message)
     }
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or invalid bearer token")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or invalid bearer token",
+        )
     }
     pub fn payload_too_large(limit: usize) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", format!("request body exceeds {limit} bytes"))
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            format!("request body exceeds {limit} bytes"),
+        )
     }
 
     pub fn body(&self) -> Value {
@@ -65,7 +92,13 @@ impl ApiError {
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.status.as_u16(), self.kind, self.message)
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.kind,
+            self.message
+        )
     }
 }
 

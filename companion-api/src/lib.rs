@@ -49,9 +49,15 @@ pub struct AppState {
 
 /// The whole Companion router with its gate pipeline.
 pub fn app(engine: Arc<dyn Engine>, cfg: ApiConfig) -> Router {
-    let state = AppState { engine, cfg: Arc::new(cfg) };
+    let state = AppState {
+        engine,
+        cfg: Arc::new(cfg),
+    };
     routes::router(state.clone())
-        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth::layer))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::auth::layer,
+        ))
         .layer(axum::middleware::from_fn(middleware::protocol::layer))
         .layer(axum::middleware::from_fn(middleware::cors::layer))
 }

@@ -24,7 +24,11 @@ pub struct ClientInfo {
 
 impl ClientInfo {
     pub fn from_headers(h: &HeaderMap) -> Self {
-        let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(|s| s.trim().to_string());
+        let text = |name: &str| {
+            h.get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|s| s.trim().to_string())
+        };
         let num = |name: &str| text(name).and_then(|s| s.parse::<i64>().ok());
         Self {
             protocol: num("x-vis-protocol"),
@@ -63,7 +67,9 @@ impl Reason {
 
 /// The verdict for a client against this gateway.
 pub fn verdict(client: &ClientInfo) -> Reason {
-    let Some(cp) = client.protocol else { return Reason::Unknown };
+    let Some(cp) = client.protocol else {
+        return Reason::Unknown;
+    };
     let cmin = client.min_gateway.unwrap_or(cp);
     if cp < MIN_CLIENT {
         Reason::ClientTooOld
@@ -86,18 +92,34 @@ pub fn incompatible_body(client: &ClientInfo) -> Value {
     let (title, summary, remedy): (&str, String, Vec<&str>) = match r {
         Reason::GatewayTooOld => (
             "Update the gateway",
-            format!("this client needs gateway protocol {} but the gateway speaks {PROTOCOL}.", client.min_gateway.unwrap_or(0)),
-            vec!["Update Vis on the machine hosting the gateway.", "Restart it: vis-gateway stop && vis-gateway start"],
+            format!(
+                "this client needs gateway protocol {} but the gateway speaks {PROTOCOL}.",
+                client.min_gateway.unwrap_or(0)
+            ),
+            vec![
+                "Update Vis on the machine hosting the gateway.",
+                "Restart it: vis-gateway stop && vis-gateway start",
+            ],
         ),
         Reason::Unknown => (
             "Update this client",
-            "this client did not advertise the current Vis wire protocol and is unsupported.".to_string(),
-            vec!["Update Vis on this device to the version running the gateway.", "Reload the app (or restart the TUI) once the update lands."],
+            "this client did not advertise the current Vis wire protocol and is unsupported."
+                .to_string(),
+            vec![
+                "Update Vis on this device to the version running the gateway.",
+                "Reload the app (or restart the TUI) once the update lands.",
+            ],
         ),
         _ => (
             "Update this client",
-            format!("this client speaks protocol {} but the gateway needs at least {MIN_CLIENT}.", client.protocol.unwrap_or(0)),
-            vec!["Update Vis on this device to the version running the gateway.", "Reload the app (or restart the TUI) once the update lands."],
+            format!(
+                "this client speaks protocol {} but the gateway needs at least {MIN_CLIENT}.",
+                client.protocol.unwrap_or(0)
+            ),
+            vec![
+                "Update Vis on this device to the version running the gateway.",
+                "Reload the app (or restart the TUI) once the update lands.",
+            ],
         ),
     };
     json!({
@@ -117,7 +139,11 @@ mod tests {
     use super::*;
 
     fn client(p: Option<i64>, m: Option<i64>) -> ClientInfo {
-        ClientInfo { protocol: p, min_gateway: m, ..Default::default() }
+        ClientInfo {
+            protocol: p,
+            min_gateway: m,
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -40,8 +40,13 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
                 router.clone().oneshot(req.map(axum::body::Body::new))
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(30)).keep_alive(true);
-            let conn = builder.serve_connection(TokioIo::new(stream), svc).with_upgrades();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .keep_alive(true);
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), svc)
+                .with_upgrades();
             tokio::select! {
                 _ = kill.cancelled() => {}
                 r = conn => {

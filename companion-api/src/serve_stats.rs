@@ -32,7 +32,13 @@ pub fn sse_clients() -> i64 {
 
 /// Resident set size of this process (Linux `/proc/self/statm`), 0 when unknown.
 pub fn rss_bytes() -> u64 {
-    let Ok(s) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
-    let pages: u64 = s.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    let Ok(s) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }

@@ -33,7 +33,10 @@ pub fn format_frame(seq: Option<i64>, event_type: &str, data: &str) -> Bytes {
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 fn control(value: Value, event_type: &str) -> Bytes {
@@ -48,10 +51,23 @@ fn prelude(sub: &Subscription) -> Vec<(usize, Frame)> {
         "current_turn_id": sub.ready.current_turn_id, "is_live": sub.ready.is_live,
         "server_time_ms": now_ms(),
     });
-    out.push((usize::MAX, Frame { seq: 0, bytes: control(ready, "subscription.ready") }));
+    out.push((
+        usize::MAX,
+        Frame {
+            seq: 0,
+            bytes: control(ready, "subscription.ready"),
+        },
+    ));
     if let Some((from, to)) = sub.gap {
-        let gap = json!({"type": "stream.gap", "session_id": sub.session_id, "from": from, "to": to});
-        out.push((usize::MAX, Frame { seq: 0, bytes: control(gap, "stream.gap") }));
+        let gap =
+            json!({"type": "stream.gap", "session_id": sub.session_id, "from": from, "to": to});
+        out.push((
+            usize::MAX,
+            Frame {
+                seq: 0,
+                bytes: control(gap, "stream.gap"),
+            },
+        ));
     }
     out
 }
@@ -65,14 +81,24 @@ struct State {
 }
 
 /// Builds the body stream for one or more subscriptions on one connection.
-pub fn body_stream(subs: Vec<Subscription>, pad: bool, kill: CancellationToken) -> BoxStream<'static, Result<Bytes, std::io::Error>> {
+pub fn body_stream(
+    subs: Vec<Subscription>,
+    pad: bool,
+    kill: CancellationToken,
+) -> BoxStream<'static, Result<Bytes, std::io::Error>> {
     let mut queue = VecDeque::new();
     if pad {
         let mut p = BytesMut::with_capacity(8200);
         p.put_slice(b": ");
         p.put_bytes(b' ', 8192);
         p.put_slice(b"\n\n");
-        queue.push_back((usize::MAX, Frame { seq: 0, bytes: p.freeze() }));
+        queue.push_back((
+            usize::MAX,
+            Frame {
+                seq: 0,
+                bytes: p.freeze(),
+            },
+        ));
     }
     let mut live = SelectAll::new();
     let mut last = Vec::with_capacity(subs.len());
@@ -85,7 +111,13 @@ pub fn body_stream(subs: Vec<Subscription>, pad: bool, kill: CancellationToken) 
         let rx = ReceiverStream::new(sub.live).map(move |f| (i, f)).boxed();
         live.push(rx);
     }
-    let st = State { queue, live, last, kill, finished: false };
+    let st = State {
+        queue,
+        live,
+        last,
+        kill,
+        finished: false,
+    };
     stream::unfold(st, |mut st| async move {
         if st.finished {
             return None;
@@ -123,7 +155,9 @@ pub fn body_stream(subs: Vec<Subscription>, pad: bool, kill: CancellationToken) 
 
 /// Whether the request came through a proxy that may buffer (§4.1 pad rule).
 pub fn wants_pad(h: &axum::http::HeaderMap) -> bool {
-    ["cf-ray", "cf-connecting-ip", "x-forwarded-for", "via"].iter().any(|n| h.contains_key(*n))
+    ["cf-ray", "cf-connecting-ip", "x-forwarded-for", "via"]
+        .iter()
+        .any(|n| h.contains_key(*n))
 }
 
 #[cfg(test)]

@@ -1,1 +1,58 @@
-fn main() {}
+//! `vis-gateway`: the Vis gateway binary. See ARCHITECTURE.md.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod bus;
+mod cli;
+mod config;
+mod engine;
+mod home;
+mod pairing;
+mod providers;
+mod store;
+mod tools;
+
+#[derive(Parser)]
+#[command(
+    name = "vis-gateway",
+    version,
+    about = "The Vis gateway: Companion API, egress proxy and extension host"
+)]
+struct Cli {
+    /// The Vis home (database, token, registry). Default: $VIS_HOME or ~/.vis
+    #[arg(long, global = true, env = "VIS_HOME")]
+    home: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the gateway in the foreground.
+    Start(cli::start::StartArgs),
+    /// Show the running gateway of this home.
+    Status,
+    /// Stop the running gateway of this home.
+    Stop,
+    /// Print the pairing link and QR code of the running gateway.
+    Pair,
+}
+
+fn main() -> ExitCode {
+    let args = Cli::parse();
+    let result = match args.cmd {
+        Cmd::Start(a) => cli::start::run(args.home, a),
+        Cmd::Status => cli::client::status(args.home),
+        Cmd::Stop => cli::client::stop(args.home),
+        Cmd::Pair => cli::client::pair(args.home),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vis-gateway: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

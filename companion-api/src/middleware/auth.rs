@@ -21,7 +21,9 @@ pub fn presented_token(h: &HeaderMap) -> Option<String> {
             return Some(v[7..].trim().to_string());
         }
     }
-    h.get("x-vis-gateway-secret").and_then(|v| v.to_str().ok()).map(|s| s.trim().to_string())
+    h.get("x-vis-gateway-secret")
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_string())
 }
 
 pub fn token_matches(expected: &str, presented: &str) -> bool {

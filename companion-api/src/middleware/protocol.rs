@@ -10,7 +10,10 @@ use axum::Json;
 /// Paths that answer whatever the client's protocol. `/metrics` is exempt too (scrapers
 /// rarely send protocol headers; recorded in ARCHITECTURE.md), but still needs the token.
 pub fn is_exempt(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/v1/capabilities" | "/metrics") || path.starts_with("/docs")
+    matches!(
+        path,
+        "/healthz" | "/readyz" | "/v1/capabilities" | "/metrics"
+    ) || path.starts_with("/docs")
 }
 
 pub async fn layer(req: Request, next: Next) -> Response {
@@ -19,7 +22,11 @@ pub async fn layer(req: Request, next: Next) -> Response {
     }
     let client = ClientInfo::from_headers(req.headers());
     if verdict(&client) != Reason::Ok {
-        return (StatusCode::UPGRADE_REQUIRED, Json(incompatible_body(&client))).into_response();
+        return (
+            StatusCode::UPGRADE_REQUIRED,
+            Json(incompatible_body(&client)),
+        )
+            .into_response();
     }
     next.run(req).await
 }

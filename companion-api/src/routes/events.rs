@@ -17,15 +17,21 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 fn last_event_id(h: &HeaderMap) -> Option<i64> {
-    h.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|s| s.trim().parse().ok())
+    h.get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse().ok())
 }
 
 /// Single-session cursor: `Last-Event-ID` (if it parses) → `?cursor=` → 0.
 fn single_cursor(h: &HeaderMap, q: &Q) -> i64 {
-    last_event_id(h).or_else(|| q.get("cursor").and_then(|c| c.trim().parse().ok())).unwrap_or(0)
+    last_event_id(h)
+        .or_else(|| q.get("cursor").and_then(|c| c.trim().parse().ok()))
+        .unwrap_or(0)
 }
 
-fn sse_response(stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, std::io::Error>>) -> Response {
+fn sse_response(
+    stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, std::io::Error>>,
+) -> Response {
     let guard = SseGuard::new();
     let body = Body::from_stream(stream.map(move |item| {
         let _keep = &guard;
@@ -34,8 +40,14 @@ fn sse_response(stream: futures::stream::BoxStream<'static, Result<bytes::Bytes,
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }
@@ -52,8 +64,15 @@ pub async fn session_stream(
     kill: Option<Extension<ConnKill>>,
 ) -> ApiResult<Response> {
     let kill = kill_token(kill);
-    let sub = st.engine.subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone()).await?;
-    Ok(sse_response(body_stream(vec![sub], wants_pad(&headers), kill)))
+    let sub = st
+        .engine
+        .subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone())
+        .await?;
+    Ok(sse_response(body_stream(
+        vec![sub],
+        wants_pad(&headers),
+        kill,
+    )))
 }
 
 /// Parses `sids=a:10,b,c:-1` into `(sid, cursor)` pairs; tokens with a bad cursor are dropped.
@@ -97,7 +116,11 @@ pub async fn multiplexed(
     let single = pending.len() == 1;
     for (sid, c) in pending {
         let cursor = if single { lone_cursor.unwrap_or(c) } else { c };
-        match st.engine.subscribe(&sid, Cursor(cursor), kill.clone()).await {
+        match st
+            .engine
+            .subscribe(&sid, Cursor(cursor), kill.clone())
+            .await
+        {
             Ok(sub) => subs.push(sub),
             Err(e) if e.status == StatusCode::NOT_FOUND => continue,
             Err(e) => return Err(e),
@@ -109,13 +132,20 @@ pub async fn multiplexed(
     Ok(sse_response(body_stream(subs, wants_pad(&headers), kill)))
 }
 
-pub async fn since(State(st): State<AppState>, Path(sid): Path<String>, q: Q, headers: HeaderMap) -> ApiResult<Json<Value>> {
+pub async fn since(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    q: Q,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
     let cursor = q
         .get("cursor")
         .and_then(|c| c.trim().parse().ok())
         .or_else(|| last_event_id(&headers))
         .unwrap_or(0);
-    Ok(Json(json!({"events": st.engine.events_since(&sid, cursor).await?})))
+    Ok(Json(
+        json!({"events": st.engine.events_since(&sid, cursor).await?}),
+    ))
 }
 
 pub async fn seq(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
@@ -130,7 +160,11 @@ mod tests {
     fn sids_take_optional_cursors() {
         assert_eq!(
             parse_sids("a:10,b,c:-1,,d:x"),
-            vec![("a".to_string(), 10), ("b".to_string(), 0), ("c".to_string(), -1)]
+            vec![
+                ("a".to_string(), 10),
+                ("b".to_string(), 0),
+                ("c".to_string(), -1)
+            ]
         );
     }
 }

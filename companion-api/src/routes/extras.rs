@@ -17,31 +17,48 @@ pub async fn router(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.router().await?))
 }
 
-pub async fn artifacts(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn artifacts(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Json<Value>> {
     st.engine.get_session(&sid, false).await?;
     Ok(Json(json!({"artifacts": []})))
 }
 
 fn setting_row(id: &str) -> Option<Value> {
     match id {
-        "reasoning_level" => Some(json!({"id": id, "label": "Reasoning", "type": "cycle", "value": "default",
-            "choices": ["default", "low", "medium", "high"]})),
-        "verbosity" => Some(json!({"id": id, "label": "Verbosity", "type": "cycle", "value": "default",
-            "choices": ["default", "low", "high"]})),
-        "codex_fast_mode" => Some(json!({"id": id, "label": "Fast mode", "type": "toggle", "enabled": false})),
+        "reasoning_level" => Some(
+            json!({"id": id, "label": "Reasoning", "type": "cycle", "value": "default",
+            "choices": ["default", "low", "medium", "high"]}),
+        ),
+        "verbosity" => Some(
+            json!({"id": id, "label": "Verbosity", "type": "cycle", "value": "default",
+            "choices": ["default", "low", "high"]}),
+        ),
+        "codex_fast_mode" => {
+            Some(json!({"id": id, "label": "Fast mode", "type": "toggle", "enabled": false}))
+        }
         _ => None,
     }
 }
 
 pub async fn settings() -> Json<Value> {
-    let rows: Vec<Value> = ["reasoning_level", "verbosity", "codex_fast_mode"].iter().filter_map(|i| setting_row(i)).collect();
+    let rows: Vec<Value> = ["reasoning_level", "verbosity", "codex_fast_mode"]
+        .iter()
+        .filter_map(|i| setting_row(i))
+        .collect();
     Json(json!({"settings": rows}))
 }
 
 pub async fn setting(Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    setting_row(&id)
-        .map(Json)
-        .ok_or_else(|| ApiError::new(axum::http::StatusCode::NOT_FOUND, "setting-not-found", format!("no setting {id}")).with("setting_id", id))
+    setting_row(&id).map(Json).ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            "setting-not-found",
+            format!("no setting {id}"),
+        )
+        .with("setting_id", id)
+    })
 }
 
 pub async fn devices() -> Json<Value> {
@@ -51,7 +68,11 @@ pub async fn devices() -> Json<Value> {
 /// Lists directories under `path` (default: home), no dot-folders, ≤ 400 entries.
 pub async fn fs(q: Q) -> ApiResult<Json<Value>> {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/".into());
-    let path = q.get("path").filter(|p| !p.trim().is_empty()).cloned().unwrap_or_else(|| home.clone());
+    let path = q
+        .get("path")
+        .filter(|p| !p.trim().is_empty())
+        .cloned()
+        .unwrap_or_else(|| home.clone());
     let dir = std::path::PathBuf::from(&path);
     let listing = tokio::task::spawn_blocking(move || -> std::io::Result<(Vec<Value>, bool)> {
         let mut entries = Vec::new();
@@ -70,15 +91,21 @@ pub async fn fs(q: Q) -> ApiResult<Json<Value>> {
             }
             let p = dir.join(&name);
             let count = std::fs::read_dir(&p).map(|r| r.count()).unwrap_or(0);
-            entries.push(json!({"name": name, "path": p.to_string_lossy(), "entry_count": count,
-                "is_repo": p.join(".git").exists()}));
+            entries.push(
+                json!({"name": name, "path": p.to_string_lossy(), "entry_count": count,
+                "is_repo": p.join(".git").exists()}),
+            );
         }
         Ok((entries, truncated))
     })
     .await
     .map_err(|e| ApiError::engine(e.to_string()))?;
-    let (entries, truncated) =
-        listing.map_err(|e| ApiError::bad_request("invalid-path", format!("cannot list {path}: {e}")))?;
-    let parent = std::path::Path::new(&path).parent().map(|p| p.to_string_lossy().to_string());
-    Ok(Json(json!({"path": path, "parent": parent, "home": home, "is_truncated": truncated, "entries": entries})))
+    let (entries, truncated) = listing
+        .map_err(|e| ApiError::bad_request("invalid-path", format!("cannot list {path}: {e}")))?;
+    let parent = std::path::Path::new(&path)
+        .parent()
+        .map(|p| p.to_string_lossy().to_string());
+    Ok(Json(
+        json!({"path": path, "parent": parent, "home": home, "is_truncated": truncated, "entries": entries}),
+    ))
 }

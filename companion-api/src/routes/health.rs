@@ -70,22 +70,54 @@ fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
     let s = state.engine.stats();
     let rss = crate::serve_stats::rss_bytes() as f64;
     vec![
-        ("vis_turn_tokens_total{kind=\"input\"}", "counter", s.tokens_input as f64),
-        ("vis_turn_tokens_total{kind=\"output\"}", "counter", s.tokens_output as f64),
+        (
+            "vis_turn_tokens_total{kind=\"input\"}",
+            "counter",
+            s.tokens_input as f64,
+        ),
+        (
+            "vis_turn_tokens_total{kind=\"output\"}",
+            "counter",
+            s.tokens_output as f64,
+        ),
         ("vis_turns_total", "counter", s.turns_total as f64),
-        ("vis_turns_failed_total", "counter", s.turns_failed_total as f64),
+        (
+            "vis_turns_failed_total",
+            "counter",
+            s.turns_failed_total as f64,
+        ),
         ("vis_turn_cost_usd_total", "counter", 0.0),
-        ("vis_turn_duration_ms_total", "counter", s.turn_duration_ms_total as f64),
+        (
+            "vis_turn_duration_ms_total",
+            "counter",
+            s.turn_duration_ms_total as f64,
+        ),
         ("vis_sessions_tracked", "gauge", s.sessions_tracked as f64),
         ("vis_turns_running", "gauge", s.turns_running as f64),
         ("vis_turns_executing", "gauge", s.turns_executing as f64),
-        ("vis_turns_waiting", "gauge", s.turns_running.saturating_sub(s.turns_executing) as f64),
+        (
+            "vis_turns_waiting",
+            "gauge",
+            s.turns_running.saturating_sub(s.turns_executing) as f64,
+        ),
         ("vis_turns_queued", "gauge", s.turns_queued as f64),
-        ("vis_turn_concurrency_limit", "gauge", s.concurrency_limit as f64),
-        ("vis_replay_events_retained", "gauge", s.replay_events_retained as f64),
+        (
+            "vis_turn_concurrency_limit",
+            "gauge",
+            s.concurrency_limit as f64,
+        ),
+        (
+            "vis_replay_events_retained",
+            "gauge",
+            s.replay_events_retained as f64,
+        ),
         ("vis_process_rss_bytes", "gauge", rss),
         ("vis_gateway_client_leases", "gauge", 0.0),
-        ("vis_gateway_sse_clients", "gauge", crate::serve_stats::sse_clients() as f64),
+        (
+            "vis_gateway_sse_clients",
+            "gauge",
+            crate::serve_stats::sse_clients() as f64,
+        ),
     ]
 }
 
@@ -115,5 +147,10 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Respo
         }
         out.push_str(&format!("{name} {v}\n"));
     }
-    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        out,
+    )
+        .into_response()
 }

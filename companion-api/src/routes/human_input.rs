@@ -12,33 +12,72 @@ pub async fn list(State(st): State<AppState>, Path(sid): Path<String>) -> ApiRes
     Ok(Json(st.engine.human_input(&sid).await?))
 }
 
-pub async fn submit(State(st): State<AppState>, Path((sid, rid)): Path<(String, String)>, body: JsonBody) -> ApiResult<Json<Value>> {
+pub async fn submit(
+    State(st): State<AppState>,
+    Path((sid, rid)): Path<(String, String)>,
+    body: JsonBody,
+) -> ApiResult<Json<Value>> {
     let Some(Value::Object(values)) = body.0.get("values").cloned() else {
-        return Err(ApiError::bad_request("bad-request", "values must be an object"));
+        return Err(ApiError::bad_request(
+            "bad-request",
+            "values must be an object",
+        ));
     };
-    Ok(Json(st.engine.human_input_submit(&sid, &rid, values).await?))
+    Ok(Json(
+        st.engine.human_input_submit(&sid, &rid, values).await?,
+    ))
 }
 
-pub async fn cancel(State(st): State<AppState>, Path((sid, rid)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+pub async fn cancel(
+    State(st): State<AppState>,
+    Path((sid, rid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.human_input_cancel(&sid, &rid).await?))
 }
 
-pub async fn live_list(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn live_list(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.live_views(&sid).await?))
 }
 
-pub async fn live_log(State(st): State<AppState>, Path((sid, vid, nid)): Path<(String, String, String)>, q: Q) -> ApiResult<Json<Value>> {
+pub async fn live_log(
+    State(st): State<AppState>,
+    Path((sid, vid, nid)): Path<(String, String, String)>,
+    q: Q,
+) -> ApiResult<Json<Value>> {
     let bad = || ApiError::bad_request("invalid-window", "from and limit must be integers");
-    let from = int_param(&q, "from").map_err(|_| bad())?.unwrap_or(0).max(0) as usize;
-    let limit = int_param(&q, "limit").map_err(|_| bad())?.unwrap_or(2000).clamp(0, 2000) as usize;
-    Ok(Json(st.engine.live_log(&sid, &vid, &nid, from, limit).await?))
+    let from = int_param(&q, "from")
+        .map_err(|_| bad())?
+        .unwrap_or(0)
+        .max(0) as usize;
+    let limit = int_param(&q, "limit")
+        .map_err(|_| bad())?
+        .unwrap_or(2000)
+        .clamp(0, 2000) as usize;
+    Ok(Json(
+        st.engine.live_log(&sid, &vid, &nid, from, limit).await?,
+    ))
 }
 
-pub async fn live_focus(State(st): State<AppState>, Path((sid, vid)): Path<(String, String)>, body: JsonBody) -> ApiResult<Json<Value>> {
+pub async fn live_focus(
+    State(st): State<AppState>,
+    Path((sid, vid)): Path<(String, String)>,
+    body: JsonBody,
+) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.live_focus(&sid, &vid, body.0).await?))
 }
 
-pub async fn live_interrupt(State(st): State<AppState>, Path((sid, vid)): Path<(String, String)>, body: JsonBody) -> ApiResult<Json<Value>> {
-    let note = body.0.get("note").and_then(|n| n.as_str()).map(|n| n.chars().take(500).collect());
+pub async fn live_interrupt(
+    State(st): State<AppState>,
+    Path((sid, vid)): Path<(String, String)>,
+    body: JsonBody,
+) -> ApiResult<Json<Value>> {
+    let note = body
+        .0
+        .get("note")
+        .and_then(|n| n.as_str())
+        .map(|n| n.chars().take(500).collect());
     Ok(Json(st.engine.live_interrupt(&sid, &vid, note).await?))
 }

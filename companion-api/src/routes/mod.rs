@@ -24,19 +24,34 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/stop", post(health::admin_stop))
         .route("/metrics", get(health::metrics))
         .route("/v1/sessions", get(sessions::list).post(sessions::create))
-        .route("/v1/sessions/{sid}", get(sessions::get_one).delete(sessions::delete))
+        .route(
+            "/v1/sessions/{sid}",
+            get(sessions::get_one).delete(sessions::delete),
+        )
         .route("/v1/sessions/{sid}/release", post(sessions::release))
         .route("/v1/sessions/{sid}/transcript", get(sessions::transcript))
         .route("/v1/sessions/{sid}/model", get(sessions::model))
         .route("/v1/sessions/{sid}/slashes", get(sessions::slashes))
         .route("/v1/sessions/{sid}/egress", get(sessions::egress))
         .route("/v1/sessions/{sid}/artifacts", get(extras::artifacts))
-        .route("/v1/sessions/{sid}/turns", get(turns::list).post(turns::submit))
-        .route("/v1/sessions/{sid}/turns/{tid}", get(turns::get_one).patch(turns::edit).delete(turns::delete))
+        .route(
+            "/v1/sessions/{sid}/turns",
+            get(turns::list).post(turns::submit),
+        )
+        .route(
+            "/v1/sessions/{sid}/turns/{tid}",
+            get(turns::get_one).patch(turns::edit).delete(turns::delete),
+        )
         .route("/v1/sessions/{sid}/turns/{tid}/cancel", post(turns::cancel))
         .route("/v1/sessions/{sid}/turns/{tid}/trace", get(turns::trace))
-        .route("/v1/sessions/{sid}/turns/{tid}/attachments", get(turns::attachments))
-        .route("/v1/sessions/{sid}/cancel-current", post(turns::cancel_current))
+        .route(
+            "/v1/sessions/{sid}/turns/{tid}/attachments",
+            get(turns::attachments),
+        )
+        .route(
+            "/v1/sessions/{sid}/cancel-current",
+            post(turns::cancel_current),
+        )
         .route("/v1/sessions/{sid}/resume-queue", post(turns::resume_queue))
         .route("/v1/sessions/{sid}/drain-queue", post(turns::drain_queue))
         .route("/v1/sessions/{sid}/events", get(events::session_stream))
@@ -44,12 +59,30 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{sid}/events-since", get(events::since))
         .route("/v1/sessions/{sid}/seq", get(events::seq))
         .route("/v1/sessions/{sid}/human-input", get(human_input::list))
-        .route("/v1/sessions/{sid}/human-input/live", get(human_input::live_list))
-        .route("/v1/sessions/{sid}/human-input/live/{vid}/log/{nid}", get(human_input::live_log))
-        .route("/v1/sessions/{sid}/human-input/live/{vid}/actions/focus", post(human_input::live_focus))
-        .route("/v1/sessions/{sid}/human-input/live/{vid}/actions/interrupt", post(human_input::live_interrupt))
-        .route("/v1/sessions/{sid}/human-input/{rid}/actions/submit", post(human_input::submit))
-        .route("/v1/sessions/{sid}/human-input/{rid}/actions/cancel", post(human_input::cancel))
+        .route(
+            "/v1/sessions/{sid}/human-input/live",
+            get(human_input::live_list),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/live/{vid}/log/{nid}",
+            get(human_input::live_log),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/live/{vid}/actions/focus",
+            post(human_input::live_focus),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/live/{vid}/actions/interrupt",
+            post(human_input::live_interrupt),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/{rid}/actions/submit",
+            post(human_input::submit),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/{rid}/actions/cancel",
+            post(human_input::cancel),
+        )
         .route("/v1/extensions", get(extras::extensions))
         .route("/v1/router", get(extras::router))
         .route("/v1/settings", get(extras::settings))

@@ -13,7 +13,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 fn invalid_window() -> ApiError {
-    ApiError::bad_request("invalid-window", "limit must be an integer and after must be a <band>:<key>:<id> cursor")
+    ApiError::bad_request(
+        "invalid-window",
+        "limit must be an integer and after must be a <band>:<key>:<id> cursor",
+    )
 }
 
 /// Parses `<band>:<sort_key>:<id>`.
@@ -55,13 +58,29 @@ pub async fn list(State(st): State<AppState>, q: Q, headers: HeaderMap) -> ApiRe
     };
     let dirty = q
         .get("dirty")
-        .map(|d| d.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+        .map(|d| {
+            d.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
         .unwrap_or_default();
-    let query = SessionListQuery { limit: limit.map(|l| l as usize), after, root: q.get("root").cloned(), dirty };
+    let query = SessionListQuery {
+        limit: limit.map(|l| l as usize),
+        after,
+        root: q.get("root").cloned(),
+        dirty,
+    };
     let body = st.engine.list_sessions(query).await?;
     let tag = etag(&body);
-    let matches = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| v.trim() == tag);
-    let hdrs = [(header::ETAG, tag), (header::CACHE_CONTROL, "no-cache".to_string())];
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() == tag);
+    let hdrs = [
+        (header::ETAG, tag),
+        (header::CACHE_CONTROL, "no-cache".to_string()),
+    ];
     if matches {
         return Ok((StatusCode::NOT_MODIFIED, hdrs).into_response());
     }
@@ -74,8 +93,14 @@ pub async fn create(State(st): State<AppState>, body: JsonBody) -> ApiResult<Res
     Ok((StatusCode::CREATED, Json(v)).into_response())
 }
 
-pub async fn get_one(State(st): State<AppState>, Path(sid): Path<String>, q: Q) -> ApiResult<Json<Value>> {
-    let include_queued = q.get("include").is_some_and(|s| s.split(',').any(|p| p.trim() == "queued"));
+pub async fn get_one(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    q: Q,
+) -> ApiResult<Json<Value>> {
+    let include_queued = q
+        .get("include")
+        .is_some_and(|s| s.split(',').any(|p| p.trim() == "queued"));
     Ok(Json(st.engine.get_session(&sid, include_queued).await?))
 }
 
@@ -88,32 +113,51 @@ pub async fn release(Path(_sid): Path<String>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
-pub async fn transcript(State(st): State<AppState>, Path(sid): Path<String>, q: Q) -> ApiResult<Json<Value>> {
+pub async fn transcript(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    q: Q,
+) -> ApiResult<Json<Value>> {
     let bad = || ApiError::bad_request("invalid-window", "limit and offset must be integers");
     let limit = int_param(&q, "limit").map_err(|_| bad())?;
     let offset = int_param(&q, "offset").map_err(|_| bad())?;
     if limit.is_some_and(|l| l < 0) || offset.is_some_and(|o| o < 0) {
         return Err(bad());
     }
-    Ok(Json(st.engine.transcript(&sid, limit.map(|l| l as usize), offset.map(|o| o as usize)).await?))
+    Ok(Json(
+        st.engine
+            .transcript(&sid, limit.map(|l| l as usize), offset.map(|o| o as usize))
+            .await?,
+    ))
 }
 
 pub async fn model(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.model(&sid).await?))
 }
 
-pub async fn slashes(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn slashes(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.slashes(&sid).await?))
 }
 
-pub async fn egress(State(st): State<AppState>, Path(sid): Path<String>, q: Q) -> ApiResult<Json<Value>> {
+pub async fn egress(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    q: Q,
+) -> ApiResult<Json<Value>> {
     let bad = || ApiError::bad_request("invalid-window", "limit and before must be integers");
     let limit = int_param(&q, "limit").map_err(|_| bad())?.unwrap_or(100);
     if limit < 1 {
         return Err(bad());
     }
     let before = int_param(&q, "before").map_err(|_| bad())?;
-    Ok(Json(st.engine.egress(&sid, limit.min(1000) as usize, before).await?))
+    Ok(Json(
+        st.engine
+            .egress(&sid, limit.min(1000) as usize, before)
+            .await?,
+    ))
 }
 
 #[cfg(test)]

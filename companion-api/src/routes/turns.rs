@@ -11,63 +11,116 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-pub async fn submit(State(st): State<AppState>, Path(sid): Path<String>, body: JsonBody) -> ApiResult<Response> {
+pub async fn submit(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    body: JsonBody,
+) -> ApiResult<Response> {
     let req: SubmitTurn = match &body.0 {
-        Value::Object(_) => serde_json::from_value(body.0.clone())
-            .map_err(|e| ApiError::bad_request("invalid-request", format!("malformed turn request: {e}")))?,
+        Value::Object(_) => serde_json::from_value(body.0.clone()).map_err(|e| {
+            ApiError::bad_request("invalid-request", format!("malformed turn request: {e}"))
+        })?,
         _ => SubmitTurn::default(),
     };
     let blank = !matches!(&req.request, Some(Value::String(s)) if !s.trim().is_empty());
     if blank {
-        return Err(ApiError::bad_request("invalid-request", "request must be a non-blank string"));
+        return Err(ApiError::bad_request(
+            "invalid-request",
+            "request must be a non-blank string",
+        ));
     }
     let (replay, rec) = st.engine.submit_turn(&sid, req).await?;
-    let code = if replay { StatusCode::OK } else { StatusCode::ACCEPTED };
+    let code = if replay {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
     Ok((code, Json(rec)).into_response())
 }
 
-pub async fn list(State(st): State<AppState>, Path(sid): Path<String>, q: Q) -> ApiResult<Json<Value>> {
+pub async fn list(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    q: Q,
+) -> ApiResult<Json<Value>> {
     let queued = q.get("status").is_some_and(|s| s == "queued");
     Ok(Json(st.engine.list_turns(&sid, queued).await?))
 }
 
-pub async fn get_one(State(st): State<AppState>, Path((sid, tid)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+pub async fn get_one(
+    State(st): State<AppState>,
+    Path((sid, tid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.get_turn(&sid, &tid).await?))
 }
 
-pub async fn attachments(State(st): State<AppState>, Path((sid, tid)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+pub async fn attachments(
+    State(st): State<AppState>,
+    Path((sid, tid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.turn_attachments(&sid, &tid).await?))
 }
 
-pub async fn edit(State(st): State<AppState>, Path((sid, tid)): Path<(String, String)>, body: JsonBody) -> ApiResult<Json<Value>> {
+pub async fn edit(
+    State(st): State<AppState>,
+    Path((sid, tid)): Path<(String, String)>,
+    body: JsonBody,
+) -> ApiResult<Json<Value>> {
     let request = body.0.get("request").cloned();
     Ok(Json(st.engine.edit_turn(&sid, &tid, request).await?))
 }
 
-pub async fn delete(State(st): State<AppState>, Path((sid, tid)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+pub async fn delete(
+    State(st): State<AppState>,
+    Path((sid, tid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     st.engine.delete_turn(&sid, &tid).await?;
     Ok(Json(json!({"status": "deleted"})))
 }
 
-pub async fn cancel(State(st): State<AppState>, Path((sid, tid)): Path<(String, String)>) -> ApiResult<Response> {
+pub async fn cancel(
+    State(st): State<AppState>,
+    Path((sid, tid)): Path<(String, String)>,
+) -> ApiResult<Response> {
     st.engine.cancel_turn(&sid, &tid).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"status": "cancelling"}))).into_response())
 }
 
-pub async fn cancel_current(State(st): State<AppState>, Path(sid): Path<String>, body: JsonBody) -> ApiResult<Response> {
-    let key = body.0.get("idempotency_key").and_then(|v| v.as_str()).map(str::to_string);
+pub async fn cancel_current(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    body: JsonBody,
+) -> ApiResult<Response> {
+    let key = body
+        .0
+        .get("idempotency_key")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
     let tid = st.engine.cancel_current(&sid, key).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"status": "cancelling", "turn_id": tid}))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"status": "cancelling", "turn_id": tid})),
+    )
+        .into_response())
 }
 
-pub async fn resume_queue(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn resume_queue(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(json!({"turn": st.engine.resume_queue(&sid).await?})))
 }
 
-pub async fn drain_queue(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn drain_queue(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(json!({"turn": st.engine.drain_queue(&sid).await?})))
 }
 
-pub async fn trace(State(st): State<AppState>, Path((sid, tid)): Path<(String, String)>) -> ApiResult<Json<Value>> {
+pub async fn trace(
+    State(st): State<AppState>,
+    Path((sid, tid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.trace(&sid, &tid).await?))
 }

@@ -1,0 +1,222 @@
+//! The event bus: per-session monotonic `seq`, the envelope, fan-out to SSE sinks, and the
+//! durable journal (decision G2).
+//!
+//! `publish` assigns the seq, formats the frame once, offers it to every sink without
+//! blocking (a full sink is dropped and its connection killed), and queues the journal write
+//! — all under the session's lock, so journal order is seq order. `subscribe` registers a sink
+//! under the same lock and then reads the replay through the store thread, whose FIFO order
+//! guarantees the replay includes every event published before the registration.
+
+use crate::store::{rows, Store};
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio_util::sync::CancellationToken;
+use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
+use vis_companion_api::{Frame, Ready, Subscription};
+
+/// Events that consume a seq but are never stored or replayed.
+pub const LIVE_ONLY: &[&str] = &[
+    "activity",
+    "turn.queued",
+    "turn.queued.updated",
+    "turn.queued.deleted",
+    "turn.queued.drained",
+    "session.model_updated",
+    "egress.decision",
+    "notification",
+];
+
+pub fn is_live_only(kind: &str) -> bool {
+    LIVE_ONLY.contains(&kind)
+}
+
+struct Sink {
+    tx: mpsc::Sender<Frame>,
+    kick: CancellationToken,
+}
+
+struct Channel {
+    seq: i64,
+    sinks: Vec<Sink>,
+}
+
+pub struct Bus {
+    store: Store,
+    retain: i64,
+    channels: Mutex<HashMap<String, Arc<Mutex<Channel>>>>,
+}
+
+impl Bus {
+    pub fn new(store: Store, retain: i64) -> Self {
+        Self {
+            store,
+            retain,
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Registers a session's channel with its stored high-water (idempotent).
+    pub fn open(&self, sid: &str, last_seq: i64) {
+        self.channels
+            .lock()
+            .entry(sid.to_string())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(Channel {
+                    seq: last_seq,
+                    sinks: Vec::new(),
+                }))
+            });
+    }
+
+    fn channel(&self, sid: &str) -> Option<Arc<Mutex<Channel>>> {
+        self.channels.lock().get(sid).cloned()
+    }
+
+    pub fn is_open(&self, sid: &str) -> bool {
+        self.channels.lock().contains_key(sid)
+    }
+
+    /// Sessions with an open channel.
+    pub fn open_sessions(&self) -> Vec<String> {
+        self.channels.lock().keys().cloned().collect()
+    }
+
+    /// Drops a session's channel and closes its streams.
+    pub fn close(&self, sid: &str) {
+        self.channels.lock().remove(sid);
+    }
+
+    pub fn high_water(&self, sid: &str) -> Option<i64> {
+        self.channel(sid).map(|c| c.lock().seq)
+    }
+
+    pub fn sink_count(&self) -> usize {
+        let chans: Vec<_> = self.channels.lock().values().cloned().collect();
+        chans.iter().map(|c| c.lock().sinks.len()).sum()
+    }
+
+    /// Publishes one event; returns its seq (0 if the session has no channel).
+    pub fn publish(&self, sid: &str, kind: &str, payload: Map<String, Value>) -> i64 {
+        let Some(chan) = self.channel(sid) else {
+            tracing::warn!(
+                session = sid,
+                kind,
+                "event for a session without a channel dropped"
+            );
+            return 0;
+        };
+        let mut ch = chan.lock();
+        ch.seq += 1;
+        let seq = ch.seq;
+        let mut ev = payload;
+        ev.insert("schema".into(), Value::from(1));
+        ev.insert("seq".into(), Value::from(seq));
+        ev.insert("ts".into(), Value::from(now_ms()));
+        ev.insert("session_id".into(), Value::from(sid));
+        ev.insert("type".into(), Value::from(kind));
+        let data = Value::Object(ev).to_string();
+        let frame = Frame {
+            seq,
+            bytes: format_frame(Some(seq), kind, &data),
+        };
+        ch.sinks.retain(|s| match s.tx.try_send(frame.clone()) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                s.kick.cancel();
+                false
+            }
+            Err(TrySendError::Closed(_)) => false,
+        });
+        let stored = !is_live_only(kind);
+        let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
+        self.store.submit("event", move |c| {
+            rows::insert_event(
+                c,
+                &sid_owned,
+                seq,
+                &kind_owned,
+                stored.then_some(data.as_str()),
+                retain,
+            )
+        });
+        seq
+    }
+
+    /// Subscribes with replay. `running_start` is the running turn's `turn.started` seq.
+    pub async fn subscribe(
+        &self,
+        sid: &str,
+        cursor: i64,
+        running: Option<(String, i64)>,
+        kick: CancellationToken,
+    ) -> Option<Subscription> {
+        let chan = self.channel(sid)?;
+        let (tx, rx) = mpsc::channel(SSE_QUEUE_CAP);
+        let (high, effective) = {
+            let mut ch = chan.lock();
+            let high = ch.seq;
+            let effective = if cursor < 0 || cursor > high {
+                running.as_ref().map(|(_, s)| s - 1).unwrap_or(high)
+            } else {
+                cursor
+            };
+            ch.sinks.push(Sink { tx, kick });
+            (high, effective)
+        };
+        let sid_owned = sid.to_string();
+        let (trimmed, rows) = self
+            .store
+            .call(move |c| rows::events_between(c, &sid_owned, effective, high))
+            .await
+            .unwrap_or_default();
+        let replay = rows
+            .into_iter()
+            .map(|(seq, kind, data)| Frame {
+                seq,
+                bytes: format_frame(Some(seq), &kind, &data),
+            })
+            .collect();
+        let is_live = running.is_some();
+        Some(Subscription {
+            session_id: sid.to_string(),
+            ready: Ready {
+                cursor: effective,
+                current_turn_id: running.map(|(t, _)| t),
+                is_live,
+            },
+            gap: (effective < trimmed).then_some((effective + 1, trimmed)),
+            replay,
+            live: rx,
+        })
+    }
+
+    /// Stored events after `cursor` as JSON, preceded by a `stream.gap` object if needed.
+    pub async fn since(&self, sid: &str, cursor: i64) -> Vec<Value> {
+        let sid_owned = sid.to_string();
+        let (trimmed, rows) = self
+            .store
+            .call(move |c| rows::events_between(c, &sid_owned, cursor, i64::MAX))
+            .await
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(rows.len() + 1);
+        if cursor < trimmed {
+            out.push(serde_json::json!({"type": "stream.gap", "session_id": sid, "from": cursor + 1, "to": trimmed}));
+        }
+        out.extend(
+            rows.into_iter()
+                .filter_map(|(_, _, d)| serde_json::from_str(&d).ok()),
+        );
+        out
+    }
+}
+
+/// Convenience for building payload maps.
+pub fn payload(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}

@@ -1,0 +1,4 @@
+//! Sub-commands.
+
+pub mod client;
+pub mod start;

@@ -1,0 +1,220 @@
+//! `vis-gateway start`: the foreground daemon.
+
+use crate::engine::{Api, Gateway};
+use crate::home::{load_or_create_token, Home, Registry};
+use crate::pairing;
+use crate::store::Store;
+use anyhow::{Context, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use vis_companion_api::ApiConfig;
+
+#[derive(Args, Debug, Clone)]
+pub struct StartArgs {
+    /// Address to bind. Any bind other than exactly 127.0.0.1 requires the token.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Port to bind (0 = any free port; the registry file records the real one).
+    #[arg(long, default_value_t = 7890)]
+    pub port: u16,
+    /// Require the token even on 127.0.0.1.
+    #[arg(long)]
+    pub require_token: bool,
+    /// Token file (default: <home>/gateway.token).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Print the pairing link and QR code (binds 0.0.0.0 unless --host is given).
+    #[arg(long)]
+    pub pair: bool,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    pub log_json: bool,
+    /// Default workspace root for new sessions (default: the current directory).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|v| *v > 0)
+        .map(|v| v as usize)
+        .unwrap_or(default)
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VIS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+pub fn run(home: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> {
+    init_logging(args.log_json);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(serve(home, args))
+}
+
+async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> {
+    let home = Home::resolve(home_flag)?;
+    let _lock = home.lock()?;
+    let host = args.host.clone().unwrap_or_else(|| {
+        if args.pair {
+            "0.0.0.0".into()
+        } else {
+            "127.0.0.1".into()
+        }
+    });
+    let require_token = args.require_token || host != "127.0.0.1";
+    let token_path = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| home.default_token_path());
+    let token = load_or_create_token(&token_path)?;
+    let root = match &args.root {
+        Some(r) => r.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let (h, r) = (home.dir.clone(), root.clone());
+    let config = tokio::task::spawn_blocking(move || crate::config::load(&h, &r)).await??;
+    let store = Store::open(&home.db_path())
+        .with_context(|| format!("cannot open the database {}", home.db_path().display()))?;
+    let gw = Gateway::new(
+        store,
+        home.clone(),
+        root,
+        config,
+        env_usize("VIS_GATEWAY_MAX_CONCURRENT_TURNS", 50),
+        env_usize("VIS_GATEWAY_EVENT_RING_MAX", 2000) as i64,
+    )
+    .await?;
+    let recovered = gw.recover().await?;
+    if recovered > 0 {
+        tracing::warn!(
+            turns = recovered,
+            "turns interrupted by the previous stop were marked failed"
+        );
+    }
+
+    let bind_host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let listener = TcpListener::bind((bind_host.as_str(), args.port))
+        .await
+        .with_context(|| format!("cannot bind {host}:{}", args.port))?;
+    let addr: SocketAddr = listener.local_addr()?;
+    let port = addr.port();
+    // A specific non-loopback IP also gets a loopback listener so local clients find it.
+    let extra =
+        if !pairing::is_loopback_host(&bind_host) && bind_host != "0.0.0.0" && bind_host != "::" {
+            TcpListener::bind(("127.0.0.1", port)).await.ok()
+        } else {
+            None
+        };
+    let urls = pairing::urls(&bind_host, port);
+    let url = urls
+        .first()
+        .cloned()
+        .unwrap_or_else(|| format!("http://127.0.0.1:{port}"));
+    let local_url = if bind_host == "0.0.0.0" || bind_host == "::" || extra.is_some() {
+        format!("http://127.0.0.1:{port}")
+    } else {
+        url.clone()
+    };
+    let gateway_id = {
+        use sha2::{Digest, Sha256};
+        hex::encode(Sha256::digest(
+            home.db_path().display().to_string().as_bytes(),
+        ))[..16]
+            .to_string()
+    };
+    let cfg = ApiConfig {
+        require_token,
+        token: token.clone(),
+        host: bind_host.clone(),
+        port,
+        addresses: urls.clone(),
+        max_body_bytes: env_usize("VIS_GATEWAY_MAX_BODY_BYTES", 64 * 1024 * 1024),
+        gateway_id,
+        managed: false,
+    };
+    let app = vis_companion_api::app(Arc::new(Api(gw.clone())), cfg);
+    let shutdown = CancellationToken::new();
+    let mut servers = vec![tokio::spawn(vis_companion_api::serve(
+        listener,
+        app.clone(),
+        shutdown.clone(),
+    ))];
+    if let Some(l) = extra {
+        servers.push(tokio::spawn(vis_companion_api::serve(
+            l,
+            app,
+            shutdown.clone(),
+        )));
+    }
+    home.write_registry(&Registry {
+        pid: std::process::id(),
+        url: local_url.clone(),
+        host: bind_host.clone(),
+        port,
+        token: token.clone(),
+        require_token,
+        proxy_port: None,
+        started_at: crate::engine::now_ms(),
+    })?;
+    tracing::info!(url = %url, require_token, home = %home.dir.display(), "vis-gateway listening");
+    println!("vis-gateway listening on {url}");
+    if args.pair {
+        if pairing::is_loopback_host(&bind_host) {
+            eprintln!("{}", pairing::LOOPBACK_REFUSAL);
+        } else if let Some(link) = pairing::link(&urls, require_token.then_some(token.as_str())) {
+            println!("Pair the Vis Companion app with this link:\n{link}");
+            if let Some(qr) = pairing::qr(&link) {
+                println!("{qr}");
+            }
+        }
+    }
+
+    wait_for_stop(&gw.stop).await;
+    tracing::info!("stopping: cancelling running turns");
+    gw.shutdown(Duration::from_secs(8)).await;
+    shutdown.cancel();
+    for s in servers {
+        let _ = s.await;
+    }
+    home.remove_registry();
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_stop(stop: &CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        stop.cancelled().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = stop.cancelled() => {}
+    }
+}

@@ -1,0 +1,169 @@
+//! Configuration: YAML with snake_case keys, deep-merged in this order (later wins):
+//! `<home>/config.yml` (or `<home>/vis.yml`), `<home>/state.yml`, `<project>/vis.yml`,
+//! `<project>/.vis/config.yml`. Each file is checked on its own first, so an unknown key or a
+//! wrong type is reported with the key's path AND the file it is in.
+
+use anyhow::{anyhow, Result};
+use serde::Deserialize;
+use serde_yaml::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One provider entry under `providers:`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEntry {
+    /// `openai`, `anthropic` or `openai-compatible`.
+    pub api_style: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    /// Name of an environment variable holding the key.
+    pub api_key_env: Option<String>,
+    pub model: Option<String>,
+    #[serde(default)]
+    pub models: Vec<String>,
+    pub max_retries: Option<u32>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JailSection {
+    pub enabled: Option<bool>,
+    /// The egress policy (`egress-proxy.md` §4); validated by the proxy's policy compiler.
+    pub network: Option<serde_json::Value>,
+}
+
+/// The merged configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderEntry>,
+    pub default_provider: Option<String>,
+    pub default_model: Option<String>,
+    #[serde(default)]
+    pub jail: JailSection,
+    /// Extra environment for extensions and sandbox children of this project.
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
+}
+
+/// The files read for a project, in merge order.
+pub fn layer_paths(home: &Path, project: &Path) -> Vec<PathBuf> {
+    let home_cfg = if home.join("config.yml").exists() {
+        home.join("config.yml")
+    } else {
+        home.join("vis.yml")
+    };
+    vec![
+        home_cfg,
+        home.join("state.yml"),
+        project.join("vis.yml"),
+        project.join(".vis").join("config.yml"),
+    ]
+}
+
+/// Deep merge: maps merge key by key, anything else is replaced by the later value.
+pub fn merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Mapping(b), Value::Mapping(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn check(value: Value, origin: &str) -> Result<Config> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." {
+            String::new()
+        } else {
+            format!(" at `{path}`")
+        };
+        anyhow!("config error in {origin}{key}: {}", e.inner())
+    })
+}
+
+/// Loads and merges the layers for `project`.
+pub fn load(home: &Path, project: &Path) -> Result<Config> {
+    let mut merged = Value::Mapping(Default::default());
+    for path in layer_paths(home, project) {
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(anyhow!("cannot read {}: {e}", path.display())),
+        };
+        let origin = path.display().to_string();
+        let value: Value =
+            serde_yaml::from_str(&text).map_err(|e| anyhow!("config error in {origin}: {e}"))?;
+        let value = if value.is_null() {
+            Value::Mapping(Default::default())
+        } else {
+            value
+        };
+        check(value.clone(), &origin)?;
+        merge(&mut merged, value);
+    }
+    check(merged, "the merged configuration")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vis-cfg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(d.join("home")).unwrap();
+        std::fs::create_dir_all(d.join("proj/.vis")).unwrap();
+        d
+    }
+
+    #[test]
+    fn later_layers_win_and_maps_merge() {
+        let d = tmp();
+        std::fs::write(
+            d.join("home/config.yml"),
+            "providers:\n  a:\n    api_style: openai\n    model: m1\ndefault_provider: a\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("proj/vis.yml"), "providers:\n  a:\n    model: m2\n").unwrap();
+        std::fs::write(d.join("proj/.vis/config.yml"), "default_model: x\n").unwrap();
+        let c = load(&d.join("home"), &d.join("proj")).unwrap();
+        assert_eq!(c.providers["a"].model.as_deref(), Some("m2"));
+        assert_eq!(c.providers["a"].api_style.as_deref(), Some("openai"));
+        assert_eq!(c.default_model.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error_naming_the_key_and_the_file() {
+        let d = tmp();
+        std::fs::write(d.join("proj/vis.yml"), "providers:\n  a:\n    modle: m\n").unwrap();
+        let e = load(&d.join("home"), &d.join("proj"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("proj/vis.yml"), "{e}");
+        assert!(e.contains("providers.a"), "{e}");
+        assert!(e.contains("modle"), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_type_is_an_error_naming_the_key() {
+        let d = tmp();
+        std::fs::write(d.join("home/vis.yml"), "jail:\n  enabled: maybe\n").unwrap();
+        let e = load(&d.join("home"), &d.join("proj"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("jail.enabled"), "{e}");
+        assert!(e.contains("home/vis.yml"), "{e}");
+    }
+}

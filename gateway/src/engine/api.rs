@@ -1,0 +1,365 @@
+//! The Companion API's `Engine` trait, implemented over the gateway.
+
+use super::views::live_of;
+use super::{now_ms, Gateway};
+use crate::store::rows::{self, SessionRow};
+use async_trait::async_trait;
+use axum::http::StatusCode;
+use serde_json::{json, Map, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use vis_companion_api::{
+    ApiError, ApiResult, CreateSession, Cursor, Engine, SessionListQuery, Stats, SubmitTurn,
+    Subscription,
+};
+
+/// The gateway as the HTTP layer sees it.
+#[derive(Clone)]
+pub struct Api(pub Arc<Gateway>);
+
+fn human_input_not_found(rid: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "human-input-not-found",
+        format!("no pending request {rid}"),
+    )
+    .with("request_id", rid)
+}
+
+fn live_view_not_found(vid: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "live-view-not-found",
+        format!("no live view {vid}"),
+    )
+    .with("view_id", vid)
+}
+
+fn store_err(e: crate::store::StoreError) -> ApiError {
+    ApiError::engine(e.to_string())
+}
+
+#[async_trait]
+impl Engine for Api {
+    fn stats(&self) -> Stats {
+        let g = &self.0;
+        let loaded = g.loaded();
+        let (mut running, mut queued) = (0, 0);
+        for (_, s) in &loaded {
+            let l = live_of(&s.lock());
+            running += l.running.is_some() as u64;
+            queued += l.queued as u64;
+        }
+        Stats {
+            sessions_tracked: loaded.len() as u64,
+            turns_running: running,
+            turns_executing: g.counters.executing.load(Ordering::Relaxed).max(0) as u64,
+            turns_queued: queued,
+            turns_total: g.counters.turns_total.load(Ordering::Relaxed),
+            turns_failed_total: g.counters.turns_failed.load(Ordering::Relaxed),
+            turn_duration_ms_total: g.counters.duration_ms.load(Ordering::Relaxed),
+            tokens_input: g.counters.tokens_in.load(Ordering::Relaxed),
+            tokens_output: g.counters.tokens_out.load(Ordering::Relaxed),
+            concurrency_limit: g.concurrency as u64,
+            replay_events_retained: 0,
+            db: Some(g.store.path().display().to_string()),
+        }
+    }
+
+    async fn create_session(&self, req: CreateSession) -> ApiResult<Value> {
+        let g = &self.0;
+        let root = match req.root.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
+            None => g.default_root.clone(),
+            Some(r) => {
+                let p = std::path::PathBuf::from(r);
+                if !p.is_dir() {
+                    return Err(ApiError::bad_request(
+                        "invalid-request",
+                        format!("root {r} is not a directory"),
+                    ));
+                }
+                p
+            }
+        };
+        let (home, project) = (g.home.dir.clone(), root.clone());
+        tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?
+            .map_err(|e| ApiError::bad_request("invalid-config", e.to_string()))?;
+        let now = now_ms();
+        let row = SessionRow {
+            id: uuid::Uuid::new_v4().to_string(),
+            channel: req
+                .channel
+                .filter(|c| !c.trim().is_empty())
+                .unwrap_or_else(|| "api".into()),
+            title: req.title.filter(|t| !t.trim().is_empty()),
+            external_id: req.external_id,
+            workspace_id: req.workspace_id,
+            root: root.to_string_lossy().to_string(),
+            created_at: now,
+            last_active_at: now,
+            last_status: "idle".into(),
+            ..Default::default()
+        };
+        let r = row.clone();
+        g.store
+            .call(move |c| rows::put_session(c, &r))
+            .await
+            .map_err(store_err)?;
+        g.session(&row.id).await?;
+        Ok(
+            json!({"id": row.id, "channel": row.channel, "title": row.title, "external_id": row.external_id, "workspace_id": row.workspace_id}),
+        )
+    }
+
+    async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<Value> {
+        self.0.list_sessions(q).await
+    }
+
+    async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<Value> {
+        let shared = self.0.session(sid).await?;
+        let st = shared.lock();
+        let mut soul = self.0.soul(&st.row, &live_of(&st));
+        if include_queued {
+            soul["queued_turns"] = Value::Array(st.queue.iter().map(|q| q.record()).collect());
+        }
+        Ok(soul)
+    }
+
+    async fn delete_session(&self, sid: &str) {
+        let g = &self.0;
+        // Cancel a running turn first and give it a moment to land its terminal (§10 Q6).
+        if let Ok(shared) = g.session(sid).await {
+            if let Some(r) = &shared.lock().running {
+                r.cancel.cancel();
+            }
+            for _ in 0..100 {
+                if shared.lock().running.is_none() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        g.forget(sid);
+        let id = sid.to_string();
+        let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
+    }
+
+    async fn transcript(
+        &self,
+        sid: &str,
+        limit: Option<usize>,
+        offset: Option<usize>,
+    ) -> ApiResult<Value> {
+        if uuid::Uuid::parse_str(sid).is_err() {
+            return Err(ApiError::session_not_found(sid));
+        }
+        self.0.transcript(sid, limit, offset).await
+    }
+
+    async fn model(&self, sid: &str) -> ApiResult<Value> {
+        let shared = self.0.session(sid).await?;
+        let pref = shared.lock().row.model_pref.clone();
+        Ok(json!({"model": pref}))
+    }
+
+    async fn submit_turn(&self, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)> {
+        self.0.submit(sid, req).await
+    }
+
+    async fn list_turns(&self, sid: &str, queued_only: bool) -> ApiResult<Value> {
+        if queued_only {
+            let shared = self.0.session(sid).await?;
+            let st = shared.lock();
+            return Ok(json!({"turns": st.queue.iter().map(|q| q.record()).collect::<Vec<_>>()}));
+        }
+        let turns = self.0.all_turns(sid).await?;
+        Ok(json!({"turns": turns.iter().map(|t| t.record()).collect::<Vec<_>>()}))
+    }
+
+    async fn get_turn(&self, sid: &str, tid: &str) -> ApiResult<Value> {
+        self.0.turn_record(sid, tid).await
+    }
+
+    async fn turn_attachments(&self, sid: &str, tid: &str) -> ApiResult<Value> {
+        let t = self.0.turn(sid, tid).await?;
+        Ok(json!({"attachments": t.attachments}))
+    }
+
+    async fn edit_turn(&self, sid: &str, tid: &str, request: Option<Value>) -> ApiResult<Value> {
+        self.0.edit(sid, tid, request).await
+    }
+
+    async fn delete_turn(&self, sid: &str, tid: &str) -> ApiResult<()> {
+        self.0.delete_queued(sid, tid).await
+    }
+
+    async fn cancel_turn(&self, sid: &str, tid: &str) -> ApiResult<()> {
+        self.0.cancel(sid, tid).await
+    }
+
+    async fn cancel_current(&self, sid: &str, key: Option<String>) -> ApiResult<String> {
+        self.0.cancel_current(sid, key).await
+    }
+
+    async fn resume_queue(&self, sid: &str) -> ApiResult<Option<Value>> {
+        self.0.resume_queue(sid).await
+    }
+
+    async fn drain_queue(&self, sid: &str) -> ApiResult<Option<Value>> {
+        self.0.drain_queue(sid).await
+    }
+
+    async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Value> {
+        if uuid::Uuid::parse_str(sid).is_err() {
+            return Err(ApiError::session_not_found(sid));
+        }
+        let turns = self.0.all_turns(sid).await.unwrap_or_default();
+        let its = turns
+            .into_iter()
+            .find(|t| t.engine_turn_id == engine_tid)
+            .map(|t| t.iterations)
+            .unwrap_or_default();
+        Ok(json!({"iterations": its}))
+    }
+
+    async fn subscribe(
+        &self,
+        sid: &str,
+        cursor: Cursor,
+        kick: CancellationToken,
+    ) -> ApiResult<Subscription> {
+        let shared = self.0.session(sid).await?;
+        let running = shared
+            .lock()
+            .running
+            .as_ref()
+            .map(|r| (r.turn.tid.clone(), r.started_seq));
+        self.0
+            .bus
+            .subscribe(sid, cursor.0, running, kick)
+            .await
+            .ok_or_else(|| ApiError::session_not_found(sid))
+    }
+
+    async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<Value>> {
+        if self.0.session(sid).await.is_err() {
+            return if uuid::Uuid::parse_str(sid).is_ok() {
+                Ok(vec![])
+            } else {
+                Err(ApiError::session_not_found(sid))
+            };
+        }
+        Ok(self.0.bus.since(sid, cursor).await)
+    }
+
+    async fn seq(&self, sid: &str) -> ApiResult<i64> {
+        self.0.session(sid).await?;
+        self.0
+            .bus
+            .high_water(sid)
+            .ok_or_else(|| ApiError::session_not_found(sid))
+    }
+
+    async fn human_input(&self, sid: &str) -> ApiResult<Value> {
+        self.0.session(sid).await?;
+        Ok(json!({"requests": []}))
+    }
+
+    async fn human_input_submit(
+        &self,
+        sid: &str,
+        rid: &str,
+        _values: Map<String, Value>,
+    ) -> ApiResult<Value> {
+        self.0.session(sid).await?;
+        Err(human_input_not_found(rid))
+    }
+
+    async fn human_input_cancel(&self, sid: &str, rid: &str) -> ApiResult<Value> {
+        self.0.session(sid).await?;
+        Err(human_input_not_found(rid))
+    }
+
+    async fn live_views(&self, sid: &str) -> ApiResult<Value> {
+        self.0.session(sid).await?;
+        Ok(json!({"views": []}))
+    }
+
+    async fn live_log(
+        &self,
+        _sid: &str,
+        vid: &str,
+        _nid: &str,
+        _from: usize,
+        _limit: usize,
+    ) -> ApiResult<Value> {
+        Err(live_view_not_found(vid))
+    }
+
+    async fn live_focus(&self, _sid: &str, vid: &str, _body: Value) -> ApiResult<Value> {
+        Err(live_view_not_found(vid))
+    }
+
+    async fn live_interrupt(
+        &self,
+        _sid: &str,
+        vid: &str,
+        _note: Option<String>,
+    ) -> ApiResult<Value> {
+        Err(live_view_not_found(vid))
+    }
+
+    async fn slashes(&self, sid: &str) -> ApiResult<Value> {
+        self.0.session(sid).await?;
+        Ok(self.0.slash_palette())
+    }
+
+    async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<Value> {
+        self.0.session(sid).await?;
+        let id = sid.to_string();
+        let mut rows = self
+            .0
+            .store
+            .call(move |c| rows::egress_page(c, &id, before, limit))
+            .await
+            .map_err(store_err)?;
+        let has_more = rows.len() > limit;
+        rows.truncate(limit);
+        let next_before = if has_more {
+            rows.last().map(|(s, _)| *s)
+        } else {
+            None
+        };
+        let decisions: Vec<Value> = rows
+            .into_iter()
+            .filter_map(|(_, d)| serde_json::from_str(&d).ok())
+            .collect();
+        Ok(json!({"decisions": decisions, "has_more": has_more, "next_before": next_before}))
+    }
+
+    async fn extensions(&self, _root: Option<String>) -> ApiResult<Value> {
+        Ok(json!({"extensions": [], "failures": []}))
+    }
+
+    async fn router(&self) -> ApiResult<Value> {
+        let r = self.0.providers.read();
+        let providers: Vec<Value> = r
+            .clients
+            .iter()
+            .map(|(id, c)| {
+                let cfg = c.config();
+                json!({"id": id, "label": id, "base_url": cfg.base_url, "models": r.models.get(id).cloned().unwrap_or_default(),
+                    "is_default": r.default.as_deref() == Some(id), "default_model": cfg.default_model, "is_fallback": false,
+                    "fallback_model": null, "status": if cfg.api_key.is_some() { "configured" } else { "no-credentials" }, "limits": null})
+            })
+            .collect();
+        Ok(json!({"providers": providers}))
+    }
+
+    fn request_stop(&self) {
+        self.0.stop.cancel();
+    }
+}

@@ -1,0 +1,784 @@
+//! Turn lifecycle: submit → (queue | start) → run → exactly one terminal → queue policy.
+
+use super::runner::{self, Outcome, Progress, RunCtx};
+use super::turn::{error_block, preview, Status, Turn};
+use super::{now_ms, Gateway, Running, SessionState, Shared};
+use crate::bus::payload;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use vis_companion_api::{ApiError, ApiResult, SubmitTurn};
+use vis_providers::ChatMessage;
+
+/// How long a cancelled worker gets to land its terminal before the gateway lands it.
+const CANCEL_BACKSTOP: Duration = Duration::from_secs(30);
+
+/// A turn to launch once the session lock is released.
+pub struct Launch {
+    sid: String,
+    tid: String,
+    cancel: CancellationToken,
+    progress: Arc<Mutex<Progress>>,
+}
+
+pub enum Terminal {
+    Completed { content: Vec<Value> },
+    Failed { code: String, message: String },
+    Cancelled,
+}
+
+impl Gateway {
+    pub async fn submit(self: &Arc<Self>, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)> {
+        let request = match &req.request {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid-request",
+                    "request must be a non-blank string",
+                ))
+            }
+        };
+        let attachments = check_attachments(&req)?;
+        let shared = self.session(sid).await?;
+        let replay = req
+            .idempotency_key
+            .as_ref()
+            .and_then(|k| shared.lock().keys.get(k).cloned());
+        if let Some(tid) = replay {
+            return Ok((true, self.turn_record(sid, &tid).await?));
+        }
+        let launch;
+        let record;
+        {
+            let mut st = shared.lock();
+            if let Some(tid) = req
+                .idempotency_key
+                .as_ref()
+                .and_then(|k| st.keys.get(k).cloned())
+            {
+                let rec = st
+                    .running
+                    .as_ref()
+                    .filter(|r| r.turn.tid == tid)
+                    .map(|r| r.turn.record())
+                    .or_else(|| st.queue.iter().find(|q| q.tid == tid).map(|q| q.record()));
+                if let Some(rec) = rec {
+                    return Ok((true, rec));
+                }
+            }
+            let now = now_ms();
+            let tid = uuid::Uuid::new_v4().to_string();
+            let mut t = Turn {
+                tid: tid.clone(),
+                sid: sid.to_string(),
+                ord: self.next_ord(),
+                engine_turn_id: uuid::Uuid::new_v4().to_string(),
+                status: Status::Queued,
+                request,
+                display_request: req.display_request.clone().filter(|d| !d.trim().is_empty()),
+                idempotency_key: req.idempotency_key.clone(),
+                model: req.model.clone().filter(|m| !m.trim().is_empty()),
+                reasoning_default: req.reasoning_default.clone(),
+                created_at: now,
+                queued_at: None,
+                started_at: None,
+                completed_at: None,
+                cancelling_at: None,
+                attachments,
+                content: vec![],
+                error: None,
+                iterations: vec![],
+                provider: None,
+                tokens: Default::default(),
+                duration_ms: None,
+                utilization: None,
+                is_slash: false,
+            };
+            if let Some(k) = &t.idempotency_key {
+                st.keys.insert(k.clone(), tid.clone());
+            }
+            if st.running.is_some() {
+                t.queued_at = Some(now);
+                self.save_turn(&t);
+                let mut ev = json!({"turn_id": t.tid, "request": t.request, "request_preview": preview(&t.request)});
+                if let Some(k) = &t.idempotency_key {
+                    ev["idempotency_key"] = json!(k);
+                }
+                if let Some(d) = &t.display_request {
+                    ev["display_request"] = json!(d);
+                }
+                record = t.record();
+                st.queue.push_back(t);
+                self.bus.publish(sid, "turn.queued", payload(ev));
+                launch = None;
+            } else {
+                let l = self.start_locked(&mut st, t, false);
+                record = st
+                    .running
+                    .as_ref()
+                    .map(|r| r.turn.record())
+                    .unwrap_or(Value::Null);
+                launch = Some(l);
+            }
+        }
+        if let Some(l) = launch {
+            self.spawn(l);
+        }
+        Ok((false, record))
+    }
+
+    /// Marks `t` running, publishes `turn.started`, and returns what to spawn.
+    fn start_locked(
+        self: &Arc<Self>,
+        st: &mut SessionState,
+        mut t: Turn,
+        is_queued: bool,
+    ) -> Launch {
+        let now = now_ms();
+        t.status = Status::Streaming;
+        t.started_at = Some(now);
+        t.is_slash = self.is_slash(&t.request);
+        let row = &mut st.row;
+        row.turn_count += 1;
+        row.modified_at = Some(now);
+        row.last_active_at = now;
+        row.last_status = "running".into();
+        if row.first_request.is_none() {
+            row.first_request = Some(preview(&t.request));
+        }
+        let title = if row.title.as_deref().is_none_or(|s| s.trim().is_empty()) {
+            let mut title: String = preview(t.display_request.as_deref().unwrap_or(&t.request))
+                .chars()
+                .take(60)
+                .collect();
+            title = title.trim_end_matches('…').trim().to_string();
+            (!title.is_empty()).then(|| {
+                row.title = Some(title.clone());
+                title
+            })
+        } else {
+            None
+        };
+        self.save_row(row);
+        self.save_turn(&t);
+        let mut ev = json!({"turn_id": t.tid, "request": t.display_request.clone().unwrap_or_else(|| t.request.clone()),
+            "display_request": t.display_request, "started_at": now});
+        if is_queued {
+            ev["is_queued"] = json!(true);
+        }
+        if let Some(k) = &t.idempotency_key {
+            ev["idempotency_key"] = json!(k);
+        }
+        if !t.attachments.is_empty() {
+            ev["attachments"] = json!(t.attachments);
+        }
+        let seq = self.bus.publish(&t.sid, "turn.started", payload(ev));
+        if let Some(title) = title {
+            self.publish_title(&t.sid, &title);
+        }
+        self.counters.turns_total.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let launch = Launch {
+            sid: t.sid.clone(),
+            tid: t.tid.clone(),
+            cancel: cancel.clone(),
+            progress: progress.clone(),
+        };
+        st.running = Some(Running {
+            turn: t,
+            cancel,
+            started_seq: seq,
+            progress,
+        });
+        launch
+    }
+
+    /// `session.title_updated` on the session, and a copy on every other open session.
+    pub fn publish_title(&self, sid: &str, title: &str) {
+        self.bus.publish(
+            sid,
+            "session.title_updated",
+            payload(json!({"title": title})),
+        );
+        for other in self.bus.open_sessions() {
+            if other != sid {
+                self.bus.publish(
+                    &other,
+                    "session.title_updated",
+                    payload(json!({"titled_session_id": sid, "title": title})),
+                );
+            }
+        }
+    }
+
+    fn spawn(self: &Arc<Self>, l: Launch) {
+        let gw = self.clone();
+        tokio::spawn(async move { gw.work(l).await });
+    }
+
+    async fn work(self: Arc<Self>, l: Launch) {
+        let permit = tokio::select! {
+            p = self.permits.clone().acquire_owned() => p.ok(),
+            _ = l.cancel.cancelled() => None,
+        };
+        let terminal = match permit {
+            None => Terminal::Cancelled,
+            Some(_permit) => {
+                self.counters.executing.fetch_add(1, Ordering::Relaxed);
+                let t = tokio::select! {
+                    t = self.execute(&l) => t,
+                    _ = l.cancel.cancelled() => Terminal::Cancelled,
+                };
+                self.counters.executing.fetch_sub(1, Ordering::Relaxed);
+                t
+            }
+        };
+        self.finish(&l.sid, &l.tid, terminal);
+    }
+
+    async fn execute(self: &Arc<Self>, l: &Launch) -> Terminal {
+        let Ok(shared) = self.session(&l.sid).await else {
+            return Terminal::Cancelled;
+        };
+        let (request, model, root, is_slash) = {
+            let st = shared.lock();
+            let Some(r) = &st.running else {
+                return Terminal::Cancelled;
+            };
+            (
+                r.turn.request.clone(),
+                r.turn.model.clone(),
+                st.row.root.clone(),
+                r.turn.is_slash,
+            )
+        };
+        if is_slash {
+            return self.run_slash(&l.sid, &l.tid, &request, &root).await;
+        }
+        let picked = self.providers.read().pick(model.as_deref());
+        let Some((client, model)) = picked else {
+            return Terminal::Failed {
+                code: "no_provider".into(),
+                message: "no usable AI provider is configured: set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add `providers:` to vis.yml".into(),
+            };
+        };
+        let mut messages = self.history(&l.sid).await;
+        messages.push(ChatMessage::User { text: request });
+        let ctx = RunCtx {
+            gw: self.clone(),
+            sid: l.sid.clone(),
+            tid: l.tid.clone(),
+            root: root.into(),
+            progress: l.progress.clone(),
+            cancel: l.cancel.clone(),
+        };
+        match runner::run(&ctx, client, model, messages, self.tools()).await {
+            Outcome::Completed { content } => Terminal::Completed { content },
+            Outcome::Failed { code, message } => Terminal::Failed {
+                code: code.into(),
+                message,
+            },
+        }
+    }
+
+    /// Earlier settled turns of the session as conversation context.
+    async fn history(&self, sid: &str) -> Vec<ChatMessage> {
+        let id = sid.to_string();
+        let records = self
+            .store
+            .call(move |c| crate::store::rows::turns_of(c, &id))
+            .await
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for t in records
+            .iter()
+            .filter_map(|r| serde_json::from_str::<Turn>(r).ok())
+        {
+            if t.status != Status::Completed || t.is_slash {
+                continue;
+            }
+            let answer: String = t
+                .content
+                .iter()
+                .filter_map(|b| b.get("markdown").and_then(|m| m.as_str()))
+                .collect();
+            out.push(ChatMessage::User {
+                text: t.request.clone(),
+            });
+            out.push(ChatMessage::Assistant {
+                text: answer,
+                tool_calls: vec![],
+            });
+        }
+        out
+    }
+
+    /// Lands the terminal of `tid` exactly once, then applies the queue policy.
+    pub fn finish(self: &Arc<Self>, sid: &str, tid: &str, terminal: Terminal) {
+        let Some(shared) = self.sessions_get(sid) else {
+            return;
+        };
+        let launch = {
+            let mut st = shared.lock();
+            if st.running.as_ref().is_none_or(|r| r.turn.tid != tid) {
+                return; // already landed (cancel backstop or shutdown raced the worker)
+            }
+            let Some(run) = st.running.take() else { return };
+            self.land(&mut st, run, terminal)
+        };
+        if let Some(l) = launch {
+            self.spawn(l);
+        }
+    }
+
+    fn sessions_get(&self, sid: &str) -> Option<Shared> {
+        self.loaded()
+            .into_iter()
+            .find(|(k, _)| k == sid)
+            .map(|(_, v)| v)
+    }
+
+    fn land(
+        self: &Arc<Self>,
+        st: &mut SessionState,
+        run: Running,
+        terminal: Terminal,
+    ) -> Option<Launch> {
+        let now = now_ms();
+        let mut t = run.turn;
+        let progress = std::mem::take(&mut *run.progress.lock());
+        for id in &progress.open_blocks {
+            self.bus.publish(
+                &t.sid,
+                "content.block.completed",
+                payload(json!({"turn_id": t.tid, "block_id": id})),
+            );
+        }
+        t.iterations = progress.iterations;
+        t.tokens = progress.tokens;
+        t.provider = progress.provider.or(t.provider);
+        if t.model.is_none() {
+            t.model = progress.model;
+        }
+        t.completed_at = Some(now);
+        t.duration_ms = t.started_at.map(|s| now - s);
+        t.utilization = Some((t.tokens.input as f64 / 128_000.0).min(1.0));
+        let (kind, status) = match terminal {
+            Terminal::Completed { content } => {
+                t.content = content;
+                ("turn.completed", Status::Completed)
+            }
+            Terminal::Failed { code, message } => {
+                t.content.push(error_block(&t.tid, &code, &message));
+                t.error = Some(message);
+                self.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
+                ("turn.failed", Status::Failed)
+            }
+            Terminal::Cancelled => {
+                t.content.push(json!({"id": format!("{}:notice", t.tid), "type": "notice", "code": "turn_cancelled",
+                    "message": "The turn was cancelled."}));
+                self.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
+                ("turn.cancelled", Status::Cancelled)
+            }
+        };
+        t.status = status;
+        self.counters
+            .duration_ms
+            .fetch_add(t.duration_ms.unwrap_or(0).max(0) as u64, Ordering::Relaxed);
+        self.counters
+            .tokens_in
+            .fetch_add(t.tokens.input, Ordering::Relaxed);
+        self.counters
+            .tokens_out
+            .fetch_add(t.tokens.output, Ordering::Relaxed);
+        self.save_turn(&t);
+        let mut ev = json!({"turn_id": t.tid, "status": status.as_str()});
+        if let Some(k) = &t.idempotency_key {
+            ev["idempotency_key"] = json!(k);
+        }
+        match status {
+            Status::Completed => {
+                ev["content"] = json!(t
+                    .content
+                    .iter()
+                    .filter(|b| matches!(b["type"].as_str(), Some("prose" | "speech")))
+                    .collect::<Vec<_>>());
+            }
+            Status::Failed => {
+                ev["content"] = json!(t.content);
+                ev["error"] = json!(t.error);
+            }
+            _ => {}
+        }
+        self.bus.publish(&t.sid, kind, payload(ev));
+        self.bus.publish(
+            &t.sid,
+            "context.updated",
+            payload(json!({"turn_id": t.tid, "utilization": t.utilization})),
+        );
+        st.row.last_status = if status == Status::Suspended {
+            "suspended".into()
+        } else {
+            "idle".into()
+        };
+        st.row.modified_at = Some(now);
+        let launch = self.queue_policy(st, &t);
+        self.save_row(&st.row);
+        launch
+    }
+
+    /// §6.7: success drains (clearing a pause), failure pauses a backlog, cancel sweeps the
+    /// turns queued before it and sets the cancel floor.
+    fn queue_policy(self: &Arc<Self>, st: &mut SessionState, t: &Turn) -> Option<Launch> {
+        let sid = t.sid.clone();
+        match t.status {
+            Status::Failed => {
+                if !st.queue.is_empty() {
+                    st.row.queue_paused = true;
+                    self.bus.publish(
+                        &sid,
+                        "queue.paused",
+                        payload(json!({"reason": "turn_failed", "held": st.queue.len()})),
+                    );
+                }
+                None
+            }
+            Status::Cancelled => {
+                let floor = t.cancelling_at.unwrap_or_else(now_ms);
+                let (swept, kept): (Vec<Turn>, Vec<Turn>) = st
+                    .queue
+                    .drain(..)
+                    .partition(|q| q.queued_at.unwrap_or(0) < floor);
+                st.queue = kept.into();
+                for q in swept {
+                    let q_tid = q.tid.clone();
+                    self.store.submit("turn-delete", move |c| {
+                        crate::store::rows::delete_turn(c, &q_tid)
+                    });
+                    self.bus.publish(
+                        &sid,
+                        "turn.queued.deleted",
+                        payload(
+                            json!({"turn_id": q.tid, "request": q.request, "reason": "cancelled"}),
+                        ),
+                    );
+                }
+                st.row.cancel_floor = Some(floor);
+                if st.row.queue_paused {
+                    None
+                } else {
+                    self.drain_locked(st, false)
+                }
+            }
+            _ => {
+                if st.row.queue_paused {
+                    st.row.queue_paused = false;
+                    self.bus
+                        .publish(&sid, "queue.resumed", payload(json!({"is_auto": true})));
+                }
+                self.drain_locked(st, false)
+            }
+        }
+    }
+
+    /// Starts the oldest drainable queued turn if the session is idle.
+    fn drain_locked(self: &Arc<Self>, st: &mut SessionState, force: bool) -> Option<Launch> {
+        if st.running.is_some() {
+            return None;
+        }
+        let floor = if force { None } else { st.row.cancel_floor };
+        let idx = st
+            .queue
+            .iter()
+            .position(|q| floor.is_none_or(|f| q.queued_at.unwrap_or(0) >= f))?;
+        let t = st.queue.remove(idx)?;
+        self.bus.publish(
+            &t.sid,
+            "turn.queued.drained",
+            payload(json!({"turn_id": t.tid})),
+        );
+        Some(self.start_locked(st, t, true))
+    }
+
+    pub async fn cancel(self: &Arc<Self>, sid: &str, tid: &str) -> ApiResult<()> {
+        let shared = self.session(sid).await?;
+        {
+            let mut st = shared.lock();
+            if let Some(r) = st.running.as_mut().filter(|r| r.turn.tid == tid) {
+                self.fire_cancel(sid, r);
+                return Ok(());
+            }
+            if st.queue.iter().any(|q| q.tid == tid) {
+                return Err(not_running(tid, "queued"));
+            }
+        }
+        let status = self.stored_status(sid, tid).await?;
+        Err(not_running(tid, &status))
+    }
+
+    pub async fn cancel_current(
+        self: &Arc<Self>,
+        sid: &str,
+        key: Option<String>,
+    ) -> ApiResult<String> {
+        let shared = self.session(sid).await?;
+        let mut st = shared.lock();
+        let Some(r) = st.running.as_mut() else {
+            return Err(ApiError::conflict(
+                "no-running-turn",
+                "no turn is running in this session",
+            ));
+        };
+        let tid = r.turn.tid.clone();
+        if key.is_none() || r.turn.idempotency_key != key {
+            return Err(ApiError::conflict(
+                "not-owner",
+                "the idempotency key does not match the running turn",
+            )
+            .with("turn_id", tid));
+        }
+        self.fire_cancel(sid, r);
+        Ok(tid)
+    }
+
+    fn fire_cancel(self: &Arc<Self>, sid: &str, r: &mut Running) {
+        if r.turn.cancelling_at.is_none() {
+            r.turn.cancelling_at = Some(now_ms());
+        }
+        r.cancel.cancel();
+        let (gw, sid, tid) = (self.clone(), sid.to_string(), r.turn.tid.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(CANCEL_BACKSTOP).await;
+            gw.finish(&sid, &tid, Terminal::Cancelled);
+        });
+    }
+
+    async fn stored_status(&self, sid: &str, tid: &str) -> ApiResult<String> {
+        let rec = self.stored_turn(sid, tid).await?;
+        Ok(rec.status.as_str().to_string())
+    }
+
+    pub async fn stored_turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
+        let (s, t) = (sid.to_string(), tid.to_string());
+        let recs = self
+            .store
+            .call(move |c| crate::store::rows::turns_of(c, &s))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?;
+        recs.iter()
+            .filter_map(|r| serde_json::from_str::<Turn>(r).ok())
+            .find(|x| x.tid == t)
+            .ok_or_else(|| ApiError::turn_not_found(tid))
+    }
+
+    /// The freshest record of a turn: running or queued in memory, else the store.
+    pub async fn turn_record(&self, sid: &str, tid: &str) -> ApiResult<Value> {
+        Ok(self.turn(sid, tid).await?.record())
+    }
+
+    pub async fn turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
+        let shared = self.session(sid).await?;
+        {
+            let st = shared.lock();
+            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
+                let mut t = r.turn.clone();
+                t.iterations = r.progress.lock().iterations.clone();
+                return Ok(t);
+            }
+            if let Some(q) = st.queue.iter().find(|q| q.tid == tid) {
+                return Ok(q.clone());
+            }
+        }
+        self.stored_turn(sid, tid).await
+    }
+
+    pub async fn edit(
+        self: &Arc<Self>,
+        sid: &str,
+        tid: &str,
+        request: Option<Value>,
+    ) -> ApiResult<Value> {
+        let shared = self.session(sid).await?;
+        {
+            let mut st = shared.lock();
+            if let Some(q) = st.queue.iter_mut().find(|q| q.tid == tid) {
+                let Some(Value::String(text)) =
+                    request.filter(|r| r.as_str().is_some_and(|s| !s.trim().is_empty()))
+                else {
+                    return Err(ApiError::conflict(
+                        "invalid-request",
+                        "request must be a non-blank string",
+                    ));
+                };
+                q.request = text;
+                q.display_request = None;
+                let t = q.clone();
+                self.save_turn(&t);
+                self.bus.publish(sid, "turn.queued.updated", payload(json!({"turn_id": t.tid, "request": t.request, "request_preview": preview(&t.request)})));
+                return Ok(t.record());
+            }
+            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
+                return Err(not_queued(tid, r.turn.status.as_str()));
+            }
+        }
+        let status = self.stored_status(sid, tid).await?;
+        Err(not_queued(tid, &status))
+    }
+
+    pub async fn delete_queued(self: &Arc<Self>, sid: &str, tid: &str) -> ApiResult<()> {
+        let shared = self.session(sid).await?;
+        {
+            let mut st = shared.lock();
+            if let Some(i) = st.queue.iter().position(|q| q.tid == tid) {
+                st.queue.remove(i);
+                let t = tid.to_string();
+                self.store.submit("turn-delete", move |c| {
+                    crate::store::rows::delete_turn(c, &t)
+                });
+                self.bus
+                    .publish(sid, "turn.queued.deleted", payload(json!({"turn_id": tid})));
+                return Ok(());
+            }
+            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
+                return Err(not_queued(tid, r.turn.status.as_str()));
+            }
+        }
+        let status = self.stored_status(sid, tid).await?;
+        Err(not_queued(tid, &status))
+    }
+
+    pub async fn resume_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<Value>> {
+        let shared = self.session(sid).await?;
+        let (launch, record) = {
+            let mut st = shared.lock();
+            if !st.row.queue_paused {
+                return Ok(None);
+            }
+            st.row.queue_paused = false;
+            st.row.cancel_floor = None;
+            self.bus
+                .publish(sid, "queue.resumed", payload(json!({"is_auto": false})));
+            let l = self.drain_locked(&mut st, true);
+            self.save_row(&st.row);
+            let rec = match &l {
+                Some(_) => st.running.as_ref().map(|r| r.turn.record()),
+                None => st.queue.front().map(|q| q.record()),
+            };
+            (l, rec)
+        };
+        if let Some(l) = launch {
+            self.spawn(l);
+        }
+        Ok(record)
+    }
+
+    pub async fn drain_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<Value>> {
+        let shared = self.session(sid).await?;
+        let (launch, record) = {
+            let mut st = shared.lock();
+            if st.row.queue_paused {
+                return Ok(None);
+            }
+            let l = self.drain_locked(&mut st, false);
+            let rec = l
+                .as_ref()
+                .and_then(|_| st.running.as_ref().map(|r| r.turn.record()));
+            (l, rec)
+        };
+        if let Some(l) = launch {
+            self.spawn(l);
+        }
+        Ok(record)
+    }
+
+    /// Decision G3: every turn still stored as running gets `turn.failed` (interrupted).
+    pub async fn recover(self: &Arc<Self>) -> anyhow::Result<usize> {
+        let records = self
+            .store
+            .call(|c| crate::store::rows::turns_with_status(c, "streaming"))
+            .await?;
+        let mut n = 0;
+        for rec in records {
+            let Ok(t) = serde_json::from_str::<Turn>(&rec) else {
+                continue;
+            };
+            let Ok(shared) = self.session(&t.sid).await else {
+                continue;
+            };
+            let launch = {
+                let mut st = shared.lock();
+                let run = Running {
+                    turn: t.clone(),
+                    cancel: CancellationToken::new(),
+                    started_seq: 0,
+                    progress: Arc::new(Mutex::new(Progress {
+                        iterations: t.iterations.clone(),
+                        ..Default::default()
+                    })),
+                };
+                let terminal = Terminal::Failed {
+                    code: "interrupted".into(),
+                    message: "the gateway stopped while this turn was running".into(),
+                };
+                self.land(&mut st, run, terminal)
+            };
+            if let Some(l) = launch {
+                self.spawn(l);
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn not_running(tid: &str, status: &str) -> ApiError {
+    ApiError::conflict(
+        "not-running",
+        format!("turn {tid} is not running ({status})"),
+    )
+    .with("turn_id", tid)
+    .with("turn_status", status)
+}
+
+fn not_queued(tid: &str, status: &str) -> ApiError {
+    ApiError::conflict("not-queued", format!("turn {tid} is not queued ({status})"))
+        .with("turn_id", tid)
+        .with("turn_status", status)
+}
+
+const MAX_FILES: usize = 8;
+const MAX_FILE_BYTES: usize = 26_214_400;
+
+/// Enforces the advertised attachment caps (§10 Q7) and keeps the inline uploads.
+fn check_attachments(req: &SubmitTurn) -> ApiResult<Vec<Value>> {
+    let Some(atts) = &req.attachments else {
+        return Ok(vec![]);
+    };
+    if atts.len() > MAX_FILES {
+        return Err(ApiError::bad_request(
+            "invalid-attachment",
+            format!("at most {MAX_FILES} attachments per turn"),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, a) in atts.iter().enumerate() {
+        let Some(b64) = a.base64.as_deref() else {
+            return Err(ApiError::bad_request(
+                "invalid-attachment",
+                format!("attachment {i} has no base64 data"),
+            ));
+        };
+        if b64.len() / 4 * 3 > MAX_FILE_BYTES {
+            return Err(ApiError::bad_request(
+                "invalid-attachment",
+                format!("attachment {i} exceeds {MAX_FILE_BYTES} bytes"),
+            ));
+        }
+        out.push(json!({"filename": a.filename, "media_type": a.media_type, "base64": b64}));
+    }
+    Ok(out)
+}

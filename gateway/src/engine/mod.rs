@@ -1,0 +1,234 @@
+//! The turn engine: sessions, turns, the queue, cancel, restart recovery. It implements the
+//! Companion API's `Engine` trait (in `api.rs`).
+//!
+//! Each loaded session has one `SessionState` behind a mutex that is never held across an
+//! await: state changes, their journal writes and their events happen together under it, so
+//! the order clients see is the order things happened.
+
+mod api;
+mod coalesce;
+mod lifecycle;
+pub mod runner;
+mod slash;
+pub mod turn;
+mod views;
+
+pub use api::Api;
+
+use crate::bus::Bus;
+use crate::config::Config;
+use crate::home::Home;
+use crate::providers::Router;
+use crate::store::rows::{self, SessionRow};
+use crate::store::Store;
+use crate::tools::{Apropos, Catalog, Doc, EmptyCatalog, Tool};
+use parking_lot::{Mutex, RwLock};
+use runner::Progress;
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use turn::Turn;
+use vis_companion_api::{ApiError, ApiResult};
+
+pub fn now_ms() -> i64 {
+    vis_companion_api::sse::now_ms()
+}
+
+/// The running turn of a session.
+pub struct Running {
+    pub turn: Turn,
+    pub cancel: CancellationToken,
+    pub started_seq: i64,
+    pub progress: Arc<Mutex<Progress>>,
+}
+
+pub struct SessionState {
+    pub row: SessionRow,
+    pub running: Option<Running>,
+    pub queue: VecDeque<Turn>,
+    /// idempotency key → turn id, for every turn of the session.
+    pub keys: HashMap<String, String>,
+}
+
+#[derive(Default)]
+pub struct Counters {
+    pub turns_total: AtomicU64,
+    pub turns_failed: AtomicU64,
+    pub executing: AtomicI64,
+    pub duration_ms: AtomicU64,
+    pub tokens_in: AtomicU64,
+    pub tokens_out: AtomicU64,
+}
+
+pub struct Gateway {
+    pub store: Store,
+    pub bus: Arc<Bus>,
+    pub home: Home,
+    pub default_root: PathBuf,
+    pub config: RwLock<Config>,
+    pub providers: RwLock<Router>,
+    pub catalog: Arc<dyn Catalog>,
+    pub extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
+    sessions: Mutex<HashMap<String, Arc<Mutex<SessionState>>>>,
+    permits: Arc<Semaphore>,
+    pub concurrency: usize,
+    pub counters: Counters,
+    next_ord: AtomicI64,
+    /// Fired by `POST /v1/admin/stop`.
+    pub stop: CancellationToken,
+}
+
+pub type Shared = Arc<Mutex<SessionState>>;
+
+impl Gateway {
+    pub async fn new(
+        store: Store,
+        home: Home,
+        default_root: PathBuf,
+        config: Config,
+        concurrency: usize,
+        retain: i64,
+    ) -> anyhow::Result<Arc<Gateway>> {
+        let providers = Router::from_config(&config)?;
+        let max_ord = store.call(rows::max_turn_ord).await?;
+        let bus = Arc::new(Bus::new(store.clone(), retain));
+        Ok(Arc::new(Gateway {
+            store,
+            bus,
+            home,
+            default_root,
+            config: RwLock::new(config),
+            providers: RwLock::new(providers),
+            catalog: Arc::new(EmptyCatalog),
+            extra_tools: RwLock::new(Vec::new()),
+            sessions: Mutex::new(HashMap::new()),
+            permits: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
+            counters: Counters::default(),
+            next_ord: AtomicI64::new(max_ord + 1),
+            stop: CancellationToken::new(),
+        }))
+    }
+
+    pub fn next_ord(&self) -> i64 {
+        self.next_ord.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Tools offered to a model turn.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut t: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(Apropos(self.catalog.clone())),
+            Arc::new(Doc(self.catalog.clone())),
+        ];
+        t.extend(self.extra_tools.read().iter().cloned());
+        t
+    }
+
+    pub fn loaded(&self) -> Vec<(String, Shared)> {
+        self.sessions
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// The session's state, loading it from the store on first use.
+    pub async fn session(&self, sid: &str) -> ApiResult<Shared> {
+        if let Some(s) = self.sessions.lock().get(sid) {
+            return Ok(s.clone());
+        }
+        let id = sid.to_string();
+        let loaded = self
+            .store
+            .call(move |c| {
+                let Some(row) = rows::get_session(c, &id)? else {
+                    return Ok(None);
+                };
+                Ok(Some((row, rows::turns_of(c, &id)?)))
+            })
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?;
+        let Some((row, records)) = loaded else {
+            return Err(ApiError::session_not_found(sid));
+        };
+        let mut keys = HashMap::new();
+        let mut queue = VecDeque::new();
+        for rec in records {
+            let Ok(t) = serde_json::from_str::<Turn>(&rec) else {
+                continue;
+            };
+            if let Some(k) = &t.idempotency_key {
+                keys.insert(k.clone(), t.tid.clone());
+            }
+            if t.status == turn::Status::Queued {
+                queue.push_back(t);
+            }
+        }
+        let mut map = self.sessions.lock();
+        if let Some(s) = map.get(sid) {
+            return Ok(s.clone());
+        }
+        self.bus.open(sid, row.last_seq);
+        let st = Arc::new(Mutex::new(SessionState {
+            row,
+            running: None,
+            queue,
+            keys,
+        }));
+        map.insert(sid.to_string(), st.clone());
+        Ok(st)
+    }
+
+    pub fn forget(&self, sid: &str) {
+        self.sessions.lock().remove(sid);
+        self.bus.close(sid);
+    }
+
+    /// Persists the session row (queued behind earlier writes).
+    pub fn save_row(&self, row: &SessionRow) {
+        let row = row.clone();
+        self.store
+            .submit("session", move |c| rows::put_session(c, &row));
+    }
+
+    /// Persists a turn record.
+    pub fn save_turn(&self, t: &Turn) {
+        let (tid, sid, ord, status, key) = (
+            t.tid.clone(),
+            t.sid.clone(),
+            t.ord,
+            t.status.as_str(),
+            t.idempotency_key.clone(),
+        );
+        let Ok(rec) = serde_json::to_string(t) else {
+            return;
+        };
+        self.store.submit("turn", move |c| {
+            rows::put_turn(c, &tid, &sid, ord, status, key.as_deref(), &rec)
+        });
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.loaded()
+            .iter()
+            .filter(|(_, s)| s.lock().running.is_some())
+            .count()
+    }
+
+    /// Cancels every running turn and waits (bounded) for their terminals.
+    pub async fn shutdown(&self, wait: std::time::Duration) {
+        for (_, s) in self.loaded() {
+            if let Some(r) = &s.lock().running {
+                r.cancel.cancel();
+            }
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        while self.running_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.store.flush().await;
+    }
+}

@@ -1,0 +1,345 @@
+//! The model loop of one turn: call the provider, stream text into coalesced content
+//! blocks, run the tool calls it asks for, repeat until it answers without tools
+//! (decision G6). Every phase is published as a §4.7 event.
+
+use super::coalesce::{Coalescer, Out};
+use super::turn::{prose_block, Tokens};
+use super::Gateway;
+use crate::tools::{Tool, ToolCtx, ToolOutput};
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+use vis_providers::{
+    ChatMessage, ChatRequest, Client, ProviderError, RetryInfo, StreamEvent, ToolCall,
+};
+
+/// Iterations before a turn is stopped as runaway.
+pub const MAX_ITERATIONS: usize = 24;
+const STDOUT_CAP: usize = 4000;
+const ERROR_CAP: usize = 2000;
+
+/// What the loop has produced so far; read by the finisher even after a cancel.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub iterations: Vec<Value>,
+    pub open_blocks: Vec<String>,
+    pub answer: String,
+    pub tokens: Tokens,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+}
+
+pub enum Outcome {
+    Completed { content: Vec<Value> },
+    Failed { code: &'static str, message: String },
+}
+
+pub struct RunCtx {
+    pub gw: Arc<Gateway>,
+    pub sid: String,
+    pub tid: String,
+    pub root: std::path::PathBuf,
+    pub progress: Arc<Mutex<Progress>>,
+    pub cancel: CancellationToken,
+}
+
+impl RunCtx {
+    pub fn emit(&self, kind: &str, v: Value) -> i64 {
+        let mut m = match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        m.entry("turn_id").or_insert_with(|| json!(self.tid));
+        self.gw.bus.publish(&self.sid, kind, m)
+    }
+}
+
+fn cut(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// Streams one provider call, publishing text as it comes. Returns the collected message.
+async fn stream_once(
+    ctx: &RunCtx,
+    client: &Client,
+    req: &ChatRequest,
+    iteration: usize,
+) -> Result<(String, String, Vec<ToolCall>), ProviderError> {
+    let retry_ctx = (ctx.gw.bus.clone(), ctx.sid.clone(), ctx.tid.clone());
+    let on_retry = move |r: RetryInfo| {
+        let (bus, sid, tid) = &retry_ctx;
+        let m = crate::bus::payload(
+            json!({"turn_id": tid, "iteration": iteration, "attempt": r.attempt,
+            "max_retries": r.max_retries, "delay_ms": r.delay_ms, "error": r.error}),
+        );
+        bus.publish(sid, "provider.retry", m);
+    };
+    let mut stream = client.stream(req, ctx.cancel.clone(), &on_retry).await?;
+    let mut reasoning = Coalescer::default();
+    let mut prose = Coalescer::default();
+    let mut calls: Vec<ToolCall> = Vec::new();
+    let ids = (
+        format!("{}:reasoning:{iteration}", ctx.tid),
+        format!("{}:content:{iteration}", ctx.tid),
+    );
+    let publish = |ctx: &RunCtx, out: Out, id: &str, kind: &str, field: &str| {
+        let (text, cumulative, open) = match out {
+            Out::Open { text, cumulative } => (text, cumulative, true),
+            Out::Delta { text, cumulative } => (text, cumulative, false),
+        };
+        if open {
+            let block = if kind == "reasoning" {
+                json!({"id": id, "type": "reasoning", "text": "", "visibility": "private"})
+            } else {
+                json!({"id": id, "type": "prose", "markdown": ""})
+            };
+            ctx.emit(
+                "content.block.started",
+                json!({"block": block, "iteration": iteration}),
+            );
+            ctx.progress.lock().open_blocks.push(id.to_string());
+        }
+        ctx.emit(
+            "content.block.delta",
+            json!({"block_id": id, "field": field, "text": text,
+            "cumulative": cumulative, "iteration": iteration}),
+        );
+    };
+    while let Some(ev) = stream.next().await {
+        let now = Instant::now();
+        match ev? {
+            StreamEvent::ReasoningDelta(t) => {
+                if let Some(o) = reasoning.push(&t, now) {
+                    publish(ctx, o, &ids.0, "reasoning", "text");
+                }
+            }
+            StreamEvent::TextDelta(t) => {
+                if let Some(o) = prose.push(&t, now) {
+                    publish(ctx, o, &ids.1, "prose", "markdown");
+                }
+            }
+            StreamEvent::ToolCallStarted { index, id, name } => {
+                while calls.len() <= index {
+                    calls.push(ToolCall {
+                        id: String::new(),
+                        name: String::new(),
+                        arguments: String::new(),
+                    });
+                }
+                calls[index].id = id.clone();
+                calls[index].name = name.clone();
+                ctx.emit("block.preview", json!({"block_id": format!("{}:tool:{iteration}:{index}", ctx.tid),
+                    "code": format!("{name}(…)"), "display_code": name, "op": name, "tool_call_id": id,
+                    "iteration": iteration}));
+            }
+            StreamEvent::ToolCallDelta {
+                index,
+                arguments_delta,
+            } => {
+                if let Some(c) = calls.get_mut(index) {
+                    c.arguments.push_str(&arguments_delta);
+                }
+            }
+            StreamEvent::Completed { usage, .. } => {
+                let mut p = ctx.progress.lock();
+                p.tokens.input += usage.input_tokens;
+                p.tokens.output += usage.output_tokens;
+                p.tokens.cached += usage.cached_input_tokens;
+                p.tokens.reasoning += usage.reasoning_tokens;
+            }
+        }
+    }
+    let now = Instant::now();
+    if let Some(o) = reasoning.finish(now) {
+        publish(ctx, o, &ids.0, "reasoning", "text");
+    }
+    if let Some(o) = prose.finish(now) {
+        publish(ctx, o, &ids.1, "prose", "markdown");
+    }
+    calls.retain(|c| !c.name.is_empty());
+    Ok((
+        reasoning.text().to_string(),
+        prose.text().to_string(),
+        calls,
+    ))
+}
+
+/// Runs one tool call with its display events; returns the output.
+async fn run_tool(
+    ctx: &RunCtx,
+    tools: &[Arc<dyn Tool>],
+    call: &ToolCall,
+    iteration: usize,
+    n: usize,
+) -> (Value, ToolOutput) {
+    let block_id = format!("{}:tool:{iteration}:{n}", ctx.tid);
+    let code = format!("{}({})", call.name, call.arguments);
+    let started = super::now_ms();
+    let display = json!({"block_id": block_id, "code": code, "display_code": code, "display_language": "json",
+        "op": call.name, "tool_call_id": call.id, "iteration": iteration, "started_at_ms": started,
+        "tag": "tool", "is_repaired": false});
+    ctx.emit("block.started", display.clone());
+    ctx.emit(
+        "activity",
+        json!({"activity": "tool", "iteration": iteration, "op": call.name,
+        "label": call.name, "phrase": format!("Vis is running {}", call.name)}),
+    );
+    let t0 = Instant::now();
+    let out = match tools.iter().find(|t| t.spec().name == call.name) {
+        None => ToolOutput::fail(format!("unknown tool {:?}", call.name)),
+        Some(tool) => match serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
+            "{}"
+        } else {
+            &call.arguments
+        }) {
+            Err(e) => ToolOutput::fail(format!("the arguments are not valid JSON: {e}")),
+            Ok(args) => {
+                let tctx = ToolCtx {
+                    session_id: ctx.sid.clone(),
+                    turn_id: ctx.tid.clone(),
+                    root: ctx.root.clone(),
+                    cancel: ctx.cancel.clone(),
+                };
+                tool.call(&tctx, args).await
+            }
+        },
+    };
+    let mut form = display;
+    let m = form.as_object_mut().expect("json! object");
+    m.insert("result".into(), json!(out.result));
+    m.insert(
+        "result_summary".into(),
+        json!(cut(out.result.lines().next().unwrap_or(""), 200)),
+    );
+    m.insert(
+        "stdout".into(),
+        json!(out.stdout.as_deref().map(|s| cut(s, STDOUT_CAP))),
+    );
+    m.insert(
+        "error".into(),
+        json!(out.error.as_deref().map(|s| cut(s, ERROR_CAP))),
+    );
+    m.insert("silent".into(), json!(false));
+    m.insert("is_timeout".into(), json!(out.is_timeout));
+    m.insert("duration_ms".into(), json!(t0.elapsed().as_millis() as u64));
+    ctx.emit("block.output", form.clone());
+    (form, out)
+}
+
+/// The agent loop.
+pub async fn run(
+    ctx: &RunCtx,
+    client: Arc<Client>,
+    model: String,
+    mut messages: Vec<ChatMessage>,
+    tools: Vec<Arc<dyn Tool>>,
+) -> Outcome {
+    {
+        let mut p = ctx.progress.lock();
+        p.provider = Some(client.config().id.clone());
+        p.model = Some(model.clone());
+    }
+    let specs = tools.iter().map(|t| t.spec()).collect::<Vec<_>>();
+    for iteration in 1..=MAX_ITERATIONS {
+        let t0 = Instant::now();
+        let reason = if iteration == 1 {
+            "user-submit"
+        } else {
+            "tool-result"
+        };
+        ctx.emit(
+            "activity",
+            json!({"activity": "provider-call", "iteration": iteration, "reason": reason,
+            "phrase": "Vis is calling the provider"}),
+        );
+        let req = ChatRequest {
+            model: model.clone(),
+            system: Some(system_prompt()),
+            messages: messages.clone(),
+            tools: specs.clone(),
+            max_tokens: None,
+        };
+        let (thinking, prose, calls) = match stream_once(ctx, &client, &req, iteration).await {
+            Ok(r) => r,
+            Err(e) => {
+                let (code, cause) = match &e {
+                    ProviderError::Stalled => ("provider_stream_stalled", "stalled"),
+                    ProviderError::Http { .. } => ("provider_error", "http"),
+                    _ => ("provider_error", "transport"),
+                };
+                let status = if let ProviderError::Http { status, .. } = &e {
+                    json!(status)
+                } else {
+                    Value::Null
+                };
+                let msg = cut(&e.to_string(), ERROR_CAP);
+                ctx.emit("iteration.error", json!({"iteration": iteration, "error": msg, "thinking": "",
+                    "error_data": {"type": code, "message": msg, "status": status, "cause_class": cause}}));
+                return Outcome::Failed { code, message: msg };
+            }
+        };
+        let mut forms = Vec::new();
+        let mut results = Vec::new();
+        for (n, call) in calls.iter().enumerate() {
+            let (form, out) = run_tool(ctx, &tools, call, iteration, n).await;
+            forms.push(form);
+            results.push(ChatMessage::ToolResult {
+                call_id: call.id.clone(),
+                content: out.result.clone(),
+                is_error: out.error.is_some(),
+            });
+        }
+        let done = calls.is_empty();
+        ctx.emit(
+            "iteration.completed",
+            json!({"iteration": iteration, "done": done, "thinking": thinking,
+            "assistant_prose": prose, "attachments": []}),
+        );
+        let open = std::mem::take(&mut ctx.progress.lock().open_blocks);
+        for id in open {
+            ctx.emit(
+                "content.block.completed",
+                json!({"block_id": id, "iteration": iteration}),
+            );
+        }
+        {
+            let mut p = ctx.progress.lock();
+            p.iterations.push(json!({"id": format!("{}:{iteration}", ctx.tid), "position": iteration - 1,
+                "thinking": thinking, "assistant_prose": prose, "answer": if done { json!(prose) } else { Value::Null },
+                "code": calls.iter().map(|c| format!("{}({})", c.name, c.arguments)).collect::<Vec<_>>(),
+                "forms": forms, "duration_ms": t0.elapsed().as_millis() as u64, "cost_usd": 0.0, "error": null,
+                "llm_selected": model, "llm_actual": model, "is_llm_fallback": false, "llm_routing_trace": []}));
+            if done {
+                p.answer = prose.clone();
+            }
+        }
+        if done {
+            let id = format!("{}:assistant-prose:{iteration}", ctx.tid);
+            return Outcome::Completed {
+                content: if prose.is_empty() {
+                    vec![]
+                } else {
+                    vec![prose_block(id, &prose)]
+                },
+            };
+        }
+        messages.push(ChatMessage::Assistant {
+            text: prose,
+            tool_calls: calls,
+        });
+        messages.extend(results);
+    }
+    Outcome::Failed {
+        code: "turn_failed",
+        message: format!("the model kept calling tools for {MAX_ITERATIONS} iterations; stopped"),
+    }
+}
+
+fn system_prompt() -> String {
+    "You are Vis, a coding agent working in the user's project through the tools you are given. \
+     Answer in Markdown. Use `apropos` and `doc` to discover extension symbols."
+        .to_string()
+}

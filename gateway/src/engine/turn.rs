@@ -1,0 +1,220 @@
+//! The turn model and its wire shapes: TurnRecord (§6.3) and TranscriptRow (§6.4).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Queued,
+    Streaming,
+    Completed,
+    Failed,
+    Cancelled,
+    Suspended,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Streaming => "streaming",
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+            Status::Suspended => "suspended",
+        }
+    }
+    /// The raw engine status the transcript ships.
+    pub fn raw(self) -> &'static str {
+        match self {
+            Status::Queued | Status::Streaming => "running",
+            Status::Completed | Status::Suspended => "success",
+            Status::Failed => "error",
+            Status::Cancelled => "interrupted",
+        }
+    }
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, Status::Queued | Status::Streaming)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub cached: u64,
+    pub reasoning: u64,
+}
+
+/// A turn as the gateway keeps it (stored as JSON in `turns.record`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Turn {
+    pub tid: String,
+    pub sid: String,
+    pub ord: i64,
+    pub engine_turn_id: String,
+    pub status: Status,
+    pub request: String,
+    pub display_request: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub model: Option<String>,
+    pub reasoning_default: Option<Value>,
+    pub created_at: i64,
+    pub queued_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub completed_at: Option<i64>,
+    pub cancelling_at: Option<i64>,
+    #[serde(default)]
+    pub attachments: Vec<Value>,
+    #[serde(default)]
+    pub content: Vec<Value>,
+    pub error: Option<String>,
+    #[serde(default)]
+    pub iterations: Vec<Value>,
+    pub provider: Option<String>,
+    #[serde(default)]
+    pub tokens: Tokens,
+    pub duration_ms: Option<i64>,
+    pub utilization: Option<f64>,
+    #[serde(default)]
+    pub is_slash: bool,
+}
+
+/// First line of a request, ≤ 240 chars plus `…`.
+pub fn preview(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut out: String = line.chars().take(240).collect();
+    if line.chars().count() > 240 || text.trim().lines().count() > 1 {
+        out.push('…');
+    }
+    out
+}
+
+fn attachment_previews(atts: &[Value]) -> Vec<Value> {
+    atts.iter()
+        .map(|a| {
+            let size = a
+                .get("base64")
+                .and_then(|b| b.as_str())
+                .map(|b| b.len() * 3 / 4)
+                .unwrap_or(0);
+            json!({"filename": a.get("filename"), "media_type": a.get("media_type"), "size": size,
+                   "size_label": size_label(size)})
+        })
+        .collect()
+}
+
+fn size_label(n: usize) -> String {
+    if n >= 1 << 20 {
+        format!("{:.1} MB", n as f64 / (1 << 20) as f64)
+    } else if n >= 1 << 10 {
+        format!("{:.0} KB", n as f64 / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+impl Turn {
+    /// The TurnRecord wire shape (inline base64 attachments stripped).
+    pub fn record(&self) -> Value {
+        let mut r = json!({
+            "id": self.tid, "turn_id": self.tid, "session_id": self.sid, "role": "assistant",
+            "status": self.status.as_str(), "request": self.request, "created_at": self.created_at,
+            "content": self.content, "request_preview": preview(&self.request),
+        });
+        let m = r.as_object_mut().expect("json! object");
+        let mut opt = |k: &str, v: Value| {
+            if !v.is_null() {
+                m.insert(k.to_string(), v);
+            }
+        };
+        opt("started_at", json!(self.started_at));
+        opt("queued_at", json!(self.queued_at));
+        opt("idempotency_key", json!(self.idempotency_key));
+        opt("model", json!(self.model));
+        opt(
+            "reasoning_default",
+            self.reasoning_default.clone().unwrap_or(Value::Null),
+        );
+        opt("display_request", json!(self.display_request));
+        opt("cancelling_at", json!(self.cancelling_at));
+        if !self.attachments.is_empty() {
+            m.insert(
+                "attachment_previews".into(),
+                Value::Array(attachment_previews(&self.attachments)),
+            );
+        }
+        if self.status.is_terminal() {
+            let t = &self.tokens;
+            for (k, v) in [
+                ("engine_turn_id", json!(self.engine_turn_id)),
+                ("provider", json!(self.provider)),
+                ("llm_selected", json!(self.model)),
+                ("llm_actual", json!(self.model)),
+                ("is_llm_fallback", json!(false)),
+                ("llm_routing_trace", json!([])),
+                (
+                    "tokens",
+                    json!({"input": t.input, "input_regular": t.input.saturating_sub(t.cached),
+                    "cache_created": 0, "cached": t.cached, "output": t.output, "reasoning": t.reasoning}),
+                ),
+                (
+                    "cost",
+                    json!({"total_cost": 0.0, "model": self.model, "provider": self.provider}),
+                ),
+                ("confidence", Value::Null),
+                ("eval", Value::Null),
+                ("iteration_count", json!(self.iterations.len())),
+                ("duration_ms", json!(self.duration_ms)),
+                ("utilization", json!(self.utilization)),
+                ("error", json!(self.error)),
+                ("completed_at", json!(self.completed_at)),
+                ("is_needs_input", json!(self.status == Status::Suspended)),
+            ] {
+                m.insert(k.to_string(), v);
+            }
+        }
+        r
+    }
+
+    /// The TranscriptRow wire shape (engine id and raw status).
+    pub fn transcript_row(&self) -> Value {
+        let t = &self.tokens;
+        json!({
+            "id": self.engine_turn_id, "user_request": self.display_request.clone().unwrap_or_else(|| self.request.clone()),
+            "status": self.status.raw(), "content": self.content, "iterations": self.iterations,
+            "created_at": self.created_at, "duration_ms": self.duration_ms, "iteration_count": self.iterations.len(),
+            "input_tokens": t.input, "input_regular_tokens": t.input.saturating_sub(t.cached),
+            "input_cache_write_tokens": 0, "input_cache_read_tokens": t.cached, "output_tokens": t.output,
+            "output_reasoning_tokens": t.reasoning, "total_cost": 0.0, "model": self.model, "provider": self.provider,
+        })
+    }
+}
+
+/// An `error` content block.
+pub fn error_block(tid: &str, code: &str, message: &str) -> Value {
+    json!({"id": format!("{tid}:error"), "type": "error", "code": code, "message": message, "retryable": false})
+}
+
+/// A `prose` content block.
+pub fn prose_block(id: String, markdown: &str) -> Value {
+    json!({"id": id, "type": "prose", "markdown": markdown})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_preview_is_the_first_line_cut_at_240_chars() {
+        assert_eq!(preview("hello"), "hello");
+        assert_eq!(preview("one\ntwo"), "one…");
+        let long = "x".repeat(300);
+        assert_eq!(preview(&long).chars().count(), 241);
+    }
+}

@@ -1,0 +1,186 @@
+//! The provider router: which configured LLM provider serves a turn (decisions G6, G7).
+//! Sources: `providers:` in the configuration, then `OPENAI_API_KEY` / `OPENAI_BASE_URL` and
+//! `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL` from the gateway's environment.
+
+use crate::config::Config;
+use anyhow::{anyhow, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use vis_providers::{Client, Dialect, ProviderConfig};
+
+#[derive(Clone, Default)]
+pub struct Router {
+    pub clients: BTreeMap<String, Arc<Client>>,
+    pub default: Option<String>,
+    /// Models listed per provider (for `/v1/router`).
+    pub models: BTreeMap<String, Vec<String>>,
+}
+
+fn default_model(d: &Dialect) -> &'static str {
+    match d {
+        Dialect::Anthropic => "claude-sonnet-4-5",
+        _ => "gpt-4.1",
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Router {
+    pub fn from_config(cfg: &Config) -> Result<Router> {
+        let mut r = Router::default();
+        for (id, p) in &cfg.providers {
+            let style = p
+                .api_style
+                .as_deref()
+                .unwrap_or(if id.contains("anthropic") {
+                    "anthropic"
+                } else {
+                    "openai"
+                });
+            let dialect: Dialect = style
+                .parse()
+                .map_err(|_| anyhow!("config error at `providers.{id}.api_style`: unknown api_style {style:?} (openai, anthropic, openai-compatible)"))?;
+            let base_url = p.base_url.clone().unwrap_or_else(|| match dialect {
+                Dialect::Anthropic => "https://api.anthropic.com/v1".into(),
+                _ => "https://api.openai.com/v1".into(),
+            });
+            let api_key = p
+                .api_key
+                .clone()
+                .or_else(|| p.api_key_env.as_deref().and_then(env))
+                .or_else(|| match dialect {
+                    Dialect::Anthropic => env("ANTHROPIC_API_KEY"),
+                    _ if p.base_url.is_none() => env("OPENAI_API_KEY"),
+                    _ => None,
+                });
+            let model = p
+                .model
+                .clone()
+                .unwrap_or_else(|| default_model(&dialect).to_string());
+            r.add(
+                id,
+                dialect,
+                base_url,
+                api_key,
+                model.clone(),
+                p.max_retries,
+                p.headers.clone().into_iter().collect(),
+            )?;
+            let mut models = p.models.clone();
+            if !models.contains(&model) {
+                models.insert(0, model);
+            }
+            r.models.insert(id.clone(), models);
+        }
+        if !r.clients.contains_key("openai") {
+            if let Some(key) = env("OPENAI_API_KEY") {
+                let base =
+                    env("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into());
+                r.add(
+                    "openai",
+                    Dialect::OpenAiChat,
+                    base,
+                    Some(key),
+                    default_model(&Dialect::OpenAiChat).into(),
+                    None,
+                    vec![],
+                )?;
+            }
+        }
+        if !r.clients.contains_key("anthropic") {
+            if let Some(key) = env("ANTHROPIC_API_KEY") {
+                let base = env("ANTHROPIC_BASE_URL")
+                    .unwrap_or_else(|| "https://api.anthropic.com/v1".into());
+                r.add(
+                    "anthropic",
+                    Dialect::Anthropic,
+                    base,
+                    Some(key),
+                    default_model(&Dialect::Anthropic).into(),
+                    None,
+                    vec![],
+                )?;
+            }
+        }
+        r.default = match &cfg.default_provider {
+            Some(p) if r.clients.contains_key(p) => Some(p.clone()),
+            Some(p) => {
+                return Err(anyhow!(
+                    "config error at `default_provider`: no provider named {p:?} is configured"
+                ))
+            }
+            None => r.clients.keys().next().cloned(),
+        };
+        if let (Some(def), Some(model)) = (&r.default, &cfg.default_model) {
+            if let Some(c) = r.clients.get(def) {
+                let mut pc = c.config().clone();
+                pc.default_model = model.clone();
+                r.clients.insert(
+                    def.clone(),
+                    Arc::new(Client::new(pc).map_err(|e| anyhow!("provider {def}: {e}"))?),
+                );
+            }
+        }
+        Ok(r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        id: &str,
+        dialect: Dialect,
+        base_url: String,
+        api_key: Option<String>,
+        model: String,
+        max_retries: Option<u32>,
+        headers: Vec<(String, String)>,
+    ) -> Result<()> {
+        let cfg = ProviderConfig {
+            id: id.to_string(),
+            dialect,
+            base_url: base_url.trim_end_matches('/').to_string(),
+            api_key,
+            default_model: model.clone(),
+            max_retries: max_retries.unwrap_or(2),
+            connect_timeout: Duration::from_secs(15),
+            stall_timeout: stall_timeout(),
+            extra_headers: headers,
+        };
+        let client = Client::new(cfg).map_err(|e| anyhow!("provider {id}: {e}"))?;
+        self.clients.insert(id.to_string(), Arc::new(client));
+        self.models
+            .entry(id.to_string())
+            .or_insert_with(|| vec![model]);
+        Ok(())
+    }
+
+    /// The client for a turn: the explicit `provider/model` or model of the request, else the default.
+    pub fn pick(&self, model: Option<&str>) -> Option<(Arc<Client>, String)> {
+        if let Some(m) = model {
+            if let Some((p, name)) = m.split_once('/') {
+                if let Some(c) = self.clients.get(p) {
+                    return Some((c.clone(), name.to_string()));
+                }
+            }
+        }
+        let id = self.default.as_ref()?;
+        let c = self.clients.get(id)?.clone();
+        let name = model
+            .map(str::to_string)
+            .unwrap_or_else(|| c.config().default_model.clone());
+        Some((c, name))
+    }
+}
+
+/// Mid-stream silence after which a provider stream counts as stalled
+/// (`VIS_PROVIDER_STALL_MS`, default 120 s).
+fn stall_timeout() -> Duration {
+    std::env::var("VIS_PROVIDER_STALL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(120))
+}

@@ -1,0 +1,119 @@
+//! The SQLite store (decision A3): one database file in WAL mode under the Vis home.
+//!
+//! All database work runs on ONE dedicated thread that owns the connection; async code sends
+//! it closures. Jobs run in submission order, so a read queued after a write sees it — the
+//! event bus relies on this for atomic replay. Pending jobs are applied in one transaction per
+//! batch, which keeps the per-event write cost low.
+
+mod migrations;
+pub mod rows;
+
+use rusqlite::Connection;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use tokio::sync::oneshot;
+
+type Job = Box<dyn FnOnce(&Connection) + Send>;
+
+/// Handle to the store thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    tx: mpsc::Sender<Job>,
+    path: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("the store thread has stopped")]
+    Gone,
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+const MAX_BATCH: usize = 512;
+
+impl Store {
+    /// Opens (creating if needed) the database and applies migrations.
+    pub fn open(path: &Path) -> StoreResult<Store> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        migrations::apply(&conn)?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("vis-store".into())
+            .spawn(move || run(conn, rx))
+            .map_err(|e| StoreError::Other(format!("cannot start the store thread: {e}")))?;
+        Ok(Store {
+            tx,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on the store thread and returns its result.
+    pub async fn call<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (otx, orx) = oneshot::channel();
+        self.tx
+            .send(Box::new(move |c| {
+                let _ = otx.send(f(c));
+            }))
+            .map_err(|_| StoreError::Gone)?;
+        orx.await.map_err(|_| StoreError::Gone)?
+    }
+
+    /// Queues `f` without waiting; failures are logged. Ordered with every other job.
+    pub fn submit<F>(&self, what: &'static str, f: F)
+    where
+        F: FnOnce(&Connection) -> StoreResult<()> + Send + 'static,
+    {
+        let job: Job = Box::new(move |c| {
+            if let Err(e) = f(c) {
+                tracing::error!(error = %e, job = what, "store write failed");
+            }
+        });
+        if self.tx.send(job).is_err() {
+            tracing::error!(job = what, "store thread gone; write dropped");
+        }
+    }
+
+    /// Waits until every job queued before this call has run.
+    pub async fn flush(&self) {
+        let _ = self.call(|_| Ok(())).await;
+    }
+}
+
+fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let in_tx = batch.len() > 1 && conn.execute_batch("BEGIN IMMEDIATE").is_ok();
+        for job in batch {
+            job(&conn);
+        }
+        if in_tx {
+            if let Err(e) = conn.execute_batch("COMMIT") {
+                tracing::error!(error = %e, "store commit failed");
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+        }
+    }
+}
