@@ -206,14 +206,17 @@ def test_the_seed_cross_module_example_expands_result_text_beneath_the_variadic_
     sys.path.insert(0, str(path.parent))
     tools = importlib.import_module("tools")
     contract = vis.Symbol(tools.Tools(), name="tools").contract
-    (member,) = contract["members"]
-    assert member["name"] == "tools.read"
-    assert member["signature"] == "text=..."
-    assert member["returns"] == {"kind": "generic", "name": "tuple", "variadic": True,
-                                 "arguments": [{"kind": "record", "name": "Result", "fields": [
-                                     {"name": "text", "type": {"kind": "scalar", "name": "str"},
-                                      "required": True, "has_default": False,
-                                      "default_is_none": False}]}]}
+    assert contract == {"version": 1, "name": "tools", "members": [{
+        "version": 1, "name": "tools.read", "tag": "observation",
+        "description": "Read one result without changing state.",
+        "signature": "text=...",
+        "parameters": [{"name": "text", "kind": "positional_or_keyword", "required": False,
+                        "has_default": True, "default_is_none": False,
+                        "type": {"kind": "scalar", "name": "str"}}],
+        "returns": {"kind": "generic", "name": "tuple", "variadic": True, "arguments": [
+            {"kind": "record", "name": "Result", "fields": [
+                {"name": "text", "type": {"kind": "scalar", "name": "str"}, "required": True,
+                 "has_default": False, "default_is_none": False}]}]}}]}
     assert tools.Tools().read() == (tools.Result("ready"),)
 
 
@@ -296,3 +299,39 @@ def test_the_minimal_todo_example_from_section_11_loads(load):
     assert hook({"op": "shell", "args": [{"argv": ["git", "push"]}]}) is None
     assert ext.network_filters[0].fn({"phase": "https", "method": "DELETE", "host": "x.io"}) == \
         vis.block("no DELETE to x.io")
+
+
+def test_the_seed_session_context_example_reads_state_of_its_extension(load, bridge):
+    ext = load('''
+        import blockether.vis.extension as vis
+
+        def _ctx(env):
+            return {"session_env": {"todo": {"open": len(vis.state.get("todos", []))}}}
+
+        vis.register(vis.Extension(name="todo", description="Todo list.", ctx=_ctx))
+    ''')
+    bridge.state["todos"] = ["a", "b"]
+    from blockether.vis.extension import _host
+    with _host.acting_for(ext.name):
+        assert ext.ctx({"cwd": "/w", "session_id": "s1", "channel": None}) == {
+            "session_env": {"todo": {"open": 2}}}
+    assert bridge.calls[-1] == ("state_get", {"key": "todos", "extension": "todo"})
+
+
+def test_the_seed_environment_example_reads_the_key_after_registration(load, bridge):
+    import os
+    os.environ.pop("ACME_API_KEY", None)
+    bridge.responses["declare_env"] = {"ACME_API_KEY": "k-123"}
+    load('''
+        import os
+        import blockether.vis.extension as vis
+
+        vis.register(vis.Extension(
+            name="acme",
+            description="Acme integration.",
+            env=["ACME_API_KEY"],
+        ))
+
+        key = os.environ.get("ACME_API_KEY")   # absent when nothing resolves it
+        assert key == "k-123"
+    ''')

@@ -64,6 +64,8 @@ class _Resolver:
             return self.obj(args[0], path) if args else dict(ANY)
         if origin is not None:
             args = typing.get_args(ann)
+            if not args:
+                return {"kind": "generic", "name": _origin_name(origin) or repr(origin)}
             if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
                 return _generic("tuple", [self.obj(args[0], path)], variadic=True)
             return _generic(_origin_name(origin), [self.obj(a, path) for a in args])
