@@ -391,9 +391,29 @@ pub async fn curl(args: &[&str]) -> Curl {
     }
 }
 
-/// Send raw bytes to the proxy and read until the peer closes or `until`
-/// appears in the answer.
+/// Send raw bytes to the proxy and read until the peer closes, `until`
+/// appears, or one complete response (head + Content-Length body) arrived.
 pub async fn raw(port: u16, bytes: &[u8], until: &str) -> String {
+    String::from_utf8_lossy(&raw_bytes(port, bytes, until).await).into_owned()
+}
+
+fn complete_response(out: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(out);
+    let Some(end) = text.find("\r\n\r\n") else {
+        return false;
+    };
+    let head = text[..end].to_ascii_lowercase();
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    match len {
+        Some(n) => out.len() >= end + 4 + n,
+        None => false,
+    }
+}
+
+pub async fn raw_bytes(port: u16, bytes: &[u8], until: &str) -> Vec<u8> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     s.write_all(bytes).await.unwrap();
@@ -407,10 +427,16 @@ pub async fn raw(port: u16, bytes: &[u8], until: &str) -> String {
                 if !until.is_empty() && String::from_utf8_lossy(&out).contains(until) {
                     break;
                 }
+                if until.is_empty() {
+                    continue;
+                }
+                if complete_response(&out) {
+                    break;
+                }
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 pub fn basic(token: &str) -> String {
