@@ -54,7 +54,8 @@ def _is_deferred(target) -> bool:
     return code is not None and not (code.co_flags & _FUTURE_FLAG)
 
 
-def _signature(target):
+def read_signature(target):
+    """``(inspect.Signature, deferred)`` without running deferred annotation code."""
     if _is_deferred(target) and isinstance(target, types.FunctionType):
         # Build the signature from a copy without annotations so that the
         # deferred ``__annotate__`` function is never run.
@@ -72,7 +73,7 @@ def _signature(target):
 
 def callable_contract(fn, full_name: str, tag: str) -> dict:
     target, bound = unwrap(fn)
-    sig, deferred = _signature(target)
+    sig, deferred = read_signature(target)
     params = list(sig.parameters.values())
     if bound and params and params[0].kind not in (inspect.Parameter.VAR_POSITIONAL,
                                                    inspect.Parameter.VAR_KEYWORD):

@@ -43,7 +43,7 @@ op                          payload                                         retu
 ``fs_mkdir``                ``path: str``                                   ``bool`` (created)
 ``fs_exists``               ``path: str``                                   ``bool``
 ``request_input``           ``request: dict`` (the form, validators         answer ``dict``: ``status``
-                            stripped), ``validators: {field: arity}``,      (submitted|cancelled|
+                            stripped), ``validators: {field: [arity]}``,    (submitted|cancelled|
                             ``run_validator: callable(field, value,         timeout|undeliverable|…),
                             all_values) -> str | None`` (error message)     ``values``, ``request_id``,
                                                                             ``reason``
@@ -69,9 +69,18 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import typing
 from collections.abc import MutableMapping
 
 _bridge = None
+
+
+@typing.runtime_checkable
+class Bridge(typing.Protocol):
+    """What the worker installs with :func:`set_bridge`."""
+
+    def call(self, op: str, payload: dict) -> typing.Any: ...
+
 _OWNER = contextvars.ContextVar("vis_extension_owner", default=None)
 
 SHELL_KEYS = ("stage", "id", "cwd", "command", "status", "pid", "exit", "duration_ms",
@@ -85,7 +94,7 @@ NOTIFY_LEVELS = ("info", "success", "warn", "error")
 
 def set_bridge(bridge) -> None:
     """Install the worker's bridge (an object with ``call(op, payload)``); ``None`` removes it."""
-    if bridge is not None and not callable(getattr(bridge, "call", None)):
+    if bridge is not None and not isinstance(bridge, Bridge):
         raise TypeError("the host bridge must have a call(op, payload) method")
     global _bridge
     _bridge = bridge

@@ -146,7 +146,7 @@ class Symbol:
 def _member_spec(m: Member, name: str) -> dict:
     contract = m.contract
     target, bound = _contract.unwrap(m.fn)
-    sig = inspect.signature(target, follow_wrapped=False)
+    sig, _ = _contract.read_signature(target)
     params = list(sig.parameters.values())[1 if bound else 0:]
     out = {"marker": "symbol", "fn": m.fn, "name": name, "tag": m.tag, "hidden": m.is_hidden,
            "doc": _contract.render_doc(contract), "contract": contract,
