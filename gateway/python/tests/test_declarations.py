@@ -479,3 +479,9 @@ def test_a_vis_method_activity_is_kept_on_the_member_and_its_spec():
     assert s.members[0].activity is activity
     assert s.spec["methods"][0]["activity"] == {"presenter": "tests", "show_start": True,
                                                 "label": "Run checks"}
+
+
+@pytest.mark.parametrize("value", [42, "text", None, [1], inspect, Labels])
+def test_a_scalar_builtin_module_or_class_is_not_a_namespace(value):
+    with pytest.raises(ValueError, match="cannot export a value of type"):
+        vis.Symbol(value, name="thing")

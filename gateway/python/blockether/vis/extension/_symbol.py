@@ -106,6 +106,10 @@ class Symbol:
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
             raise ValueError("vis.Symbol(object, ...) requires name=<public Python identifier>")
         _check_tag("vis.Symbol", self.tag)
+        if _unsupported(obj):
+            raise ValueError(f"vis.Symbol(object, ...) cannot export a value of type "
+                             f"{type(obj).__name__} as '{name}'; pass a function or an object "
+                             f"with public methods")
         members = []
         _walk(obj, name, "", {id(obj): name}, members, self)
         if not members:
