@@ -440,3 +440,14 @@ def test_on_deferred_annotation_pythons_a_function_without_the_future_import_is_
     assert contract["returns"] == {"kind": "unresolved", "name": text}
     assert contract["signature"] == "a, b=None"
     assert vis.Symbol(postponed.f).contract["parameters"][0]["type"] == INT
+
+
+def test_a_new_type_is_described_as_its_supertype(both):
+    mod = both('''
+        from typing import NewType
+        UserId = NewType("UserId", int)
+        def f(user: UserId) -> list[UserId]:
+            """f"""
+    ''')
+    assert params(mod)[0]["type"] == INT
+    assert returns(mod) == {"kind": "generic", "name": "list", "arguments": [INT]}

@@ -71,6 +71,8 @@ class _Resolver:
             return _generic(_origin_name(origin), [self.obj(a, path) for a in args])
         if isinstance(ann, type):
             return self.cls(ann, path)
+        if isinstance(ann, typing.NewType):
+            return self.obj(ann.__supertype__, path)
         return unresolved(type(ann).__name__)
 
     def cls(self, cls: type, path: tuple) -> dict:
