@@ -167,6 +167,11 @@ impl Proxy {
         self.shared.ca.ca_pem()
     }
 
+    /// The interception CA certificate (DER).
+    pub fn ca_der(&self) -> &[u8] {
+        self.shared.ca.ca_der().as_ref()
+    }
+
     /// Stop accepting (idempotent). Established connections finish on their own.
     pub fn shutdown(&self) {
         let _ = self.stop.send(true);

@@ -30,7 +30,8 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     b.timer(TokioTimer::new())
         .header_read_timeout(shared.cfg.head_timeout)
         .max_buf_size(shared.cfg.max_header_bytes.max(8192))
-        .keep_alive(true);
+        .keep_alive(true)
+        .auto_date_header(false);
     if let Err(e) = b
         .serve_connection(TokioIo::new(stream), svc)
         .with_upgrades()

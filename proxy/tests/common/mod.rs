@@ -159,6 +159,9 @@ impl Harness {
     pub fn port(&self) -> u16 {
         self.proxy.local_addr().port()
     }
+    pub fn proxy_ca_der(&self) -> Vec<u8> {
+        self.proxy.ca_der().to_vec()
+    }
     pub fn http_proxy(&self) -> String {
         format!("http://{TOKEN}:@127.0.0.1:{}", self.port())
     }
@@ -533,4 +536,76 @@ impl NetworkFilter for Block200 {
         }
         Ok(FilterVerdict::Allow)
     }
+}
+
+/// A test CA for local TLS origins.
+pub struct TestCa {
+    pub issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pub der: rustls::pki_types::CertificateDer<'static>,
+    pub pem: String,
+}
+
+pub fn test_ca() -> TestCa {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "test origin CA");
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let cert = p.self_signed(&key).unwrap();
+    TestCa {
+        der: cert.der().clone(),
+        pem: cert.pem(),
+        issuer: rcgen::Issuer::new(p, key),
+    }
+}
+
+/// An HTTPS origin (h2 + http/1.1) on 127.0.0.1 whose leaf covers `names`.
+pub async fn tls_origin(ca: &TestCa, names: &[&str]) -> Origin {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let p = rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .unwrap();
+    let cert = p.signed_by(&key, &ca.issuer).unwrap();
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone(), ca.der.clone()], key_der)
+    .unwrap();
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let o = Origin {
+        addr: Some(l.local_addr().unwrap()),
+        ..Default::default()
+    };
+    let seen = o.seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            let seen = seen.clone();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let svc = service_fn(move |r| origin_handle(seen.clone(), r));
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection_with_upgrades(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    o
+}
+
+/// Write text to a temp file that lives as long as the returned handle.
+pub fn temp_pem(text: &str) -> tempfile::NamedTempFile {
+    use std::io::Write;
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
 }
