@@ -70,7 +70,20 @@ pub fn run(home: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> {
     rt.block_on(serve(home, args))
 }
 
+/// Lifts the open-file soft limit to the hard limit: every SSE subscriber holds a socket.
+fn raise_nofile() {
+    // SAFETY: plain getrlimit/setrlimit on this process.
+    unsafe {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
 async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> {
+    raise_nofile();
     let home = Home::resolve(home_flag)?;
     let _lock = home.lock()?;
     let host = args.host.clone().unwrap_or_else(|| {
