@@ -1,15 +1,17 @@
 //! Resolve once, classify every answer, dial only the validated address.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
 use crate::deny::{kind, DeciderKind, Denial, DenyClass};
 use crate::engine::Shared;
 use crate::ssrf::{self, parse_ip_literal, FloorInput};
-use crate::traits::Principal;
+use crate::traits::{Principal, Resolver};
 
 /// Names of metadata services refused at the floor whatever they resolve to.
 const METADATA_NAMES: [&str; 4] = [
@@ -19,30 +21,36 @@ const METADATA_NAMES: [&str; 4] = [
     "instance-data",
 ];
 
+/// Cache of resolved denied names: name → (resolved at, addresses).
+pub type DeniedCache = Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>;
+
 /// Addresses of the policy's concrete denied names (short-TTL cache).
-async fn denied_addrs(shared: &Shared, principal: &Principal) -> Vec<IpAddr> {
+async fn denied_addrs(
+    resolver: &dyn Resolver,
+    cache: Option<(&DeniedCache, Duration)>,
+    principal: &Principal,
+) -> Vec<IpAddr> {
     let mut out = Vec::new();
     for name in principal.policy.denied_names() {
         if let Some(ip) = parse_ip_literal(name) {
             out.push(ip);
             continue;
         }
-        let cached = shared.denied_cache.lock().ok().and_then(|c| {
-            c.get(name)
-                .filter(|(t, _)| t.elapsed() < shared.cfg.denied_name_ttl)
-                .map(|(_, v)| v.clone())
+        let cached = cache.and_then(|(c, ttl)| {
+            c.lock().ok().and_then(|c| {
+                c.get(name)
+                    .filter(|(t, _)| t.elapsed() < ttl)
+                    .map(|(_, v)| v.clone())
+            })
         });
         let addrs = match cached {
             Some(v) => v,
             None => {
-                let v = shared
-                    .svc
-                    .resolver
-                    .resolve(name, 443)
-                    .await
-                    .unwrap_or_default();
-                if let Ok(mut c) = shared.denied_cache.lock() {
-                    c.insert(name.clone(), (Instant::now(), v.clone()));
+                let v = resolver.resolve(name, 443).await.unwrap_or_default();
+                if let Some((c, _)) = cache {
+                    if let Ok(mut c) = c.lock() {
+                        c.insert(name.clone(), (Instant::now(), v.clone()));
+                    }
                 }
                 v
             }
@@ -54,8 +62,30 @@ async fn denied_addrs(shared: &Shared, principal: &Principal) -> Vec<IpAddr> {
 
 /// Resolve `host` once and pass every answer through the SSRF floor; the
 /// returned address is the only one that may be dialled.
-pub async fn validate(
+pub(crate) async fn validate(
     shared: &Shared,
+    principal: &Principal,
+    host: &str,
+    port: u16,
+) -> Result<SocketAddr, Denial> {
+    let cache = Some((&shared.denied_cache, shared.cfg.denied_name_ttl));
+    validate_with(
+        shared.svc.resolver.as_ref(),
+        cache,
+        Some(shared.own_port),
+        principal,
+        host,
+        port,
+    )
+    .await
+}
+
+/// The SSRF floor for one target without a running proxy (also used by
+/// `/net-probe`): resolve once, classify every answer, return the address.
+pub async fn validate_with(
+    resolver: &dyn Resolver,
+    cache: Option<(&DeniedCache, Duration)>,
+    own_port: Option<u16>,
     principal: &Principal,
     host: &str,
     port: u16,
@@ -70,16 +100,11 @@ pub async fn validate(
     let answers = match parse_ip_literal(host) {
         Some(ip) => vec![ip],
         None if host.is_empty() => vec![],
-        None => shared
-            .svc
-            .resolver
-            .resolve(host, port)
-            .await
-            .unwrap_or_default(),
+        None => resolver.resolve(host, port).await.unwrap_or_default(),
     };
-    let denied = denied_addrs(shared, principal).await;
+    let denied = denied_addrs(resolver, cache, principal).await;
     let mut reserved = principal.reserved_ports.clone();
-    reserved.push(shared.own_port);
+    reserved.extend(own_port);
     let ip = ssrf::check(
         &answers,
         FloorInput {
@@ -103,7 +128,7 @@ pub fn classify_io(e: &io::Error) -> DenyClass {
 }
 
 /// Dial a validated address with the connect timeout.
-pub async fn connect(shared: &Shared, addr: SocketAddr) -> Result<TcpStream, Denial> {
+pub(crate) async fn connect(shared: &Shared, addr: SocketAddr) -> Result<TcpStream, Denial> {
     match tokio::time::timeout(shared.cfg.connect_timeout, shared.svc.dialer.dial(addr)).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(Denial::upstream(classify_io(&e), e)),

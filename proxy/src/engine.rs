@@ -1,9 +1,8 @@
 //! Shared proxy state, the service bundle and the running [`Proxy`] handle.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -70,7 +69,7 @@ pub(crate) struct Shared {
     pub upstream_tls: Arc<rustls::ClientConfig>,
     pub http_client: Client<ValidatedConnector, ProxyBody>,
     pub own_port: u16,
-    pub denied_cache: Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>,
+    pub denied_cache: crate::dial::DeniedCache,
     sessions: Mutex<HashMap<String, usize>>,
 }
 
