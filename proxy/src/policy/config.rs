@@ -157,7 +157,7 @@ impl NetworkConfig {
         cfg.validate()
     }
 
-    fn validate(self) -> Result<Self, ProxyError> {
+    pub(crate) fn validate(self) -> Result<Self, ProxyError> {
         let mut seen = std::collections::HashSet::new();
         for (i, p) in self.inbound_ports.iter().enumerate() {
             if !seen.insert(p.0) {
