@@ -1,4 +1,90 @@
-//! vis-proxy — the egress proxy.
+//! # vis-proxy — the egress proxy of vis-gateway
+//!
+//! One loopback listener speaking HTTP forwarding, CONNECT (opaque tunnel
+//! or TLS interception) and SOCKS5, with per-session attribution by proxy
+//! token, a domain/method/path/port policy, an SSRF floor, network filters
+//! and a decision record for every request. The crate knows nothing about
+//! sessions or Python (decision A5): it asks the traits in [`traits`].
+//!
+//! ## Pipeline (file names follow it)
+//!
+//! ```text
+//! listener.rs   accept, overall connection cap
+//!   └ detect.rs first byte: 0x05 SOCKS5 · 0x04 SOCKS4 → clean close · else HTTP
+//!       (first-byte timeout; `PRI * HTTP/2.0` → 400)
+//! attribution.rs  Proxy-Authorization Basic username / RFC 1929 username → Attribution
+//! policy/         config.rs (parse) → compile.rs (once) → decide.rs (pure, per request)
+//! filters.rs      NetworkFilter chain (order, first deny wins, error/timeout denies)
+//! dial.rs + ssrf.rs  resolve ONCE, classify EVERY answer, return the one address to dial
+//! lanes/http.rs      hyper HTTP/1.1 server, keep-alive, every request decided alone
+//! lanes/connect.rs   CONNECT: decide host+port, SSRF, then opaque or intercept
+//! lanes/intercept.rs TLS server with a minted leaf, h2 + http/1.1 inside
+//! lanes/forward.rs   per-request pipeline shared by plain HTTP and intercepted HTTPS
+//! lanes/socks5.rs    pure wire parsers + the SOCKS5 driver
+//! upstream.rs        hyper-util pooled client connectors (only validated addresses)
+//! relay.rs           byte relay: half-close, idle teardown, byte counts
+//! deny.rs            denial kinds and THE mapping to 400/403/407/502/503/504 and SOCKS REP codes
+//! record.rs          Decision records (denials at decision time, allows at the end)
+//! tls.rs             ephemeral ECDSA P-256 CA, leaf LRU, upstream client config
+//! probe.rs           /net-probe: decide + SSRF + every filter, no socket to the target
+//! standalone.rs      run from a YAML policy file
+//! ```
+//!
+//! ## What the gateway calls
+//!
+//! * Implement [`Attribution`] (token → [`Lookup`] with a [`Principal`]:
+//!   session id, `Arc<Policy>` compiled once with [`policy::Policy::compile`],
+//!   reserved ports such as the control-plane port), [`DecisionSink`]
+//!   (non-blocking), optionally [`FilterSet`] (ordered [`NetworkFilter`]s),
+//!   [`Resolver`] and [`Dialer`] (defaults: [`SystemResolver`], [`TcpDialer`]).
+//! * `Proxy::start(ProxyConfig::default().with_env_extra_roots().await?, Services::new(attr, sink).with_filters(f)).await?`
+//!   → [`Proxy::local_addr`], [`Proxy::ca_pem`] (write it first into the
+//!   children's CA bundle), [`Proxy::probe`] for `/net-probe`,
+//!   [`Proxy::shutdown`] (idempotent).
+//! * Stand-alone: [`run_standalone`]`(StandaloneConfig::new(path))`; the file
+//!   format is documented in [`standalone`].
+//!
+//! ## Decisions taken where the spec was silent (for ARCHITECTURE.md)
+//!
+//! * Attribution is async and three-way ([`Lookup::Found`] / `Unknown` → 407 /
+//!   `Failed` → 403 `vis-agent: session policy error`, header
+//!   `X-Vis-Egress-Error: blocked-by-denylist` as §9 suggests; SOCKS: `01 00`
+//!   then REP `02`).
+//! * The proxy adds its own port to every principal's reserved ports.
+//! * Host patterns: `.example.com` means `example.com`; any other `*` than
+//!   a whole `*` or a leading `*.` is a config error naming the key (§15 Q6).
+//!   IP literals in any `inet_aton` spelling are canonicalized before the host
+//!   gate and the floor; IPv6 is matched in RFC 5952 form (§15 Q7).
+//! * Rule ties: longest pattern, then non-wildcard, then config order (Q8).
+//!   A closed rule with `methods`/`allow` denies everything except those.
+//! * Interception happens when the selected rule can deny some method/path
+//!   (`restricts_requests`: not `*`, not ports-only) or any filter is
+//!   registered for the principal, and never for `exclude_domains`.
+//! * SSRF extras (Q10): 240.0.0.0/4 and all of 0.0.0.0/8 always denied;
+//!   192.0.0.0/24 and 198.18.0.0/15 private; metadata addresses
+//!   169.254.169.254, 169.254.170.2, fd00:ec2::254/253/123, 100.100.100.200,
+//!   168.63.129.16, 192.0.0.192 always denied; names `metadata.google.internal`,
+//!   `metadata.goog`, `metadata`, `instance-data` refused at the floor; Teredo
+//!   (2001::/32) classified by its client IPv4 as well. Denied-name addresses
+//!   cached 30 s (Q12).
+//! * Upstream failures (Q3): HTTP 502 `upstream error: …` (504 on connect
+//!   timeout) without an egress kind; SOCKS REP `05` refused / `04` otherwise.
+//!   The decision record of such a request is an `allow` whose `reason` holds
+//!   the upstream error.
+//! * An absolute `https://` URI on the plain lane is refused with 400 (Q4).
+//! * Limits (P9): 10 s first byte and head, 15 s connect, 15 min idle, 5 s
+//!   per filter, 2048 connections overall (excess connections are closed),
+//!   256 concurrent requests/tunnels per session (excess: 503 / REP `01`),
+//!   64 KiB request head (431), 1024 cached leaves.
+//! * A response denied by a response filter produces one `deny` record with
+//!   phase `http-response`/`https-response` and no `allow` record.
+//! * Hop-by-hop headers (and those named in `Connection`) are stripped both
+//!   ways; `Upgrade` + `Connection: upgrade` are kept for WebSocket handshakes.
+//!   The CONNECT answer is exactly `HTTP/1.1 200 Connection Established` with
+//!   no headers.
+//! * Path globs are matched by a small hand-written matcher because globset
+//!   gives `[`, `{` and `/` meanings the spec forbids.
+//! * `VIS_SYSTEM_CA_CERT` may hold a PEM file path or PEM text.
 #![warn(missing_docs)]
 
 pub mod attribution;
