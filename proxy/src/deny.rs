@@ -79,6 +79,8 @@ pub enum DenyClass {
     UpstreamTimeout,
     /// 503 / REP `01` — a connection limit was hit.
     Overloaded,
+    /// 431 — the request head exceeds the header cap.
+    HeadTooLarge,
 }
 
 /// One refusal: class, sentence and who decided.
@@ -157,6 +159,16 @@ impl Denial {
             filter: None,
         }
     }
+    /// The request head is larger than the cap.
+    pub fn head_too_large() -> Self {
+        Denial {
+            class: DenyClass::HeadTooLarge,
+            reason: "request header fields too large".into(),
+            decider: DeciderKind::Default,
+            rule_host: None,
+            filter: None,
+        }
+    }
     /// Attach the rule host.
     pub fn with_rule(mut self, rule_host: Option<String>) -> Self {
         self.rule_host = rule_host;
@@ -196,6 +208,7 @@ impl Denial {
             DenyClass::UpstreamRefused | DenyClass::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
             DenyClass::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             DenyClass::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            DenyClass::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
 
@@ -208,7 +221,7 @@ impl Denial {
             | DenyClass::BadRequest => 0x02,
             DenyClass::UpstreamRefused => 0x05,
             DenyClass::UpstreamUnreachable | DenyClass::UpstreamTimeout => 0x04,
-            DenyClass::Overloaded => 0x01,
+            DenyClass::Overloaded | DenyClass::HeadTooLarge => 0x01,
         }
     }
 

@@ -41,7 +41,20 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
+/// Approximate size of a request head (names, values, separators).
+pub(crate) fn head_size(req: &Request<Incoming>) -> usize {
+    let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
+    line + req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum::<usize>()
+}
+
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    if head_size(&req) > shared.cfg.max_header_bytes {
+        return Denial::head_too_large().to_response();
+    }
     if req.method() == Method::CONNECT {
         return crate::lanes::connect::handle(shared, req).await;
     }

@@ -125,6 +125,9 @@ fn authority_matches(req: &Request<Incoming>, host: &str, port: u16) -> bool {
 }
 
 async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
+    if crate::lanes::http::head_size(&req) > t.shared.cfg.max_header_bytes {
+        return Denial::head_too_large().to_response();
+    }
     if req.method() == Method::CONNECT {
         return Denial::bad_request("nested CONNECT is not allowed inside an intercepted tunnel")
             .to_response();
