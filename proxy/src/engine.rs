@@ -67,6 +67,7 @@ pub(crate) struct Shared {
     pub svc: Services,
     pub ca: CertAuthority,
     pub upstream_tls: Arc<rustls::ClientConfig>,
+    pub trusted_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     pub http_client: Client<ValidatedConnector, ProxyBody>,
     pub own_port: u16,
     pub denied_cache: crate::dial::DeniedCache,
@@ -129,14 +130,15 @@ impl Proxy {
             cfg.extra_roots.clone(),
             cfg.leaf_cache_size,
         );
-        let (ca, upstream_tls) = tokio::task::spawn_blocking(move || -> Result<_, ProxyError> {
-            Ok((
-                CertAuthority::new(cache)?,
-                upstream_client_config(use_sys, &extra)?,
-            ))
-        })
-        .await
-        .map_err(|e| ProxyError::Tls(e.to_string()))??;
+        let (ca, (upstream_tls, trusted_roots)) =
+            tokio::task::spawn_blocking(move || -> Result<_, ProxyError> {
+                Ok((
+                    CertAuthority::new(cache)?,
+                    upstream_client_config(use_sys, &extra)?,
+                ))
+            })
+            .await
+            .map_err(|e| ProxyError::Tls(e.to_string()))??;
         let http_client = Client::builder(TokioExecutor::new()).build(ValidatedConnector {
             dialer: svc.dialer.clone(),
             timeout: cfg.connect_timeout,
@@ -146,6 +148,7 @@ impl Proxy {
             svc,
             ca,
             upstream_tls,
+            trusted_roots,
             http_client,
             own_port: addr.port(),
             denied_cache: Mutex::new(HashMap::new()),
@@ -164,6 +167,22 @@ impl Proxy {
     /// The interception CA certificate (PEM) for the children's CA bundle.
     pub fn ca_pem(&self) -> &str {
         self.shared.ca.ca_pem()
+    }
+
+    /// The children's CA bundle (§7): the interception CA first, then every
+    /// root the proxy trusts upstream (system roots + `VIS_SYSTEM_CA_CERT`),
+    /// deduplicated, as PEM. Write it to the file named by `SSL_CERT_FILE` & co.
+    pub fn ca_bundle_pem(&self) -> String {
+        let mut out = String::from(self.ca_pem());
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        for r in &self.shared.trusted_roots {
+            if r != self.shared.ca.ca_der() {
+                out.push_str(&crate::tls::pem_encode(r));
+            }
+        }
+        out
     }
 
     /// The interception CA certificate (DER).

@@ -125,9 +125,11 @@ pub async fn run_all(
     rows
 }
 
-/// Lower-case, trim, last duplicate wins.
+/// Lower-case, trim, last duplicate wins. `proxy-authorization` (the
+/// session's proxy token) is never shown to filters.
 pub fn header_map(h: &http::HeaderMap) -> std::collections::BTreeMap<String, String> {
     h.iter()
+        .filter(|(k, _)| *k != http::header::PROXY_AUTHORIZATION)
         .map(|(k, v)| {
             (
                 k.as_str().to_ascii_lowercase(),

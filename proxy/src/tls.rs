@@ -149,31 +149,51 @@ impl rustls::server::ResolvesServerCert for Fixed {
     }
 }
 
+/// PEM-encode one DER certificate (64-column Base64).
+pub fn pem_encode(der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(chunk));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
 /// Upstream TLS client config: system roots (optional) + extra roots,
-/// hostname verification on, ALPN h2 + http/1.1. Loading the system roots
-/// reads files: call from a blocking context.
+/// hostname verification on, ALPN h2 + http/1.1. Also returns the roots it
+/// trusts (for the children's bundle). Loading the system roots reads files:
+/// call from a blocking context.
 pub fn upstream_client_config(
     use_system_roots: bool,
     extra: &[CertificateDer<'static>],
-) -> Result<Arc<rustls::ClientConfig>, ProxyError> {
+) -> Result<(Arc<rustls::ClientConfig>, Vec<CertificateDer<'static>>), ProxyError> {
     let mut roots = rustls::RootCertStore::empty();
+    let mut used: Vec<CertificateDer<'static>> = Vec::new();
     if use_system_roots {
         let found = rustls_native_certs::load_native_certs();
         for c in found.certs {
-            let _ = roots.add(c);
+            if roots.add(c.clone()).is_ok() && !used.contains(&c) {
+                used.push(c);
+            }
         }
     }
     for c in extra {
         roots
             .add(c.clone())
             .map_err(|e| ProxyError::Tls(format!("extra root rejected: {e}")))?;
+        if !used.contains(c) {
+            used.push(c.clone());
+        }
     }
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
+    Ok((Arc::new(cfg), used))
 }
 
 #[cfg(test)]
@@ -190,6 +210,10 @@ mod tests {
         ca.leaf("c.test").unwrap();
         assert_eq!(ca.cached_leaves(), 2);
         assert!(ca.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+        let pem = pem_encode(ca.ca_der());
+        assert!(pem.lines().all(|l| l.len() <= 64));
+        let back = crate::settings::certs_from_pem(pem.as_bytes()).unwrap();
+        assert_eq!(&back[0], ca.ca_der());
     }
 
     #[test]

@@ -77,6 +77,13 @@ async fn intercepted_read_only_host_allows_get_and_denies_post_inside_tls() {
     let seen = o.seen();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].method, "GET");
+    let bundle_pem = h.proxy.ca_bundle_pem();
+    assert!(bundle_pem.starts_with(h.proxy.ca_pem()));
+    assert_eq!(
+        bundle_pem.matches("BEGIN CERTIFICATE").count(),
+        2,
+        "CA + the injected extra root"
+    );
     assert!(seen[0].headers.get("proxy-authorization").is_none());
     let recs = h.sink.wait_for(2).await;
     let https: Vec<_> = recs.iter().filter(|d| d.lane == Lane::Https).collect();

@@ -244,3 +244,30 @@ async fn the_probe_reports_every_verdict_without_opening_a_socket() {
     assert!(h.dialer.dialled().is_empty());
     assert_eq!(spy.seen.lock().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn filters_never_see_the_proxy_token() {
+    let o = origin().await;
+    let spy = Arc::new(Spy::default());
+    let h = start(Setup {
+        filters: vec![spy.clone()],
+        ..Default::default()
+    })
+    .await;
+    let r = curl(&[
+        "--proxy",
+        &h.http_proxy(),
+        "-H",
+        "Authorization: Bearer leaked",
+        &format!("http://localhost:{}/t", o.port()),
+    ])
+    .await;
+    assert_eq!(r.status(), 200);
+    let ctx = spy.seen.lock().unwrap()[0].clone();
+    assert!(!ctx.headers.contains_key("proxy-authorization"));
+    assert_eq!(
+        ctx.headers.get("authorization").map(String::as_str),
+        Some("Bearer leaked")
+    );
+    assert_eq!(ctx.body, None);
+}
