@@ -8,6 +8,7 @@ mod bus;
 mod cli;
 mod config;
 mod engine;
+mod extensions;
 mod home;
 mod pairing;
 mod providers;
@@ -38,6 +39,9 @@ enum Cmd {
     Stop,
     /// Print the pairing link and QR code of the running gateway.
     Pair,
+    /// Internal: an extension worker process (embedded CPython), driven by the gateway.
+    #[command(hide = true)]
+    Worker(extensions::worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Cmd::Status => cli::client::status(args.home),
         Cmd::Stop => cli::client::stop(args.home),
         Cmd::Pair => cli::client::pair(args.home),
+        Cmd::Worker(a) => extensions::worker::run(args.home, a),
     };
     match result {
         Ok(code) => code,
