@@ -271,3 +271,60 @@ async fn filters_never_see_the_proxy_token() {
     );
     assert_eq!(ctx.body, None);
 }
+
+#[tokio::test]
+async fn a_hanging_upstream_connect_times_out_as_504_and_socks_reply_04() {
+    let config = ProxyConfig {
+        connect_timeout: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let h = start(Setup {
+        config,
+        ..Default::default()
+    })
+    .await;
+    h.dialer
+        .hang
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = curl(&["--proxy", &h.http_proxy(), "http://localhost:9/"]).await;
+    assert_eq!(r.status(), 504, "{r:?}");
+    let (_s, head) = connect_tunnel(h.port(), TOKEN, "localhost:9").await;
+    assert!(head.starts_with("HTTP/1.1 504"), "{head}");
+    let s = curl(&["--proxy", &h.socks_proxy(), "http://localhost:9/"]).await;
+    assert_ne!(s.code, 0);
+    assert!(s.stderr.contains("(4)"), "{}", s.stderr);
+    assert_eq!(h.dialer.dialled().len(), 3);
+}
+
+#[tokio::test]
+async fn a_streamed_response_stays_incremental_when_filters_are_registered() {
+    let spy = Arc::new(Spy::default());
+    let h = start(Setup {
+        filters: vec![spy.clone()],
+        ..Default::default()
+    })
+    .await;
+    let o = origin().await;
+    let mut s = TcpStream::connect(("127.0.0.1", h.port())).await.unwrap();
+    let req = format!("GET http://127.0.0.1:{p}/stream-f HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nProxy-Authorization: {}\r\n\r\n", basic(TOKEN), p = o.port());
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains("chunk-2") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(!String::from_utf8_lossy(&got).contains("chunk-3"));
+    let phases: Vec<_> = spy.seen.lock().unwrap().iter().map(|c| c.phase).collect();
+    assert_eq!(
+        phases,
+        vec![vis_proxy::Phase::Http, vis_proxy::Phase::HttpResponse]
+    );
+    RELEASE.notify_one();
+    while !String::from_utf8_lossy(&got).contains("chunk-3") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+}

@@ -81,12 +81,17 @@ impl RecordingSink {
 #[derive(Default)]
 pub struct RecordingDialer {
     pub attempts: Mutex<Vec<SocketAddr>>,
+    /// When set, every dial hangs (to exercise the connect timeout).
+    pub hang: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait]
 impl Dialer for RecordingDialer {
     async fn dial(&self, addr: SocketAddr) -> io::Result<TcpStream> {
         self.attempts.lock().unwrap().push(addr);
+        if self.hang.load(std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         if addr.ip().is_loopback() {
             TcpStream::connect(addr).await
         } else {
