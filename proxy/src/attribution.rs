@@ -35,11 +35,17 @@ pub fn token_from_headers(headers: &http::HeaderMap) -> Option<String> {
 pub async fn authorize(attr: &dyn Attribution, token: Option<&str>) -> Result<Principal, Denial> {
     let token = match token.map(str::trim) {
         Some(t) if !t.is_empty() => t,
-        _ => return Err(Denial::auth(reason::MISSING_TOKEN)),
+        _ => {
+            tracing::debug!("unattributable egress: no proxy token");
+            return Err(Denial::auth(reason::MISSING_TOKEN));
+        }
     };
     match attr.lookup(token).await {
         Lookup::Found(p) => Ok(p),
-        Lookup::Unknown => Err(Denial::auth(reason::UNKNOWN_TOKEN)),
+        Lookup::Unknown => {
+            tracing::debug!("unattributable egress: unknown proxy token");
+            Err(Denial::auth(reason::UNKNOWN_TOKEN))
+        }
         Lookup::Failed(msg) => {
             tracing::warn!(error = %msg, "proxy attribution backend failed");
             Err(Denial::policy_error())

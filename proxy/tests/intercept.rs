@@ -439,3 +439,90 @@ async fn socks_filters_get_a_socks_ctx_and_can_deny() {
     assert_eq!(d.error_kind.as_deref(), Some("blocked-by-filter"));
     assert_eq!(d.lane, Lane::Socks);
 }
+
+#[tokio::test]
+async fn a_websocket_upgrade_works_through_interception() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = test_ca();
+    let acceptor = tls_acceptor(&ca, &["localhost"]);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let mut tls = acceptor.accept(s).await.unwrap();
+        let head = read_head(&mut tls).await.to_ascii_lowercase();
+        assert!(head.contains("upgrade: websocket"), "{head}");
+        tls.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        loop {
+            let n = tls.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            tls.write_all(&buf[..n]).await.unwrap();
+            tls.flush().await.unwrap();
+        }
+    });
+    let h = start(Setup {
+        policy: "rules: [{host: localhost, access: ro}]\n",
+        extra_roots: vec![ca.der.clone()],
+        ..Default::default()
+    })
+    .await;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
+        .await
+        .unwrap();
+    s.write_all(
+        format!(
+            "CONNECT localhost:{port} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
+            basic(TOKEN)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert!(read_head(&mut s).await.starts_with("HTTP/1.1 200"));
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tls_client(&h.proxy_ca_der(), &[b"http/1.1"])
+        .connect(name, s)
+        .await
+        .unwrap();
+    let req = format!("GET /ws HTTP/1.1\r\nHost: localhost:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+    tls.write_all(req.as_bytes()).await.unwrap();
+    let head = read_head(&mut tls).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    tls.write_all(b"frame").await.unwrap();
+    tls.flush().await.unwrap();
+    let mut buf = [0u8; 5];
+    tls.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"frame");
+}
+
+#[tokio::test]
+async fn an_ipv6_literal_target_gets_an_ip_address_leaf() {
+    use tokio::io::AsyncWriteExt;
+    let h = start(Setup {
+        policy: "rules: [{host: '::1', access: ro}]\n",
+        ..Default::default()
+    })
+    .await;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
+        .await
+        .unwrap();
+    // the target need not exist: the leaf is presented before any upstream dial
+    s.write_all(
+        format!(
+            "CONNECT [::1]:9 HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
+            basic(TOKEN)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert!(read_head(&mut s).await.starts_with("HTTP/1.1 200"));
+    let name = rustls::pki_types::ServerName::try_from("::1").unwrap();
+    let tls = tls_client(&h.proxy_ca_der(), &[b"h2", b"http/1.1"])
+        .connect(name, s)
+        .await;
+    assert!(tls.is_ok(), "the leaf for ::1 verifies under the proxy CA");
+}

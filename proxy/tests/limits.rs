@@ -11,18 +11,6 @@ use tokio::net::{TcpListener, TcpStream};
 use vis_proxy::policy::Policy;
 use vis_proxy::{Principal, ProxyConfig};
 
-async fn read_head(s: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let mut b = [0u8; 1];
-    while !out.ends_with(b"\r\n\r\n") {
-        if s.read(&mut b).await.unwrap() == 0 {
-            break;
-        }
-        out.push(b[0]);
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 async fn connect_tunnel(proxy_port: u16, token: &str, target: &str) -> (TcpStream, String) {
     let mut s = TcpStream::connect(("127.0.0.1", proxy_port)).await.unwrap();
     s.write_all(

@@ -614,3 +614,53 @@ pub fn temp_pem(text: &str) -> tempfile::NamedTempFile {
     f.write_all(text.as_bytes()).unwrap();
     f
 }
+
+/// A TLS acceptor (http/1.1 only) for `names`, signed by `ca`.
+pub fn tls_acceptor(ca: &TestCa, names: &[&str]) -> tokio_rustls::TlsAcceptor {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let p = rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .unwrap();
+    let cert = p.signed_by(&key, &ca.issuer).unwrap();
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.der().clone(), ca.der.clone()], key_der)
+    .unwrap();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg))
+}
+
+/// A TLS client config trusting only `der`.
+pub fn tls_client(der: &[u8], alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(der.to_vec()))
+        .unwrap();
+    let mut cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+}
+
+/// Read an HTTP head byte by byte.
+pub async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut b = [0u8; 1];
+    while !out.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await.unwrap_or(0) == 0 {
+            break;
+        }
+        out.push(b[0]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
