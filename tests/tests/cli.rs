@@ -1,0 +1,146 @@
+//! §5.3 / §5.7: the `status`, `stop` and `pair` sub-commands and `start --pair`.
+
+mod common;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_a_running_gateway_and_exits_3_when_none_runs() {
+    let dirs = Dirs::new();
+    let (code, out, _) = run_cli(&dirs, &["status"]).await;
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("not running"), "{out}");
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let (code, out, err) = run_cli(&dirs, &["status"]).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains("running"), "{out}");
+    assert!(out.contains(&gw.pid().to_string()), "{out}");
+    assert!(out.contains(&format!("127.0.0.1:{}", gw.port)), "{out}");
+    assert!(out.contains("\"secret_match\":true"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_sends_sigterm_removes_the_registry_and_the_gateway_exits_cleanly() {
+    let dirs = Dirs::new();
+    let mut gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let pid = gw.pid();
+    // reap our child as soon as it exits (a zombie would still look alive to `stop`)
+    let mut child = gw.child.take().unwrap();
+    let reaper = tokio::task::spawn_blocking(move || child.wait().unwrap());
+    let (code, out, err) = run_cli(&dirs, &["stop"]).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains(&format!("stopped (pid {pid})")), "{out}");
+    assert!(!dirs.registry().exists());
+    let status = reaper.await.unwrap();
+    assert!(status.success(), "{status}");
+    let (code, out, _) = run_cli(&dirs, &["status"]).await;
+    assert_eq!(code, Some(3), "{out}");
+    let (code, out, _) = run_cli(&dirs, &["stop"]).await;
+    assert_eq!(code, Some(0));
+    assert!(out.contains("not running"), "{out}");
+    // the home can be started again
+    let gw2 = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let (s, _) = gw2.get("/healthz").await;
+    assert_eq!(s, reqwest::StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_treats_a_stale_registry_of_a_killed_gateway_as_not_running() {
+    let dirs = Dirs::new();
+    let mut gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    gw.kill9();
+    assert!(dirs.registry().exists(), "a SIGKILL leaves the registry");
+    let (code, out, _) = run_cli(&dirs, &["status"]).await;
+    assert_eq!(code, Some(3), "{out}");
+    // and a new start on the same home works
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let (s, _) = gw.get("/healthz").await;
+    assert_eq!(s, reqwest::StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pair_refuses_a_loopback_gateway_with_a_remedy() {
+    let dirs = Dirs::new();
+    let _gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let (code, out, err) = run_cli(&dirs, &["pair"]).await;
+    assert_ne!(code, Some(0), "{out} {err}");
+    assert!(err.contains("refusing to pair"), "{err}");
+    assert!(err.contains("--pair") || err.contains("--host"), "remedy: {err}");
+    assert!(!out.contains("vis://"), "{out}");
+    assert!(!out.contains('█'));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pair_prints_the_link_with_the_token_and_a_qr_code_on_0_0_0_0() {
+    let dirs = Dirs::new();
+    let gw = Gateway::start_in(dirs.clone(), Opts::default().host("0.0.0.0")).await;
+    let (code, out, err) = run_cli(&dirs, &["pair"]).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    let link = out
+        .lines()
+        .find(|l| l.starts_with("vis://gateway?url="))
+        .unwrap_or_else(|| panic!("no link: {out}"));
+    assert!(link.contains(&format!("&token={}", gw.token)), "{link}");
+    assert!(link.contains(&format!("%3A{}", gw.port)), "{link}");
+    assert!(link.contains("url=http%3A%2F%2F"), "{link}");
+    assert!(!link.contains("127.0.0.1"), "a phone cannot reach loopback: {link}");
+    assert!(out.contains('█'), "QR code");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_with_pair_binds_all_interfaces_and_prints_link_and_qr() {
+    let mut opts = Opts::default();
+    opts.extra_args.push("--pair".into());
+    let gw = Gateway::start(opts).await;
+    assert_eq!(gw.registry["require_token"], true);
+    assert_eq!(gw.registry["host"], "0.0.0.0");
+    let deadline = std::time::Instant::now() + WAIT;
+    while !gw.stdout().contains('█') && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let out = gw.stdout();
+    assert!(out.contains("vis://gateway?url="), "{out}");
+    assert!(out.contains(&format!("token={}", gw.token)), "{out}");
+    assert!(out.contains('█'), "{out}");
+    // token required on this bind
+    let (s, _) = into_json(
+        gw.raw(reqwest::Method::GET, "/v1/sessions")
+            .header("X-Vis-Protocol", "2")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, reqwest::StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_with_pair_on_loopback_refuses_the_qr_but_serves() {
+    let mut opts = Opts::default().host("127.0.0.1");
+    opts.extra_args.push("--pair".into());
+    let gw = Gateway::start(opts).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while !gw.stderr().contains("refusing to pair") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!gw.stdout().contains('█'));
+    assert!(!gw.stdout().contains("vis://"));
+    assert!(gw.stderr().contains("refusing to pair"), "{}", gw.stderr());
+    let (s, _) = gw.get("/v1/sessions").await;
+    assert_eq!(s, reqwest::StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_config_file_fails_the_start_with_the_key_and_file_named() {
+    let dirs = Dirs::new();
+    std::fs::write(dirs.root().join("vis.yml"), "providers:\n  a:\n    modle: x\n").unwrap();
+    let mut cmd = command(&dirs, &Opts::default());
+    cmd.args(["start", "--port", "0", "--root"]).arg(dirs.root());
+    let out = tokio::time::timeout(WAIT, tokio::process::Command::from(cmd).output())
+        .await
+        .expect("start hung")
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("vis.yml") && err.contains("modle"), "{err}");
+}

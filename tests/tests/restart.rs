@@ -1,0 +1,171 @@
+//! §6.6 / G2 / G3: the stored log and turns survive restarts; an interrupted turn gets
+//! exactly one terminal (`turn.failed` with an `interrupted` error block).
+
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn stall() -> Script {
+    Script::Stall {
+        chunks: vec!["Working on it. ".into(), "Still going.\n".into()],
+    }
+}
+
+/// Starts a turn that stalls mid-stream and waits until it is stored as running.
+async fn stalled_turn(gw: &Gateway, sid: &str) -> String {
+    let mut sse = gw.events(sid, -1).await;
+    let (s, t) = gw.submit(sid, "do the long thing").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    sse.collect_until("content.block.delta", WAIT).await;
+    gw.wait_stored(sid, "content.block.delta").await;
+    t["turn_id"].as_str().unwrap().to_string()
+}
+
+fn terminals_of<'a>(evs: &'a [Value], tid: &str) -> Vec<&'a Value> {
+    evs.iter()
+        .filter(|e| e["turn_id"] == tid && TERMINALS.contains(&e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_turn_lands_one_interrupted_turn_failed_at_the_next_start() {
+    let llm = FixtureLlm::start().await;
+    llm.push(stall());
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let tid = stalled_turn(&gw, &sid).await;
+    let before = gw.events_since(&sid, 0).await;
+    let hw_before = before.last().unwrap()["seq"].as_i64().unwrap();
+
+    let gw = gw.restart_after_kill().await;
+    // replay from 0: stored events, then exactly one terminal for the interrupted turn
+    let mut sse = gw.events(&sid, 0).await;
+    let ready = sse.next_event(WAIT).await.unwrap();
+    assert_eq!(ready.event, "subscription.ready");
+    assert_eq!(ready.data["is_live"], false, "{:?}", ready.data);
+    let evs = sse.collect_until("context.updated", WAIT).await;
+    let tys = ev_types(&evs);
+    assert_eq!(tys[0], "turn.started", "{tys:?}");
+    assert!(tys.contains(&"content.block.delta"), "{tys:?}");
+    let failed = evs.iter().find(|e| e.event == "turn.failed").expect("turn.failed");
+    assert_eq!(failed.data["turn_id"], tid.as_str());
+    assert!(failed.seq().unwrap() > hw_before, "seq continues after the restart");
+    let block = failed.data["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "error")
+        .cloned()
+        .expect("error block");
+    assert_eq!(block["code"], "interrupted", "{block}");
+    let stored = gw.events_since(&sid, 0).await;
+    assert_eq!(terminals_of(&stored, &tid).len(), 1, "{:?}", types(&stored));
+    // the stored turn answers, settled
+    let (s, rec) = gw.get(format!("/v1/sessions/{sid}/turns/{tid}")).await;
+    assert_eq!(s, StatusCode::OK, "{rec}");
+    assert_eq!(rec["status"], "failed");
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    assert_eq!(tr["turns"][0]["status"], "error", "{tr}");
+    let (_, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(soul["live"], false);
+    assert_eq!(soul["status"], "idle");
+
+    // a second restart adds no second terminal
+    let gw = gw.restart_after_kill().await;
+    let stored = gw.events_since(&sid, 0).await;
+    assert_eq!(terminals_of(&stored, &tid).len(), 1, "{:?}", types(&stored));
+    // and the session still takes turns
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "/help").await;
+    let evs = sse.collect_until("turn.completed", WAIT).await;
+    assert!(evs.iter().all(|e| e.seq().is_none() || e.seq().unwrap() > hw_before));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_queued_behind_an_interrupted_turn_survives_the_restart_and_is_held() {
+    let llm = FixtureLlm::start().await;
+    llm.push(stall());
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    stalled_turn(&gw, &sid).await;
+    let (_, q) = gw.submit(&sid, "/help queued").await;
+    assert_eq!(q["status"], "queued");
+    let qtid = q["turn_id"].as_str().unwrap().to_string();
+    // let the store thread write it
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let gw = gw.restart_after_kill().await;
+    let (s, l) = gw.get(format!("/v1/sessions/{sid}/turns?status=queued")).await;
+    assert_eq!(s, StatusCode::OK);
+    let queued: Vec<_> = l["turns"].as_array().unwrap().iter().map(|t| t["turn_id"].clone()).collect();
+    assert_eq!(queued, vec![Value::from(qtid.clone())], "{l}");
+    let stored = gw.events_since(&sid, 0).await;
+    let paused = stored.iter().find(|e| e["type"] == "queue.paused").cloned();
+    let paused = paused.unwrap_or_else(|| panic!("no queue.paused: {:?}", types(&stored)));
+    assert_eq!(paused["reason"], "turn_failed");
+    assert_eq!(paused["held"], 1);
+    let (s, r) = gw.post_empty(&format!("/v1/sessions/{sid}/resume-queue")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(r["turn"]["turn_id"], qtid.as_str(), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_works_after_a_clean_restart_and_seq_numbering_continues() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "/help one").await;
+    sse.collect_until("context.updated", WAIT).await;
+    let before = gw.events_since(&sid, 0).await;
+    let hw = before.last().unwrap()["seq"].as_i64().unwrap();
+    drop(sse);
+    let (dirs, opts) = (gw.dirs.clone(), gw.opts.clone());
+    let mut gw = gw;
+    let status = gw.stop().await;
+    assert!(status.success(), "{status}");
+    drop(gw);
+    let gw = Gateway::start_in(dirs, opts).await;
+    let (s, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s, StatusCode::OK, "{soul}");
+    assert_eq!(soul["title"], "/help one");
+    let (_, seq) = gw.get(format!("/v1/sessions/{sid}/seq")).await;
+    assert_eq!(seq["seq"], hw);
+    let mut sse = gw.events(&sid, 0).await;
+    sse.next_event(WAIT).await.unwrap();
+    let replay = sse.collect_until("context.updated", WAIT).await;
+    let got: Vec<i64> = replay.iter().map(|e| e.seq().unwrap()).collect();
+    let want: Vec<i64> = before.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(got, want);
+    gw.submit(&sid, "/help two").await;
+    let live = sse.next_event(WAIT).await.unwrap();
+    assert_eq!(live.event, "turn.started");
+    assert_eq!(live.seq(), Some(hw + 1));
+    // the list still has it
+    let (_, l) = gw.get("/v1/sessions").await;
+    assert!(l["sessions"].as_array().unwrap().iter().any(|s| s["id"] == sid.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_mid_turn_lands_its_terminal_before_exit_and_none_after_restart() {
+    let llm = FixtureLlm::start().await;
+    llm.push(stall());
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let tid = stalled_turn(&gw, &sid).await;
+    let (dirs, opts) = (gw.dirs.clone(), gw.opts.clone());
+    let mut gw = gw;
+    let t0 = Instant::now();
+    let status = gw.stop().await;
+    assert!(status.success(), "{status}");
+    assert!(t0.elapsed() < Duration::from_secs(12));
+    assert!(!dirs.registry().exists(), "the registry is removed on a clean stop");
+    drop(gw);
+    let gw = Gateway::start_in(dirs, opts).await;
+    let stored = gw.events_since(&sid, 0).await;
+    let terms = terminals_of(&stored, &tid);
+    assert_eq!(terms.len(), 1, "{:?}", types(&stored));
+    let (_, rec) = gw.get(format!("/v1/sessions/{sid}/turns/{tid}")).await;
+    assert_ne!(rec["status"], "streaming", "{rec}");
+}
