@@ -14,8 +14,8 @@ use crate::error::ProxyError;
 use crate::settings::ProxyConfig;
 use crate::tls::{upstream_client_config, CertAuthority};
 use crate::traits::{
-    Attribution, DecisionSink, Dialer, FilterSet, NetworkFilter, NoFilters, Principal, Resolver,
-    SystemResolver, TcpDialer,
+    Attribution, Credentials, DecisionSink, Dialer, FilterSet, NetworkFilter, NoCredentials,
+    NoFilters, Principal, Resolver, SystemResolver, TcpDialer,
 };
 use crate::upstream::ValidatedConnector;
 
@@ -32,6 +32,8 @@ pub struct Services {
     pub resolver: Arc<dyn Resolver>,
     /// TCP connects.
     pub dialer: Arc<dyn Dialer>,
+    /// Provider credentials (phantom → secret swap).
+    pub credentials: Arc<dyn Credentials>,
 }
 
 impl Services {
@@ -43,6 +45,7 @@ impl Services {
             filters: Arc::new(NoFilters),
             resolver: Arc::new(SystemResolver),
             dialer: Arc::new(TcpDialer),
+            credentials: Arc::new(NoCredentials),
         }
     }
     /// Replace the filter set.
@@ -53,6 +56,11 @@ impl Services {
     /// Replace the resolver.
     pub fn with_resolver(mut self, r: Arc<dyn Resolver>) -> Self {
         self.resolver = r;
+        self
+    }
+    /// Replace the provider credentials.
+    pub fn with_credentials(mut self, c: Arc<dyn Credentials>) -> Self {
+        self.credentials = c;
         self
     }
     /// Replace the dialer.

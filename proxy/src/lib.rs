@@ -89,6 +89,7 @@
 
 pub mod attribution;
 pub mod body;
+pub mod credentials;
 pub mod deny;
 pub mod detect;
 pub mod dial;

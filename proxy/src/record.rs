@@ -76,6 +76,7 @@ pub struct AllowRecord {
     /// Bytes upstream → client.
     pub down: Arc<AtomicU64>,
     note: std::sync::Mutex<Option<String>>,
+    provider: Option<String>,
     keep: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     cancelled: std::sync::atomic::AtomicBool,
 }
@@ -100,6 +101,7 @@ impl AllowRecord {
             up: Arc::default(),
             down: Arc::default(),
             note: std::sync::Mutex::new(None),
+            provider: None,
             keep: std::sync::Mutex::new(Vec::new()),
             cancelled: std::sync::atomic::AtomicBool::new(false),
         }
@@ -114,6 +116,12 @@ impl AllowRecord {
 }
 
 impl AllowRecord {
+    /// Set the provider whose credential was injected.
+    pub fn with_provider(mut self, provider: Option<String>) -> Self {
+        self.provider = provider;
+        self
+    }
+
     /// Keep `guard` alive as long as this record (e.g. a concurrency slot).
     pub fn keep(&self, guard: Box<dyn std::any::Any + Send>) {
         if let Ok(mut k) = self.keep.lock() {
@@ -155,7 +163,7 @@ impl Drop for AllowRecord {
                 bytes_down: self.down.load(Ordering::Relaxed),
                 duration_ms: self.start.elapsed().as_millis() as u64,
                 is_intercepted: self.base.is_intercepted,
-                provider: None,
+                provider: self.provider.take(),
             },
         );
     }

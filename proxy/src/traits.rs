@@ -233,6 +233,44 @@ impl FilterSet for StaticFilters {
     }
 }
 
+/// One provider credential for a principal (decision P8).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProviderCredential {
+    /// Provider id (reported in decisions).
+    pub provider: String,
+    /// The provider's own hosts (domain patterns, e.g. `api.openai.com`).
+    pub hosts: Vec<String>,
+    /// The shape-preserving phantom the sandbox sees.
+    pub phantom: String,
+    /// The real secret (never shown to filters or logs).
+    pub secret: String,
+}
+
+impl std::fmt::Debug for ProviderCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderCredential")
+            .field("provider", &self.provider)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which provider credentials apply to a principal.
+pub trait Credentials: Send + Sync + 'static {
+    /// The principal's phantom → secret mappings.
+    fn credentials(&self, principal: &Principal) -> Vec<ProviderCredential>;
+}
+
+/// No provider credentials.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoCredentials;
+
+impl Credentials for NoCredentials {
+    fn credentials(&self, _: &Principal) -> Vec<ProviderCredential> {
+        Vec::new()
+    }
+}
+
 /// Name resolution. Called ONCE per target; the proxy never re-resolves.
 #[async_trait]
 pub trait Resolver: Send + Sync + 'static {

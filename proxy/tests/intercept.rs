@@ -526,3 +526,96 @@ async fn an_ipv6_literal_target_gets_an_ip_address_leaf() {
         .await;
     assert!(tls.is_ok(), "the leaf for ::1 verifies under the proxy CA");
 }
+
+fn openai(host: &str) -> vis_proxy::ProviderCredential {
+    vis_proxy::ProviderCredential {
+        provider: "openai".into(),
+        hosts: vec![host.into()],
+        phantom: "sk-phantom-abc".into(),
+        secret: "sk-real-xyz".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_phantom_key_is_swapped_only_on_the_providers_host() {
+    let o = origin().await;
+    let spy = Arc::new(Spy::default());
+    let h = start(Setup {
+        filters: vec![spy.clone()],
+        credentials: vec![openai("origin.test")],
+        ..Default::default()
+    })
+    .await;
+    let url = format!("http://origin.test:{}/v1?key=sk-phantom-abc", o.port());
+    let r = curl(&[
+        "--proxy",
+        &h.http_proxy(),
+        "-H",
+        "Authorization: Bearer sk-phantom-abc",
+        &url,
+    ])
+    .await;
+    assert_eq!(r.status(), 200, "{r:?}");
+    let seen = o.seen();
+    assert_eq!(seen[0].headers["authorization"], "Bearer sk-real-xyz");
+    assert_eq!(seen[0].path, "/v1?key=sk-real-xyz");
+    let ctx = spy.seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        ctx.headers["authorization"], "Bearer sk-phantom-abc",
+        "filters see the phantom only"
+    );
+    let recs = h.sink.wait_for(1).await;
+    assert_eq!(recs[0].provider.as_deref(), Some("openai"));
+    assert_eq!(
+        recs[0].path.as_deref(),
+        Some("/v1?key=sk-phantom-abc"),
+        "records never carry the secret"
+    );
+
+    let r = curl(&[
+        "--proxy",
+        &h.http_proxy(),
+        "-H",
+        "x-api-key: sk-phantom-abc",
+        &format!("http://other.test:{}/", o.port()),
+    ])
+    .await;
+    assert_eq!(r.status(), 403);
+    assert_eq!(
+        r.body(),
+        "provider credential for openai not allowed for host other.test\n"
+    );
+    assert_eq!(o.seen().len(), 1);
+    let recs = h.sink.wait_for(2).await;
+    let d = recs.iter().find(|d| d.decision == Verdict::Deny).unwrap();
+    assert_eq!(d.decided_by.kind, vis_proxy::deny::DeciderKind::Credential);
+}
+
+#[tokio::test]
+async fn a_provider_host_is_intercepted_to_inject_its_credential() {
+    let ca = test_ca();
+    let o = tls_origin(&ca, &["localhost"]).await;
+    let h = start(Setup {
+        credentials: vec![openai("localhost")],
+        extra_roots: vec![ca.der.clone()],
+        ..Default::default()
+    })
+    .await;
+    let bundle = temp_pem(h.proxy.ca_pem());
+    let url = format!("https://localhost:{}/v1/chat", o.port());
+    let r = curl(&[
+        "--proxy",
+        &h.http_proxy(),
+        "--cacert",
+        bundle.path().to_str().unwrap(),
+        "-H",
+        "Authorization: Bearer sk-phantom-abc",
+        &url,
+    ])
+    .await;
+    assert_eq!(r.status(), 200, "{r:?}");
+    assert_eq!(o.seen()[0].headers["authorization"], "Bearer sk-real-xyz");
+    let d = &h.sink.wait_for(1).await[0];
+    assert!(d.is_intercepted);
+    assert_eq!(d.provider.as_deref(), Some("openai"));
+}

@@ -117,7 +117,14 @@ pub(crate) async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> R
         .select_rule(&host)
         .map(|r| r.restricts_requests())
         .unwrap_or(false);
-    let intercept = !principal.policy.is_excluded(&host) && (rule_restricts || !filters.is_empty());
+    let provider_host = shared
+        .svc
+        .credentials
+        .credentials(&principal)
+        .iter()
+        .any(|c| c.covers(&host));
+    let intercept = !principal.policy.is_excluded(&host)
+        && (rule_restricts || !filters.is_empty() || provider_host);
     let on_upgrade = hyper::upgrade::on(&mut req);
 
     if intercept {

@@ -177,8 +177,18 @@ pub(crate) async fn forward(
         }
     }
 
+    // Provider credentials: after the filters (they saw the phantom), before the dial.
+    let mut path = base.path.clone().unwrap_or_else(|| "/".into());
+    let creds = shared.svc.credentials.credentials(&job.principal);
+    let mut provider = None;
+    if !creds.is_empty() {
+        match crate::credentials::apply(&creds, &base.host, &mut parts.headers, &mut path) {
+            Ok(p) => provider = p,
+            Err(d) => return deny(&shared, &job, d.with_rule(allowed.rule_host.clone())),
+        }
+    }
+
     // SSRF floor and the upstream URI.
-    let path = base.path.clone().unwrap_or_else(|| "/".into());
     let (uri, host_value) = match &job.upstream {
         Upstream::Plain => {
             let addr: SocketAddr =
@@ -212,6 +222,7 @@ pub(crate) async fn forward(
         allowed.decider,
         allowed.rule_host.clone(),
     );
+    let record = record.with_provider(provider);
     record.keep(Box::new(slot));
     if !parts.headers.contains_key(header::HOST) {
         if let Ok(v) = HeaderValue::from_str(&host_value) {

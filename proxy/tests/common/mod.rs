@@ -192,6 +192,15 @@ pub struct Setup {
     pub reserved: Vec<u16>,
     pub extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     pub config: ProxyConfig,
+    pub credentials: Vec<ProviderCredential>,
+}
+
+pub struct StaticCreds(pub Vec<ProviderCredential>);
+
+impl Credentials for StaticCreds {
+    fn credentials(&self, _: &Principal) -> Vec<ProviderCredential> {
+        self.0.clone()
+    }
 }
 
 impl Default for Setup {
@@ -202,6 +211,7 @@ impl Default for Setup {
             reserved: vec![],
             extra_roots: vec![],
             config: ProxyConfig::default(),
+            credentials: vec![],
         }
     }
 }
@@ -216,7 +226,8 @@ pub async fn start(setup: Setup) -> Harness {
     let services = Services::new(attribution.clone(), sink.clone())
         .with_dialer(dialer.clone())
         .with_resolver(resolver.clone())
-        .with_filters(Arc::new(StaticFilters(setup.filters)));
+        .with_filters(Arc::new(StaticFilters(setup.filters)))
+        .with_credentials(Arc::new(StaticCreds(setup.credentials)));
     let mut cfg = setup.config;
     cfg.use_system_roots = false;
     cfg.extra_roots = setup.extra_roots;

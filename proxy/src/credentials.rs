@@ -1,0 +1,161 @@
+//! Provider credential injection (decision P8, §11): a request carrying a
+//! session's phantom key gets the real secret only when it goes to that
+//! provider's own hosts; a phantom sent anywhere else is denied. Runs AFTER
+//! the network filters, so filters only ever see the phantom.
+
+use http::header::{HeaderMap, HeaderValue};
+
+use crate::deny::{kind, DeciderKind, Denial};
+use crate::policy::HostPattern;
+use crate::traits::ProviderCredential;
+
+/// Header names that may carry a provider key.
+const KEY_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
+
+impl ProviderCredential {
+    /// Is `host` (normalized) one of this provider's hosts?
+    pub fn covers(&self, host: &str) -> bool {
+        self.hosts
+            .iter()
+            .any(|h| match HostPattern::parse(h, "provider host") {
+                Ok((_, p)) => !p.is_any() && p.matches(host),
+                Err(_) => false,
+            })
+    }
+}
+
+fn carried_in(cred: &ProviderCredential, headers: &HeaderMap, query: Option<&str>) -> bool {
+    if cred.phantom.is_empty() {
+        return false;
+    }
+    let in_headers = KEY_HEADERS
+        .iter()
+        .flat_map(|n| headers.get_all(*n).iter())
+        .any(|v| {
+            v.to_str()
+                .map(|s| s.contains(&cred.phantom))
+                .unwrap_or(false)
+        });
+    in_headers
+        || query
+            .map(|q| {
+                q.split('&')
+                    .any(|kv| kv.strip_prefix("key=") == Some(cred.phantom.as_str()))
+            })
+            .unwrap_or(false)
+}
+
+/// Swap phantoms for secrets in place. Returns the provider id that applied,
+/// or the denial when a phantom goes to a foreign host. `path` is the
+/// request target (path + query) sent upstream.
+pub fn apply(
+    creds: &[ProviderCredential],
+    host: &str,
+    headers: &mut HeaderMap,
+    path: &mut String,
+) -> Result<Option<String>, Denial> {
+    let mut applied = None;
+    for cred in creds {
+        let query = path.split_once('?').map(|(_, q)| q.to_string());
+        if !carried_in(cred, headers, query.as_deref()) {
+            continue;
+        }
+        if !cred.covers(host) {
+            return Err(Denial::policy(
+                kind::FILTER,
+                format!(
+                    "provider credential for {} not allowed for host {host}",
+                    cred.provider
+                ),
+                DeciderKind::Credential,
+            ));
+        }
+        for name in KEY_HEADERS {
+            let swapped: Vec<HeaderValue> = headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .filter_map(|s| HeaderValue::from_str(&s.replace(&cred.phantom, &cred.secret)).ok())
+                .collect();
+            if swapped.is_empty() {
+                continue;
+            }
+            headers.remove(name);
+            for v in swapped {
+                headers.append(name, v);
+            }
+        }
+        if let Some((p, q)) = path.clone().split_once('?') {
+            let q: Vec<String> = q
+                .split('&')
+                .map(|kv| {
+                    if kv == format!("key={}", cred.phantom) {
+                        format!("key={}", cred.secret)
+                    } else {
+                        kv.to_string()
+                    }
+                })
+                .collect();
+            *path = format!("{p}?{}", q.join("&"));
+        }
+        applied = Some(cred.provider.clone());
+    }
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cred() -> ProviderCredential {
+        ProviderCredential {
+            provider: "openai".into(),
+            hosts: vec!["api.openai.com".into()],
+            phantom: "sk-phantom123".into(),
+            secret: "sk-real999".into(),
+        }
+    }
+
+    #[test]
+    fn phantom_is_swapped_on_the_providers_hosts() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer sk-phantom123"),
+        );
+        h.insert("x-api-key", HeaderValue::from_static("sk-phantom123"));
+        let mut path = "/v1/models?key=sk-phantom123&x=1".to_string();
+        assert_eq!(
+            apply(&[cred()], "api.openai.com", &mut h, &mut path)
+                .unwrap()
+                .as_deref(),
+            Some("openai")
+        );
+        assert_eq!(h["authorization"], "Bearer sk-real999");
+        assert_eq!(h["x-api-key"], "sk-real999");
+        assert_eq!(path, "/v1/models?key=sk-real999&x=1");
+    }
+
+    #[test]
+    fn phantom_sent_elsewhere_is_denied_and_absent_phantom_is_untouched() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer sk-phantom123"),
+        );
+        let mut path = "/".to_string();
+        let d = apply(&[cred()], "evil.example", &mut h, &mut path).unwrap_err();
+        assert_eq!(
+            d.reason,
+            "provider credential for openai not allowed for host evil.example"
+        );
+        assert_eq!(d.decider, DeciderKind::Credential);
+        let mut h = HeaderMap::new();
+        h.insert("authorization", HeaderValue::from_static("Bearer mine"));
+        assert_eq!(
+            apply(&[cred()], "evil.example", &mut h, &mut path).unwrap(),
+            None
+        );
+        assert_eq!(h["authorization"], "Bearer mine");
+    }
+}
