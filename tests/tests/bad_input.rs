@@ -6,7 +6,12 @@ use common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-async fn send_raw_body(gw: &Gateway, path: &str, body: Vec<u8>, ct: &str) -> (StatusCode, serde_json::Value) {
+async fn send_raw_body(
+    gw: &Gateway,
+    path: &str,
+    body: Vec<u8>,
+    ct: &str,
+) -> (StatusCode, serde_json::Value) {
     into_json(
         gw.req(Method::POST, path)
             .header("Content-Type", ct)
@@ -40,8 +45,18 @@ async fn a_malformed_or_blank_or_non_string_request_is_400_invalid_request() {
     ];
     for b in bodies {
         let (s, v) = send_raw_body(&gw, &path, b.to_vec(), "application/json").await;
-        assert_eq!(s, StatusCode::BAD_REQUEST, "{:?}: {v}", String::from_utf8_lossy(b));
-        assert_eq!(error_type(&v), "invalid-request", "{:?}", String::from_utf8_lossy(b));
+        assert_eq!(
+            s,
+            StatusCode::BAD_REQUEST,
+            "{:?}: {v}",
+            String::from_utf8_lossy(b)
+        );
+        assert_eq!(
+            error_type(&v),
+            "invalid-request",
+            "{:?}",
+            String::from_utf8_lossy(b)
+        );
     }
     // a wrongly typed optional field is a 400 too, not a 500
     let (s, v) = gw
@@ -50,7 +65,13 @@ async fn a_malformed_or_blank_or_non_string_request_is_400_invalid_request() {
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     error_type(&v);
     // JSON is parsed whatever the Content-Type
-    let (s, v) = send_raw_body(&gw, &path, br#"{"request": "/help"}"#.to_vec(), "text/plain").await;
+    let (s, v) = send_raw_body(
+        &gw,
+        &path,
+        br#"{"request": "/help"}"#.to_vec(),
+        "text/plain",
+    )
+    .await;
     assert_eq!(s, StatusCode::ACCEPTED, "{v}");
     let (s, _) = gw.get("/healthz").await;
     assert_eq!(s, StatusCode::OK);
@@ -71,7 +92,9 @@ async fn non_integer_windows_are_400_invalid_window() {
         assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {v}");
         assert_eq!(error_type(&v), "invalid-window", "{q}");
     }
-    let (_, v) = gw.get(format!("/v1/sessions/{sid}/transcript?limit=abc")).await;
+    let (_, v) = gw
+        .get(format!("/v1/sessions/{sid}/transcript?limit=abc"))
+        .await;
     assert_eq!(v["error"]["message"], "limit and offset must be integers");
 }
 
@@ -85,7 +108,10 @@ async fn bad_cursors_never_break_the_stream_routes() {
     for (path, hdr) in [
         (format!("/v1/sessions/{sid}/events?cursor=abc"), None),
         (format!("/v1/sessions/{sid}/events"), Some("not-a-number")),
-        (format!("/v1/sessions/{sid}/events?cursor=99999999999999999999"), None),
+        (
+            format!("/v1/sessions/{sid}/events?cursor=99999999999999999999"),
+            None,
+        ),
         (format!("/v1/sessions/{sid}/events?cursor=-5"), None),
     ] {
         let hs: Vec<(&str, &str)> = hdr.map(|h| vec![("Last-Event-ID", h)]).unwrap_or_default();
@@ -94,7 +120,11 @@ async fn bad_cursors_never_break_the_stream_routes() {
         let mut sse = Sse::new(r);
         let ready = sse.next_event(WAIT).await.unwrap();
         assert_eq!(ready.event, "subscription.ready", "{path}");
-        assert!(ready.data["cursor"].as_i64().unwrap() >= 0, "{path}: {:?}", ready.data);
+        assert!(
+            ready.data["cursor"].as_i64().unwrap() >= 0,
+            "{path}: {:?}",
+            ready.data
+        );
     }
     for q in ["abc", "-1", "1e9"] {
         let (s, v) = gw
@@ -112,13 +142,19 @@ async fn an_oversized_body_is_413_with_an_error_body() {
     let gw = Gateway::start(Opts::default().env("VIS_GATEWAY_MAX_BODY_BYTES", "1000")).await;
     let sid = gw.create_session().await;
     let big = "y".repeat(5000);
-    for path in [format!("/v1/sessions/{sid}/turns"), "/v1/sessions".to_string()] {
+    for path in [
+        format!("/v1/sessions/{sid}/turns"),
+        "/v1/sessions".to_string(),
+    ] {
         let (s, v) = gw.post(&path, json!({"request": big, "title": big})).await;
         assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{path}: {v}");
         error_type(&v);
     }
     let (s, _) = gw
-        .post(&format!("/v1/sessions/{sid}/turns"), json!({"request": "/help"}))
+        .post(
+            &format!("/v1/sessions/{sid}/turns"),
+            json!({"request": "/help"}),
+        )
         .await;
     assert_eq!(s, StatusCode::ACCEPTED, "small bodies still work");
 }
@@ -181,14 +217,24 @@ async fn human_input_and_live_view_errors_have_their_types() {
     let sid = gw.create_session().await;
     let rid = uuid::Uuid::new_v4().to_string();
     let base = format!("/v1/sessions/{sid}/human-input");
-    for body in [json!({}), json!({"values": [1]}), json!({"values": "x"}), json!(null)] {
-        let (s, v) = gw.post(&format!("{base}/{rid}/actions/submit"), body.clone()).await;
+    for body in [
+        json!({}),
+        json!({"values": [1]}),
+        json!({"values": "x"}),
+        json!(null),
+    ] {
+        let (s, v) = gw
+            .post(&format!("{base}/{rid}/actions/submit"), body.clone())
+            .await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {v}");
         assert_eq!(error_type(&v), "bad-request");
         assert_eq!(v["error"]["message"], "values must be an object");
     }
     let (s, v) = gw
-        .post(&format!("{base}/{rid}/actions/submit"), json!({"values": {"a": 1}}))
+        .post(
+            &format!("{base}/{rid}/actions/submit"),
+            json!({"values": {"a": 1}}),
+        )
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     assert_eq!(error_type(&v), "human-input-not-found");
@@ -200,7 +246,10 @@ async fn human_input_and_live_view_errors_have_their_types() {
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     assert_eq!(error_type(&v), "live-view-not-found");
     let (s, v) = gw
-        .post(&format!("{base}/live/not-a-uuid/actions/interrupt"), json!({}))
+        .post(
+            &format!("{base}/live/not-a-uuid/actions/interrupt"),
+            json!({}),
+        )
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     assert_eq!(error_type(&v), "live-view-not-found");
@@ -224,7 +273,10 @@ async fn unparsable_ids_and_odd_shapes_get_documented_answers() {
     let unknown = uuid::Uuid::new_v4();
     let (s, v) = gw.get(format!("/v1/sessions/{unknown}/transcript")).await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert_eq!(v, json!({"turns": [], "total": 0, "offset": 0, "has_more": false}));
+    assert_eq!(
+        v,
+        json!({"turns": [], "total": 0, "offset": 0, "has_more": false})
+    );
     // trace of an unknown id is an empty list
     let (s, v) = gw
         .get(format!("/v1/sessions/{sid}/turns/{unknown}/trace"))
@@ -233,7 +285,10 @@ async fn unparsable_ids_and_odd_shapes_get_documented_answers() {
     assert_eq!(v["iterations"], json!([]));
     // a session root that is not a directory
     let (s, v) = gw
-        .post("/v1/sessions", json!({"channel": "web", "root": "/definitely/not/here"}))
+        .post(
+            "/v1/sessions",
+            json!({"channel": "web", "root": "/definitely/not/here"}),
+        )
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     error_type(&v);
@@ -249,10 +304,15 @@ async fn many_concurrent_bad_requests_leave_the_gateway_serving() {
     let mut futs = Vec::new();
     for i in 0..60 {
         let b = match i % 4 {
-            0 => gw.req(Method::POST, &format!("/v1/sessions/{sid}/turns")).body("{"),
+            0 => gw
+                .req(Method::POST, &format!("/v1/sessions/{sid}/turns"))
+                .body("{"),
             1 => gw.req(Method::GET, "/v1/sessions?limit=x"),
             2 => gw.raw(Method::GET, "/v1/sessions"),
-            _ => gw.req(Method::GET, &format!("/v1/sessions/{}", uuid::Uuid::new_v4())),
+            _ => gw.req(
+                Method::GET,
+                &format!("/v1/sessions/{}", uuid::Uuid::new_v4()),
+            ),
         };
         futs.push(b.send());
     }

@@ -65,7 +65,10 @@ async fn pair_refuses_a_loopback_gateway_with_a_remedy() {
     let (code, out, err) = run_cli(&dirs, &["pair"]).await;
     assert_ne!(code, Some(0), "{out} {err}");
     assert!(err.contains("refusing to pair"), "{err}");
-    assert!(err.contains("--pair") || err.contains("--host"), "remedy: {err}");
+    assert!(
+        err.contains("--pair") || err.contains("--host"),
+        "remedy: {err}"
+    );
     assert!(!out.contains("vis://"), "{out}");
     assert!(!out.contains('█'));
 }
@@ -83,7 +86,10 @@ async fn pair_prints_the_link_with_the_token_and_a_qr_code_on_0_0_0_0() {
     assert!(link.contains(&format!("&token={}", gw.token)), "{link}");
     assert!(link.contains(&format!("%3A{}", gw.port)), "{link}");
     assert!(link.contains("url=http%3A%2F%2F"), "{link}");
-    assert!(!link.contains("127.0.0.1"), "a phone cannot reach loopback: {link}");
+    assert!(
+        !link.contains("127.0.0.1"),
+        "a phone cannot reach loopback: {link}"
+    );
     assert!(out.contains('█'), "QR code");
 }
 
@@ -133,9 +139,14 @@ async fn start_with_pair_on_loopback_refuses_the_qr_but_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_config_file_fails_the_start_with_the_key_and_file_named() {
     let dirs = Dirs::new();
-    std::fs::write(dirs.root().join("vis.yml"), "providers:\n  a:\n    modle: x\n").unwrap();
+    std::fs::write(
+        dirs.root().join("vis.yml"),
+        "providers:\n  a:\n    modle: x\n",
+    )
+    .unwrap();
     let mut cmd = command(&dirs, &Opts::default());
-    cmd.args(["start", "--port", "0", "--root"]).arg(dirs.root());
+    cmd.args(["start", "--port", "0", "--root"])
+        .arg(dirs.root());
     let out = tokio::time::timeout(WAIT, tokio::process::Command::from(cmd).output())
         .await
         .expect("start hung")

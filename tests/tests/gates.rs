@@ -186,7 +186,13 @@ async fn bound_to_127_0_0_1_no_token_is_needed() {
     assert_eq!(gw.registry["require_token"], false);
     let (s, v) = gw.get("/v1/sessions").await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    let (s, _) = into_json(gw.raw(Method::GET, "/v1/capabilities").send().await.unwrap()).await;
+    let (s, _) = into_json(
+        gw.raw(Method::GET, "/v1/capabilities")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
 }
 
@@ -345,7 +351,8 @@ async fn bound_to_0_0_0_0_every_gated_route_needs_the_token_and_accepts_both_car
             );
             assert!(
                 s != StatusCode::NOT_FOUND
-                    || (p.contains("/turns/0000") || p.contains("human-input/0000")
+                    || (p.contains("/turns/0000")
+                        || p.contains("human-input/0000")
                         || p.contains("/live/0000")),
                 "#{i} {m} {p} with {carrier}: unexpected 404 {}",
                 r.text().await.unwrap_or_default()
@@ -378,13 +385,10 @@ async fn a_second_start_on_the_same_home_fails_with_already_running() {
     let mut cmd = command(&gw.dirs, &Opts::default());
     cmd.args(["start", "--port", "0", "--root"])
         .arg(gw.dirs.root());
-    let out = tokio::time::timeout(
-        WAIT,
-        tokio::process::Command::from(cmd).output(),
-    )
-    .await
-    .expect("second start hung")
-    .unwrap();
+    let out = tokio::time::timeout(WAIT, tokio::process::Command::from(cmd).output())
+        .await
+        .expect("second start hung")
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("a gateway is already running"), "{err}");
@@ -422,7 +426,15 @@ async fn admin_status_answers_running_with_the_status_map() {
     let (s, v) = gw.get("/v1/admin/status").await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["status"], "running");
-    for k in ["id", "protocol", "pid", "host", "port", "require_token", "running_turns"] {
+    for k in [
+        "id",
+        "protocol",
+        "pid",
+        "host",
+        "port",
+        "require_token",
+        "running_turns",
+    ] {
         assert!(v.get(k).is_some(), "{k}: {v}");
     }
 }

@@ -50,9 +50,15 @@ async fn a_kill_mid_turn_lands_one_interrupted_turn_failed_at_the_next_start() {
     let tys = ev_types(&evs);
     assert_eq!(tys[0], "turn.started", "{tys:?}");
     assert!(tys.contains(&"content.block.delta"), "{tys:?}");
-    let failed = evs.iter().find(|e| e.event == "turn.failed").expect("turn.failed");
+    let failed = evs
+        .iter()
+        .find(|e| e.event == "turn.failed")
+        .expect("turn.failed");
     assert_eq!(failed.data["turn_id"], tid.as_str());
-    assert!(failed.seq().unwrap() > hw_before, "seq continues after the restart");
+    assert!(
+        failed.seq().unwrap() > hw_before,
+        "seq continues after the restart"
+    );
     let block = failed.data["content"]
         .as_array()
         .unwrap()
@@ -81,7 +87,9 @@ async fn a_kill_mid_turn_lands_one_interrupted_turn_failed_at_the_next_start() {
     let mut sse = gw.events(&sid, -1).await;
     gw.submit(&sid, "/help").await;
     let evs = sse.collect_until("turn.completed", WAIT).await;
-    assert!(evs.iter().all(|e| e.seq().is_none() || e.seq().unwrap() > hw_before));
+    assert!(evs
+        .iter()
+        .all(|e| e.seq().is_none() || e.seq().unwrap() > hw_before));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,16 +105,25 @@ async fn a_turn_queued_behind_an_interrupted_turn_survives_the_restart_and_is_he
     // let the store thread write it
     tokio::time::sleep(Duration::from_millis(200)).await;
     let gw = gw.restart_after_kill().await;
-    let (s, l) = gw.get(format!("/v1/sessions/{sid}/turns?status=queued")).await;
+    let (s, l) = gw
+        .get(format!("/v1/sessions/{sid}/turns?status=queued"))
+        .await;
     assert_eq!(s, StatusCode::OK);
-    let queued: Vec<_> = l["turns"].as_array().unwrap().iter().map(|t| t["turn_id"].clone()).collect();
+    let queued: Vec<_> = l["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["turn_id"].clone())
+        .collect();
     assert_eq!(queued, vec![Value::from(qtid.clone())], "{l}");
     let stored = gw.events_since(&sid, 0).await;
     let paused = stored.iter().find(|e| e["type"] == "queue.paused").cloned();
     let paused = paused.unwrap_or_else(|| panic!("no queue.paused: {:?}", types(&stored)));
     assert_eq!(paused["reason"], "turn_failed");
     assert_eq!(paused["held"], 1);
-    let (s, r) = gw.post_empty(&format!("/v1/sessions/{sid}/resume-queue")).await;
+    let (s, r) = gw
+        .post_empty(&format!("/v1/sessions/{sid}/resume-queue"))
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(r["turn"]["turn_id"], qtid.as_str(), "{r}");
 }
@@ -144,7 +161,11 @@ async fn replay_works_after_a_clean_restart_and_seq_numbering_continues() {
     assert_eq!(live.seq(), Some(hw + 1));
     // the list still has it
     let (_, l) = gw.get("/v1/sessions").await;
-    assert!(l["sessions"].as_array().unwrap().iter().any(|s| s["id"] == sid.as_str()));
+    assert!(l["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["id"] == sid.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +181,10 @@ async fn a_sigterm_mid_turn_lands_its_terminal_before_exit_and_none_after_restar
     let status = gw.stop().await;
     assert!(status.success(), "{status}");
     assert!(t0.elapsed() < Duration::from_secs(12));
-    assert!(!dirs.registry().exists(), "the registry is removed on a clean stop");
+    assert!(
+        !dirs.registry().exists(),
+        "the registry is removed on a clean stop"
+    );
     drop(gw);
     let gw = Gateway::start_in(dirs, opts).await;
     let stored = gw.events_since(&sid, 0).await;

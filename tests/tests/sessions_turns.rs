@@ -101,7 +101,13 @@ async fn the_session_list_has_a_weak_etag_304_and_a_malformed_after_is_400() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    for q in ["after=nonsense", "after=1:2", "after=x:1:abc", "limit=abc", "limit=-1"] {
+    for q in [
+        "after=nonsense",
+        "after=1:2",
+        "after=x:1:abc",
+        "limit=abc",
+        "limit=-1",
+    ] {
         let (s, v) = gw.get(format!("/v1/sessions?{q}")).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {v}");
         assert_eq!(error_type(&v), "invalid-window", "{q}");
@@ -182,7 +188,10 @@ async fn a_submit_is_202_streaming_when_idle_202_queued_when_busy_and_200_on_a_r
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let sid = gw.create_session().await;
     let (s, v) = gw
-        .post(&format!("/v1/sessions/{sid}/turns"), json!({"request": "  "}))
+        .post(
+            &format!("/v1/sessions/{sid}/turns"),
+            json!({"request": "  "}),
+        )
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(error_type(&v), "invalid-request");
@@ -207,7 +216,9 @@ async fn a_submit_is_202_streaming_when_idle_202_queued_when_busy_and_200_on_a_r
     assert_eq!(b2["turn_id"], b["turn_id"]);
     assert_eq!(b2["status"], "queued");
     // still only one queued turn
-    let (_, l) = gw.get(format!("/v1/sessions/{sid}/turns?status=queued")).await;
+    let (_, l) = gw
+        .get(format!("/v1/sessions/{sid}/turns?status=queued"))
+        .await;
     assert_eq!(l["turns"].as_array().unwrap().len(), 1, "{l}");
     // the same key in another session is a new turn
     let other = gw.create_session().await;
@@ -227,7 +238,10 @@ async fn a_submit_is_202_streaming_when_idle_202_queued_when_busy_and_200_on_a_r
         .iter()
         .map(|t| t["turn_id"].clone())
         .collect();
-    assert!(ids.contains(&a["turn_id"]) && ids.contains(&b["turn_id"]), "{h}");
+    assert!(
+        ids.contains(&a["turn_id"]) && ids.contains(&b["turn_id"]),
+        "{h}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,7 +350,11 @@ async fn cancel_current_checks_the_owner_key() {
     let (_, t) = gw.submit_keyed(&sid, "run", "companion:owner").await;
     let tid = t["turn_id"].as_str().unwrap().to_string();
     sse.collect_until("turn.started", WAIT).await;
-    for body in [json!({"idempotency_key": "companion:other"}), json!({}), json!(null)] {
+    for body in [
+        json!({"idempotency_key": "companion:other"}),
+        json!({}),
+        json!(null),
+    ] {
         let (s, v) = gw.post(&path, body.clone()).await;
         assert_eq!(s, StatusCode::CONFLICT, "{body}: {v}");
         assert_eq!(error_type(&v), "not-owner");
@@ -426,10 +444,19 @@ async fn slash_help_and_extensions_complete_with_chunk_slash_and_no_provider_cal
             .collect();
         assert_eq!(
             t,
-            ["turn.started", "chunk.slash", "turn.completed", "context.updated"],
+            [
+                "turn.started",
+                "chunk.slash",
+                "turn.completed",
+                "context.updated"
+            ],
             "{cmd}"
         );
-        let done = &evs.iter().find(|e| e.event == "turn.completed").unwrap().data;
+        let done = &evs
+            .iter()
+            .find(|e| e.event == "turn.completed")
+            .unwrap()
+            .data;
         let content = done["content"].as_array().unwrap();
         assert_eq!(content.len(), 1, "{done}");
         assert_eq!(content[0]["type"], "prose");
@@ -529,7 +556,14 @@ async fn the_transcript_pages_from_the_returned_offset() {
     assert_eq!(all["has_more"], false);
     assert_eq!(all["turns"].as_array().unwrap().len(), 5);
     let row = &all["turns"][0];
-    for k in ["id", "user_request", "status", "content", "iterations", "created_at"] {
+    for k in [
+        "id",
+        "user_request",
+        "status",
+        "content",
+        "iterations",
+        "created_at",
+    ] {
         assert!(row.get(k).is_some(), "{k}: {row}");
     }
     assert_eq!(row["user_request"], "/help 0", "oldest first");
@@ -630,7 +664,14 @@ async fn the_slash_palette_lists_builtins_and_client_native_commands() {
             c["name"].as_str().unwrap()
         })
         .collect();
-    for n in ["/help", "/new-session", "/sessions", "/clear", "/extensions", "/reload"] {
+    for n in [
+        "/help",
+        "/new-session",
+        "/sessions",
+        "/clear",
+        "/extensions",
+        "/reload",
+    ] {
         assert!(names.contains(&n), "{n}: {names:?}");
     }
 }

@@ -42,14 +42,20 @@ async fn a_stream_has_the_sse_headers_and_starts_with_subscription_ready_with_an
         assert_eq!(h("access-control-allow-origin"), "http://o.example");
         let ready = sse.next_event(WAIT).await.unwrap();
         assert_eq!(ready.event, "subscription.ready");
-        assert_eq!(ready.id.as_deref(), Some(""), "control frames have an empty id line");
+        assert_eq!(
+            ready.id.as_deref(),
+            Some(""),
+            "control frames have an empty id line"
+        );
         assert_eq!(ready.data["type"], "subscription.ready");
         assert_eq!(ready.data["session_id"], sid.as_str());
         assert_eq!(ready.data["cursor"], 0);
         assert_eq!(ready.data["is_live"], false);
         assert!(ready.data["current_turn_id"].is_null());
         assert!(ready.data["server_time_ms"].is_i64());
-        assert!(sse.raw_head.starts_with(b"id: \nevent: subscription.ready\ndata: {"));
+        assert!(sse
+            .raw_head
+            .starts_with(b"id: \nevent: subscription.ready\ndata: {"));
     }
 }
 
@@ -81,7 +87,8 @@ async fn frames_carry_id_event_and_one_data_line_with_the_envelope() {
         // every key is snake_case
         for k in e.data.as_object().unwrap().keys() {
             assert!(
-                k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                k.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
                 "{k}"
             );
         }
@@ -241,7 +248,10 @@ async fn live_only_events_never_appear_in_a_replay_but_consume_a_seq() {
     let (_, q1) = gw.submit(&sid, "q1").await;
     let (_, q2) = gw.submit(&sid, "q2").await;
     gw.patch(
-        &format!("/v1/sessions/{sid}/turns/{}", q1["turn_id"].as_str().unwrap()),
+        &format!(
+            "/v1/sessions/{sid}/turns/{}",
+            q1["turn_id"].as_str().unwrap()
+        ),
         json!({"request": "q1 edited"}),
     )
     .await;
@@ -252,7 +262,12 @@ async fn live_only_events_never_appear_in_a_replay_but_consume_a_seq() {
     .await;
     let seen = live.collect_until("turn.queued.deleted", WAIT).await;
     let t_seen = ev_types(&seen);
-    for ty in ["turn.queued", "turn.queued.updated", "turn.queued.deleted", "activity"] {
+    for ty in [
+        "turn.queued",
+        "turn.queued.updated",
+        "turn.queued.deleted",
+        "activity",
+    ] {
         assert!(t_seen.contains(&ty), "{ty} live: {t_seen:?}");
     }
     let (s, _) = gw
@@ -283,7 +298,9 @@ async fn live_only_events_never_appear_in_a_replay_but_consume_a_seq() {
         assert!(!replayed.contains(&e.seq().unwrap()));
     }
     let since = gw.events_since(&sid, 0).await;
-    assert!(!types(&since).iter().any(|t| t.starts_with("turn.queued") || t == "activity"));
+    assert!(!types(&since)
+        .iter()
+        .any(|t| t.starts_with("turn.queued") || t == "activity"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,7 +447,9 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_can_resume_by_curso
             .text()
             .await
             .unwrap();
-        if r.lines().any(|l| l.starts_with("vis_gateway_sse_clients ") && !l.ends_with(" 0")) {
+        if r.lines()
+            .any(|l| l.starts_with("vis_gateway_sse_clients ") && !l.ends_with(" 0"))
+        {
             break;
         }
         assert!(Instant::now() < deadline, "{r}");
@@ -449,9 +468,17 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_can_resume_by_curso
     gw.wait_idle(&sid).await;
     let mut got = Vec::new();
     let closed = read_until_closed(&mut s, &mut got, Duration::from_secs(3)).await;
-    assert!(closed, "the server kept the slow subscriber ({} bytes read)", got.len());
+    assert!(
+        closed,
+        "the server kept the slow subscriber ({} bytes read)",
+        got.len()
+    );
     let text = String::from_utf8_lossy(&got).to_string();
-    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(200)]);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
     // the last complete frame's seq
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     let last_seq = body

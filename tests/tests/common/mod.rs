@@ -12,6 +12,7 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
+#[allow(unused_imports)]
 pub use vis_tests::{FixtureLlm, Script};
 
 /// The bounded wait used for events and readiness.
@@ -31,7 +32,13 @@ pub fn binary() -> PathBuf {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .map(|t| if t.is_absolute() { t } else { workspace.join(t) })
+        .map(|t| {
+            if t.is_absolute() {
+                t
+            } else {
+                workspace.join(t)
+            }
+        })
         .unwrap_or_else(|| workspace.join("target"));
     let p = target.join("debug").join("vis-gateway");
     assert!(
@@ -138,7 +145,8 @@ pub fn command(dirs: &Dirs, opts: &Opts) -> Command {
     match &opts.provider {
         Provider::None => {}
         Provider::OpenAi(url) => {
-            cmd.env("OPENAI_API_KEY", "test").env("OPENAI_BASE_URL", url);
+            cmd.env("OPENAI_API_KEY", "test")
+                .env("OPENAI_BASE_URL", url);
         }
         Provider::Anthropic(url) => {
             let yml = format!(

@@ -1,0 +1,282 @@
+//! G6/G7: turns over the OpenAI and Anthropic dialects against the fixture LLM, tool calls.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn anthropic(llm: &FixtureLlm) -> Opts {
+    Opts {
+        provider: Provider::Anthropic(llm.anthropic_base_url()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_provider_from_vis_yml_streams_a_turn() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Reasoning {
+        reasoning: vec!["Let me think. ".into(), "Done thinking.".into()],
+        text: vec!["Bonjour. ".into(), "Ça va?".into()],
+    });
+    let gw = Gateway::start(anthropic(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "salut").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    let done = evs.last().unwrap();
+    assert_eq!(done.event, "turn.completed", "{:?}", done.data);
+    let md: String = done.data["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["markdown"].as_str())
+        .collect();
+    assert_eq!(md, "Bonjour. Ça va?");
+    let started: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.event == "content.block.started")
+        .collect();
+    let kinds: Vec<&str> = started
+        .iter()
+        .map(|e| e.data["block"]["type"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"reasoning") && kinds.contains(&"prose"),
+        "{kinds:?}"
+    );
+    let reasoning = started
+        .iter()
+        .find(|e| e.data["block"]["type"] == "reasoning")
+        .unwrap();
+    assert_eq!(reasoning.data["block"]["visibility"], "private");
+    let deltas: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.event == "content.block.delta")
+        .collect();
+    assert!(deltas.iter().any(|d| d.data["field"] == "text"
+        && d.data["cumulative"]
+            .as_str()
+            .unwrap()
+            .contains("Done thinking")));
+    assert!(deltas
+        .iter()
+        .any(|d| d.data["field"] == "markdown" && d.data["cumulative"] == "Bonjour. Ça va?"));
+    // the fixture saw the Anthropic dialect with the configured key and model
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].path, "/v1/messages");
+    assert_eq!(reqs[0].header("x-api-key"), Some("k"));
+    assert_eq!(reqs[0].body["model"], "m");
+    assert_eq!(reqs[0].body["stream"], true);
+    let last_user = reqs[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(last_user.to_string().contains("salut"), "{last_user}");
+}
+
+fn tool_flow_check(evs: &[Event]) -> (Value, Value) {
+    let tys = ev_types(evs);
+    let pos = |t: &str| {
+        tys.iter()
+            .position(|x| *x == t)
+            .unwrap_or_else(|| panic!("no {t}: {tys:?}"))
+    };
+    assert!(pos("block.preview") < pos("block.started"), "{tys:?}");
+    assert!(pos("block.started") < pos("block.output"), "{tys:?}");
+    assert!(pos("block.output") < pos("turn.completed"), "{tys:?}");
+    let started = evs.iter().find(|e| e.event == "block.started").unwrap();
+    let output = evs.iter().find(|e| e.event == "block.output").unwrap();
+    assert_eq!(started.data["block_id"], output.data["block_id"]);
+    assert!(started.data["code"].as_str().unwrap().contains("apropos"));
+    assert!(output.data.get("result").is_some(), "{:?}", output.data);
+    assert_eq!(output.data["silent"], false);
+    assert!(output.data["duration_ms"].is_u64());
+    (started.data.clone(), output.data.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_tool_call_runs_the_tool_and_sends_its_result_back() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::tool_call("apropos", json!({"pattern": "x"})));
+    llm.push(Script::text(&["Nothing matched."]));
+    let gw = Gateway::start(anthropic(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "find x").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(
+        evs.last().unwrap().event,
+        "turn.completed",
+        "{:?}",
+        ev_types(&evs)
+    );
+    let (_, output) = tool_flow_check(&evs);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "a second provider call after the tool");
+    assert!(
+        reqs[0].body["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "apropos")),
+        "{}",
+        reqs[0].body["tools"]
+    );
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    let assistant = msgs
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .expect("assistant turn");
+    let tool_use = assistant["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_use")
+        .expect("tool_use block");
+    assert_eq!(tool_use["name"], "apropos");
+    assert_eq!(tool_use["input"], json!({"pattern": "x"}));
+    let result = msgs.last().unwrap()["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_result")
+        .cloned()
+        .expect("tool_result");
+    assert_eq!(result["tool_use_id"], tool_use["id"]);
+    let text = match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        other => other.to_string(),
+    };
+    assert_eq!(text, output["result"].as_str().unwrap());
+    // the answer text
+    let done = &evs.last().unwrap().data;
+    assert!(done["content"].to_string().contains("Nothing matched."));
+    // iteration boundaries
+    assert!(
+        ev_types(&evs)
+            .iter()
+            .filter(|t| **t == "iteration.completed")
+            .count()
+            >= 2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_tool_call_runs_the_tool_and_sends_its_result_back() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::ToolCall {
+        name: "apropos".into(),
+        arguments: json!({"pattern": "x"}),
+        text_before: Some("Let me look.".into()),
+    });
+    llm.push(Script::text(&["Done."]));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "find x").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(
+        evs.last().unwrap().event,
+        "turn.completed",
+        "{:?}",
+        ev_types(&evs)
+    );
+    tool_flow_check(&evs);
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].path, "/v1/chat/completions");
+    assert_eq!(reqs[0].header("authorization"), Some("Bearer test"));
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    let call = msgs
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .and_then(|m| m["tool_calls"].as_array())
+        .and_then(|c| c.first())
+        .cloned()
+        .expect("assistant tool_calls");
+    assert_eq!(call["function"]["name"], "apropos");
+    let tool_msg = msgs
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("tool message");
+    assert_eq!(tool_msg["tool_call_id"], call["id"]);
+    // the transcript keeps the tool form for history parity
+    gw.wait_idle(&sid).await;
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    let row = &tr["turns"][0];
+    assert_eq!(row["status"], "success");
+    let forms: Vec<Value> = row["iterations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|i| i["forms"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert!(
+        forms
+            .iter()
+            .any(|f| f["code"].as_str().is_some_and(|c| c.contains("apropos"))),
+        "{row}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_error_fails_the_turn_with_a_provider_error_block() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::error(400, "context too long"));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "hi").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    let failed = evs.last().unwrap();
+    assert_eq!(failed.event, "turn.failed");
+    let block = failed.data["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "error")
+        .cloned()
+        .unwrap();
+    assert_eq!(block["code"], "provider_error", "{block}");
+    assert!(
+        block["message"]
+            .as_str()
+            .unwrap()
+            .contains("context too long"),
+        "{block}"
+    );
+    assert!(
+        !block.to_string().contains("Bearer"),
+        "no credentials: {block}"
+    );
+    assert!(ev_types(&evs).contains(&"iteration.error"));
+    gw.wait_idle(&sid).await;
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    assert_eq!(tr["turns"][0]["status"], "error", "{tr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earlier_turns_are_sent_as_conversation_history() {
+    let llm = FixtureLlm::start().await;
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "first question").await;
+    sse.collect_until("context.updated", WAIT).await;
+    gw.submit(&sid, "second question").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert!(evs.last().unwrap().data["content"]
+        .to_string()
+        .contains("You said: second question"));
+    let reqs = llm.requests();
+    let body = reqs[1].body["messages"].to_string();
+    assert!(body.contains("first question"), "{body}");
+    assert!(body.contains("You said: first question"), "{body}");
+}
