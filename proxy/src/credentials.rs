@@ -14,13 +14,19 @@ const KEY_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 impl ProviderCredential {
     /// Is `host` (normalized) one of this provider's hosts?
+    /// The base URL's host counts as one of the provider's hosts.
     pub fn covers(&self, host: &str) -> bool {
-        self.hosts
-            .iter()
-            .any(|h| match HostPattern::parse(h, "provider host") {
+        let base_host = self
+            .base_url
+            .as_deref()
+            .and_then(|u| u.parse::<http::Uri>().ok())
+            .and_then(|u| u.host().map(str::to_string));
+        self.hosts.iter().chain(base_host.iter()).any(|h| {
+            match HostPattern::parse(h, "provider host") {
                 Ok((_, p)) => !p.is_any() && p.matches(host),
                 Err(_) => false,
-            })
+            }
+        })
     }
 }
 
@@ -113,6 +119,7 @@ mod tests {
             hosts: vec!["api.openai.com".into()],
             phantom: "sk-phantom123".into(),
             secret: "sk-real999".into(),
+            base_url: None,
         }
     }
 

@@ -244,6 +244,9 @@ pub struct ProviderCredential {
     pub phantom: String,
     /// The real secret (never shown to filters or logs).
     pub secret: String,
+    /// The provider's configured base URL (`https://api.openai.com/v1`),
+    /// served to children at `/_vis/provider/<provider>/<token>/…`.
+    pub base_url: Option<String>,
 }
 
 impl std::fmt::Debug for ProviderCredential {

@@ -533,6 +533,7 @@ fn openai(host: &str) -> vis_proxy::ProviderCredential {
         hosts: vec![host.into()],
         phantom: "sk-phantom-abc".into(),
         secret: "sk-real-xyz".into(),
+        base_url: None,
     }
 }
 
@@ -618,4 +619,101 @@ async fn a_provider_host_is_intercepted_to_inject_its_credential() {
     let d = &h.sink.wait_for(1).await[0];
     assert!(d.is_intercepted);
     assert_eq!(d.provider.as_deref(), Some("openai"));
+}
+
+fn routed(base_url: String, host: &str) -> vis_proxy::ProviderCredential {
+    vis_proxy::ProviderCredential {
+        base_url: Some(base_url),
+        ..openai(host)
+    }
+}
+
+#[tokio::test]
+async fn the_provider_route_forwards_to_the_base_url_with_the_credential() {
+    let o = origin().await;
+    let creds = vec![routed(
+        format!("http://origin.test:{}/v1/", o.port()),
+        "api.example",
+    )];
+    let h = start(Setup {
+        policy: "allowed_domains: [nothing.test]\n",
+        credentials: creds,
+        ..Default::default()
+    })
+    .await;
+    let direct = format!(
+        "http://127.0.0.1:{}/_vis/provider/openai/{TOKEN}/chat/completions?x=1",
+        h.port()
+    );
+    let r = curl(&[
+        "-H",
+        "Authorization: Bearer sk-phantom-abc",
+        "-d",
+        "{}",
+        &direct,
+    ])
+    .await;
+    assert_eq!(r.status(), 200, "{r:?}");
+    let seen = o.seen();
+    assert_eq!(seen[0].path, "/v1/chat/completions?x=1");
+    assert_eq!(
+        seen[0].headers["host"],
+        format!("origin.test:{}", o.port()).as_str()
+    );
+    assert_eq!(seen[0].headers["authorization"], "Bearer sk-real-xyz");
+    let proxied = format!(
+        "http://127.0.0.1:{}/_vis/provider/openai/{TOKEN}/models",
+        h.port()
+    );
+    let r = curl(&[
+        "--proxy",
+        &h.http_proxy(),
+        "-H",
+        "x-api-key: sk-phantom-abc",
+        &proxied,
+    ])
+    .await;
+    assert_eq!(r.status(), 200, "{r:?}");
+    assert_eq!(o.seen()[1].path, "/v1/models");
+    assert_eq!(o.seen()[1].headers["x-api-key"], "sk-real-xyz");
+    let recs = h.sink.wait_for(2).await;
+    assert!(recs
+        .iter()
+        .all(|d| d.lane == Lane::Provider && d.provider.as_deref() == Some("openai")));
+    let r = curl(&[&format!(
+        "http://127.0.0.1:{}/_vis/provider/openai/not-a-token/x",
+        h.port()
+    )])
+    .await;
+    assert_eq!(r.status(), 407);
+    let r = curl(&[&format!(
+        "http://127.0.0.1:{}/_vis/provider/nope/{TOKEN}/x",
+        h.port()
+    )])
+    .await;
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn the_provider_route_speaks_verified_tls_to_an_https_base_url() {
+    let ca = test_ca();
+    let o = tls_origin(&ca, &["localhost"]).await;
+    let creds = vec![routed(
+        format!("https://localhost:{}/api", o.port()),
+        "localhost",
+    )];
+    let h = start(Setup {
+        credentials: creds,
+        extra_roots: vec![ca.der.clone()],
+        ..Default::default()
+    })
+    .await;
+    let direct = format!(
+        "http://127.0.0.1:{}/_vis/provider/openai/{TOKEN}/v1/messages",
+        h.port()
+    );
+    let r = curl(&["-H", "Authorization: Bearer sk-phantom-abc", &direct]).await;
+    assert_eq!(r.status(), 200, "{r:?}");
+    assert_eq!(o.seen()[0].path, "/api/v1/messages");
+    assert_eq!(o.seen()[0].headers["authorization"], "Bearer sk-real-xyz");
 }

@@ -34,6 +34,9 @@ pub(crate) enum Upstream {
         client: Box<Client<TunnelTlsConnector, ProxyBody>>,
         authority: String,
     },
+    /// Provider route to an `https://` base URL: validate the host now, then
+    /// TLS (hostname verified) on a one-request client.
+    Tls,
 }
 
 pub(crate) struct Job {
@@ -44,6 +47,9 @@ pub(crate) struct Job {
     /// Port used for the rule port check (`None` inside a tunnel).
     pub check_port: Option<u16>,
     pub upstream: Upstream,
+    /// Provider route id: skips the session's host policy (the provider's
+    /// configuration allows it), replaces `Host`, reports the provider.
+    pub route: Option<String>,
 }
 
 const HOP_BY_HOP: [&str; 8] = [
@@ -123,15 +129,22 @@ pub(crate) async fn forward(
         return deny(&shared, &job, Denial::overloaded("per session"));
     };
     let base = &job.base;
-    let verdict = decide(
-        &job.principal.policy,
-        DecideInput {
-            method: base.method.as_deref(),
-            host: &base.host,
-            path: base.path.as_deref(),
-            port: job.check_port,
-        },
-    );
+    let verdict = match &job.route {
+        // a provider route is allowed by the provider's configuration
+        Some(_) => Ok(crate::policy::Allowed {
+            decider: crate::deny::DeciderKind::Credential,
+            rule_host: None,
+        }),
+        None => decide(
+            &job.principal.policy,
+            DecideInput {
+                method: base.method.as_deref(),
+                host: &base.host,
+                path: base.path.as_deref(),
+                port: job.check_port,
+            },
+        ),
+    };
     let allowed = match verdict {
         Ok(a) => a,
         Err(d) => return deny(&shared, &job, d),
@@ -187,6 +200,17 @@ pub(crate) async fn forward(
             Err(d) => return deny(&shared, &job, d.with_rule(allowed.rule_host.clone())),
         }
     }
+    if job.route.is_some() {
+        provider = job.route.clone();
+    }
+    let authority_of = |default_port: u16| {
+        if base.port == default_port {
+            bracket(&base.host)
+        } else {
+            format!("{}:{}", bracket(&base.host), base.port)
+        }
+    };
+    let mut tls_client = None;
 
     // SSRF floor and the upstream URI.
     let (uri, host_value) = match &job.upstream {
@@ -196,12 +220,32 @@ pub(crate) async fn forward(
                     Ok(a) => a,
                     Err(d) => return deny(&shared, &job, d),
                 };
-            let host_value = if base.port == 80 {
-                base.host.clone()
-            } else {
-                format!("{}:{}", bracket(&base.host), base.port)
+            (format!("http://{addr}{path}"), authority_of(80))
+        }
+        Upstream::Tls => {
+            let addr: SocketAddr =
+                match crate::dial::validate(&shared, &job.principal, &base.host, base.port).await {
+                    Ok(a) => a,
+                    Err(d) => return deny(&shared, &job, d),
+                };
+            let Ok(name) = rustls::pki_types::ServerName::try_from(base.host.clone()) else {
+                return deny(
+                    &shared,
+                    &job,
+                    Denial::bad_request(crate::deny::reason::MALFORMED),
+                );
             };
-            (format!("http://{addr}{path}"), host_value)
+            let connector = TunnelTlsConnector {
+                dialer: shared.svc.dialer.clone(),
+                timeout: shared.cfg.connect_timeout,
+                addr,
+                name,
+                tls: shared.upstream_tls.clone(),
+            };
+            tls_client =
+                Some(Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector));
+            let authority = authority_of(443);
+            (format!("https://{authority}{path}"), authority)
         }
         Upstream::Tunnel { authority, .. } => {
             (format!("https://{authority}{path}"), authority.clone())
@@ -224,7 +268,7 @@ pub(crate) async fn forward(
     );
     let record = record.with_provider(provider);
     record.keep(Box::new(slot));
-    if !parts.headers.contains_key(header::HOST) {
+    if job.route.is_some() || !parts.headers.contains_key(header::HOST) {
         if let Ok(v) = HeaderValue::from_str(&host_value) {
             parts.headers.insert(header::HOST, v);
         }
@@ -246,6 +290,10 @@ pub(crate) async fn forward(
     let sent = match &job.upstream {
         Upstream::Plain => shared.http_client.request(out).await,
         Upstream::Tunnel { client, .. } => client.request(out).await,
+        Upstream::Tls => match &tls_client {
+            Some(c) => c.request(out).await,
+            None => return Denial::bad_request(crate::deny::reason::MALFORMED).to_response(),
+        },
     };
     let mut resp = match sent {
         Ok(r) => r,

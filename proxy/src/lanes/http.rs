@@ -41,6 +41,20 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
+/// A provider route addressed to this proxy (origin form, or absolute form
+/// naming the proxy's own loopback address).
+fn provider_route(shared: &Shared, uri: &http::Uri) -> Option<crate::lanes::provider::Route> {
+    let pq = uri.path_and_query()?.as_str();
+    if uri.scheme().is_some() {
+        let host = normalize_host(uri.host()?);
+        let own = matches!(host.as_str(), "127.0.0.1" | "localhost" | "::1");
+        if !own || uri.port_u16() != Some(shared.own_port) {
+            return None;
+        }
+    }
+    crate::lanes::provider::parse_route(pq)
+}
+
 /// Approximate size of a request head (names, values, separators).
 pub(crate) fn head_size(req: &Request<Incoming>) -> usize {
     let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
@@ -59,6 +73,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
         return crate::lanes::connect::handle(shared, req).await;
     }
     let uri = req.uri().clone();
+    if let Some(route) = provider_route(&shared, &uri) {
+        return crate::lanes::provider::handle(shared, route, req).await;
+    }
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
@@ -99,6 +116,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
         resp_phase: Phase::HttpResponse,
         check_port: Some(port),
         upstream: Upstream::Plain,
+        route: None,
     };
     forward(shared, job, req).await
 }

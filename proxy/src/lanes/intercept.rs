@@ -167,6 +167,7 @@ async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
             client: Box::new(t.client.clone()),
             authority,
         },
+        route: None,
     };
     forward(t.shared.clone(), job, req).await
 }

@@ -6,4 +6,5 @@ pub mod connect;
 pub(crate) mod forward;
 pub mod http;
 pub(crate) mod intercept;
+pub mod provider;
 pub mod socks5;
