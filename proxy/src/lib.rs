@@ -21,6 +21,8 @@
 //! lanes/intercept.rs TLS server with a minted leaf, h2 + http/1.1 inside
 //! lanes/forward.rs   per-request pipeline shared by plain HTTP and intercepted HTTPS
 //! lanes/socks5.rs    pure wire parsers + the SOCKS5 driver
+//! lanes/provider.rs  /_vis/provider/<id>/<token>/… → the provider's base URL
+//! credentials.rs     phantom → secret swap on provider hosts (after filters)
 //! upstream.rs        hyper-util pooled client connectors (only validated addresses)
 //! relay.rs           byte relay: half-close, idle teardown, byte counts
 //! deny.rs            denial kinds and THE mapping to 400/403/407/502/503/504 and SOCKS REP codes
@@ -36,10 +38,13 @@
 //!   session id, `Arc<Policy>` compiled once with [`policy::Policy::compile`],
 //!   reserved ports such as the control-plane port), [`DecisionSink`]
 //!   (non-blocking), optionally [`FilterSet`] (ordered [`NetworkFilter`]s),
-//!   [`Resolver`] and [`Dialer`] (defaults: [`SystemResolver`], [`TcpDialer`]).
+//!   [`Resolver`] and [`Dialer`] (defaults: [`SystemResolver`], [`TcpDialer`]),
+//!   and [`Credentials`] (per-principal [`ProviderCredential`]s: provider id,
+//!   hosts, phantom, secret, optional base URL; default [`NoCredentials`]).
 //! * `Proxy::start(ProxyConfig::default().with_env_extra_roots().await?, Services::new(attr, sink).with_filters(f)).await?`
-//!   → [`Proxy::local_addr`], [`Proxy::ca_pem`] (write it first into the
-//!   children's CA bundle), [`Proxy::probe`] for `/net-probe`,
+//!   → [`Proxy::local_addr`], [`Proxy::ca_pem`] / [`Proxy::ca_bundle_pem`]
+//!   (CA + trusted roots: write it to the children's `SSL_CERT_FILE` & co.),
+//!   [`Proxy::probe`] for `/net-probe`,
 //!   [`Proxy::shutdown`] (idempotent).
 //! * Stand-alone: [`run_standalone`]`(StandaloneConfig::new(path))`; the file
 //!   format is documented in [`standalone`].
@@ -85,6 +90,19 @@
 //! * Path globs are matched by a small hand-written matcher because globset
 //!   gives `[`, `{` and `/` meanings the spec forbids.
 //! * `VIS_SYSTEM_CA_CERT` may hold a PEM file path or PEM text.
+//! * Filters never see `Proxy-Authorization` (the session's proxy token).
+//! * Provider credentials (P8): a phantom is looked for in `Authorization`,
+//!   `x-api-key`, `api-key` and a `key=` query parameter; on one of the
+//!   provider's hosts (its `hosts` plus its base URL's host) it is replaced by
+//!   the secret, anywhere else the request is denied (403,
+//!   `blocked-by-filter`, `decided_by.kind = credential`). Provider hosts are
+//!   intercepted (unless excluded). Decision records keep the phantom, never
+//!   the secret.
+//! * Provider route form: `http://127.0.0.1:<proxy-port>/_vis/provider/<id>/<token>/<rest>`
+//!   (origin form, or absolute form through the proxy) → `<base_url><rest>`;
+//!   the token in the path attributes it; the session's host policy is NOT
+//!   applied (the operator configured the provider), the SSRF floor and the
+//!   filters are; `Host` is set to the base URL's authority; lane `provider`.
 #![warn(missing_docs)]
 
 pub mod attribution;
