@@ -361,4 +361,34 @@ mod tests {
         );
         assert_eq!(parse_request(&[4, 1, 0, 1]), Err(SocksError::BadVersion));
     }
+
+    #[test]
+    fn parsers_never_panic_or_overrun_on_arbitrary_bytes() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for round in 0..20_000 {
+            let len = round % 40;
+            let buf: Vec<u8> = (0..len)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // bias the first bytes toward valid versions to reach deeper branches
+                    if i == 0 && round % 2 == 0 {
+                        5
+                    } else {
+                        (x >> 24) as u8
+                    }
+                })
+                .collect();
+            if let Ok(Some((_, used))) = parse_greeting(&buf) {
+                assert!(used <= buf.len());
+            }
+            if let Ok(Some((_, used))) = parse_auth(&buf) {
+                assert!(used <= buf.len());
+            }
+            if let Ok(Some((_, used))) = parse_request(&buf) {
+                assert!(used <= buf.len());
+            }
+        }
+    }
 }
