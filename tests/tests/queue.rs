@@ -1,0 +1,220 @@
+//! §6.7 queue policy: FIFO drain, pause on failure, auto-resume on success, concurrency.
+
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::json;
+use std::time::Duration;
+
+fn slow(n: usize, ms: u64) -> Script {
+    Script::Slow {
+        chunks: (0..n).map(|i| format!("s{i}. ")).collect(),
+        delay_ms: ms,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_drains_the_queue_in_submit_order_with_drained_then_started() {
+    let llm = FixtureLlm::start().await;
+    llm.push(slow(10, 30));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "first").await;
+    let mut queued = Vec::new();
+    for r in ["/help a", "/help b", "/help c"] {
+        let (s, q) = gw.submit(&sid, r).await;
+        assert_eq!(q["status"], "queued", "{q}");
+        assert_eq!(s, StatusCode::ACCEPTED);
+        queued.push(q["turn_id"].as_str().unwrap().to_string());
+    }
+    let mut evs = Vec::new();
+    while evs.iter().filter(|e: &&Event| e.event == "turn.completed").count() < 4 {
+        evs.extend(sse.collect_until("turn.completed", WAIT).await);
+    }
+    let started: Vec<String> = evs
+        .iter()
+        .filter(|e| e.event == "turn.started")
+        .skip(1)
+        .map(|e| {
+            assert_eq!(e.data["is_queued"], true, "{:?}", e.data);
+            e.data["turn_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(started, queued, "FIFO");
+    for tid in &queued {
+        let d = evs
+            .iter()
+            .position(|e| e.event == "turn.queued.drained" && e.data["turn_id"] == tid.as_str())
+            .expect("drained");
+        let s = evs
+            .iter()
+            .position(|e| e.event == "turn.started" && e.data["turn_id"] == tid.as_str())
+            .unwrap();
+        assert_eq!(s, d + 1, "drained right before started");
+    }
+    // no queue-state events are replayed, but the started ones are
+    gw.wait_idle(&sid).await;
+    let stored = gw.events_since(&sid, 0).await;
+    assert_eq!(types(&stored).iter().filter(|t| *t == "turn.started").count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_while_paused_clears_the_pause_with_is_auto_true_and_drains() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Slow {
+        chunks: vec!["x".into(); 8],
+        delay_ms: 30,
+    });
+    llm.push(Script::error(400, "nope"));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    // a Slow turn keeps the session busy while the failing one and a held one queue
+    gw.submit(&sid, "ok").await;
+    gw.submit(&sid, "fails").await;
+    let (_, held) = gw.submit(&sid, "/help held").await;
+    let held = held["turn_id"].as_str().unwrap().to_string();
+    sse.collect_until("queue.paused", WAIT).await;
+    let (_, soul) = gw.get(format!("/v1/sessions/{sid}?include=queued")).await;
+    assert_eq!(soul["live"], false);
+    assert_eq!(soul["queued_turns"][0]["turn_id"], held.as_str(), "{soul}");
+    // a new submit on the idle (paused) session starts at once
+    let (s, now) = gw.submit(&sid, "/help now").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_eq!(now["status"], "streaming", "{now}");
+    let evs = sse.collect_until("queue.resumed", WAIT).await;
+    let resumed = evs.last().unwrap();
+    assert_eq!(resumed.data["is_auto"], true);
+    let evs = sse.collect_until("turn.started", WAIT).await;
+    assert_eq!(evs.last().unwrap().data["turn_id"], held.as_str());
+    sse.collect_until("turn.completed", WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_without_a_backlog_does_not_pause() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::error(400, "nope"));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "fails").await;
+    sse.collect_until("context.updated", WAIT).await;
+    let more = sse.drain_for(Duration::from_millis(300)).await;
+    assert!(!ev_types(&more).contains(&"queue.paused"));
+    let (_, r) = gw.post_empty(&format!("/v1/sessions/{sid}/resume-queue")).await;
+    assert_eq!(r, json!({"turn": null}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_run_turns_at_the_same_time() {
+    let llm = FixtureLlm::start().await;
+    llm.push(slow(40, 25));
+    llm.push(slow(40, 25));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let a = gw.create_session().await;
+    let b = gw.create_session().await;
+    let (_, ta) = gw.submit(&a, "a").await;
+    let (_, tb) = gw.submit(&b, "b").await;
+    assert_eq!(ta["status"], "streaming");
+    assert_eq!(tb["status"], "streaming");
+    let (_, sa) = gw.get(format!("/v1/sessions/{a}")).await;
+    let (_, sb) = gw.get(format!("/v1/sessions/{b}")).await;
+    assert_eq!(sa["live"], true);
+    assert_eq!(sb["live"], true);
+    let (_, status) = gw.get("/v1/admin/status").await;
+    assert_eq!(status["running_turns"], 2, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_execution_permit_a_second_session_waits_and_can_be_cancelled_cleanly() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Stall {
+        chunks: vec!["hold. ".into()],
+    });
+    let gw = Gateway::start(
+        Opts::openai(&llm).env("VIS_GATEWAY_MAX_CONCURRENT_TURNS", "1"),
+    )
+    .await;
+    let a = gw.create_session().await;
+    let b = gw.create_session().await;
+    let mut sa = gw.events(&a, -1).await;
+    gw.submit(&a, "holds the permit").await;
+    sa.collect_until("content.block.delta", WAIT).await;
+    let mut sb = gw.events(&b, -1).await;
+    let (_, tb) = gw.submit(&b, "waits").await;
+    assert_eq!(tb["status"], "streaming", "running while it waits: {tb}");
+    let tid = tb["turn_id"].as_str().unwrap().to_string();
+    sb.collect_until("turn.started", WAIT).await;
+    let r = gw
+        .req(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(r.contains("vis_turns_waiting 1"), "{r}");
+    assert!(r.contains("vis_turn_concurrency_limit 1"), "{r}");
+    let (s, _) = gw
+        .post_empty(&format!("/v1/sessions/{b}/turns/{tid}/cancel"))
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let evs = sb.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(evs.last().unwrap().event, "turn.cancelled");
+    assert_eq!(llm.request_count(), 1, "the waiting turn never called the provider");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_records_do_not_leak_internal_fields() {
+    let llm = FixtureLlm::start().await;
+    llm.push(slow(100, 30));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    gw.submit(&sid, "busy").await;
+    let (_, q) = gw
+        .post(
+            &format!("/v1/sessions/{sid}/turns"),
+            json!({"request": "line one\nline two", "display_request": "shown", "extra_body": {"x": 1},
+                   "turn_features": {"y": true}, "workspace": {"z": 1}, "model": "openai/gpt-x",
+                   "reasoning_default": "high"}),
+        )
+        .await;
+    assert_eq!(q["status"], "queued");
+    for rec in [
+        q.clone(),
+        gw.get(format!("/v1/sessions/{sid}/turns?status=queued")).await.1["turns"][0].clone(),
+        gw.get(format!("/v1/sessions/{sid}?include=queued")).await.1["queued_turns"][0].clone(),
+    ] {
+        for k in ["messages", "extra_body", "turn_features", "workspace", "engine_opts"] {
+            assert!(rec.get(k).is_none(), "{k} leaked: {rec}");
+        }
+        assert_eq!(rec["display_request"], "shown", "{rec}");
+        assert_eq!(rec["request_preview"], "line one…", "{rec}");
+        assert_eq!(rec["model"], "openai/gpt-x");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_session_with_a_running_turn_cancels_it_and_closes_its_stream() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Stall {
+        chunks: vec!["hold. ".into()],
+    });
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "runs").await;
+    sse.collect_until("content.block.delta", WAIT).await;
+    let (s, _) = gw.delete(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let rest = sse.drain_for(WAIT).await;
+    assert!(sse.ended, "the stream of a deleted session ends: {:?}", ev_types(&rest));
+    let (s, _) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (_, status) = gw.get("/v1/admin/status").await;
+    assert_eq!(status["running_turns"], 0, "{status}");
+    let (_, l) = gw.get("/v1/sessions").await;
+    assert!(!l.to_string().contains(&sid));
+}
