@@ -88,3 +88,28 @@ impl ProxyConfig {
         Ok(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn vis_system_ca_cert_may_name_a_file_or_hold_pem_text() {
+        let ca = crate::tls::CertAuthority::new(1).unwrap();
+        let path = std::env::temp_dir().join(format!("vis-proxy-test-{}.pem", std::process::id()));
+        std::fs::write(&path, ca.ca_pem()).unwrap();
+        std::env::set_var("VIS_SYSTEM_CA_CERT", &path);
+        let c = ProxyConfig::default().with_env_extra_roots().await.unwrap();
+        assert_eq!(c.extra_roots.len(), 1);
+        std::env::set_var("VIS_SYSTEM_CA_CERT", ca.ca_pem());
+        let c = ProxyConfig::default().with_env_extra_roots().await.unwrap();
+        assert_eq!(&c.extra_roots[0], ca.ca_der());
+        std::env::set_var(
+            "VIS_SYSTEM_CA_CERT",
+            "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+        );
+        assert!(ProxyConfig::default().with_env_extra_roots().await.is_err());
+        std::env::remove_var("VIS_SYSTEM_CA_CERT");
+        let _ = std::fs::remove_file(path);
+    }
+}
