@@ -90,6 +90,9 @@
 //! * Path globs are matched by a small hand-written matcher because globset
 //!   gives `[`, `{` and `/` meanings the spec forbids.
 //! * `VIS_SYSTEM_CA_CERT` may hold a PEM file path or PEM text.
+//! * `exclude_domains` keeps hosts opaque even when the rest of the block
+//!   compiles to "no policy" (the reference then excludes nothing; P5 says
+//!   always opaque, and registered filters would otherwise intercept them).
 //! * Filters never see `Proxy-Authorization` (the session's proxy token).
 //! * Provider credentials (P8): a phantom is looked for in `Authorization`,
 //!   `x-api-key`, `api-key` and a `key=` query parameter; on one of the

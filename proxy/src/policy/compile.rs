@@ -159,7 +159,7 @@ impl Policy {
 
     /// Is this (normalized) host in `exclude_domains`?
     pub fn is_excluded(&self, host: &str) -> bool {
-        self.restricted && self.exclude.iter().any(|p| p.matches(host))
+        self.exclude.iter().any(|p| p.matches(host))
     }
 
     /// The rule selected for a host: longest pattern text, then a
@@ -242,7 +242,12 @@ impl Policy {
             && rules.is_empty()
             && !cfg.allow_private;
         if no_policy {
-            return Ok(Policy::unrestricted());
+            // Decision P5 beats the reference: excluded hosts stay opaque even
+            // without a policy (filters could otherwise intercept them).
+            return Ok(Policy {
+                exclude: exclude.into_iter().map(|(_, p)| p).collect(),
+                ..Policy::unrestricted()
+            });
         }
         let denied_names = denied
             .iter()
@@ -302,6 +307,12 @@ mod tests {
         assert!(pol.is_excluded("x.pinned.example"));
         assert!(!pol.is_excluded("example.com"));
         assert!(!Policy::unrestricted().is_excluded("github.com"));
+        let only_exclude = p("exclude_domains: [pinned.example]\n");
+        assert!(only_exclude.is_unrestricted());
+        assert!(
+            only_exclude.is_excluded("api.pinned.example"),
+            "P5: always opaque"
+        );
     }
 
     #[test]
