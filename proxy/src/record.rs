@@ -168,3 +168,77 @@ impl Drop for AllowRecord {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deny::kind;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Sink(Mutex<Vec<Decision>>);
+    impl DecisionSink for Sink {
+        fn record(&self, _: &str, d: Decision) {
+            self.0.lock().unwrap().push(d);
+        }
+    }
+
+    fn base() -> RecordBase {
+        RecordBase {
+            lane: Lane::Http,
+            phase: "http",
+            method: Some("GET".into()),
+            path: Some("/".into()),
+            host: "x.test".into(),
+            port: 80,
+            is_intercepted: false,
+        }
+    }
+
+    #[test]
+    fn records_serialize_with_the_companion_field_names() {
+        let sink = Sink::default();
+        let d = Denial::policy(
+            kind::DENYLIST,
+            "host not permitted: x.test",
+            DeciderKind::HostGate,
+        );
+        emit_denial(&sink, "s", &base(), &d);
+        let v = serde_json::to_value(&sink.0.lock().unwrap()[0]).unwrap();
+        assert_eq!(v["decision"], "deny");
+        assert_eq!(v["lane"], "http");
+        assert_eq!(v["decided_by"]["kind"], "host-gate");
+        assert_eq!(v["error_kind"], "blocked-by-denylist");
+        for key in [
+            "ts",
+            "phase",
+            "method",
+            "path",
+            "host",
+            "port",
+            "reason",
+            "bytes_up",
+            "bytes_down",
+            "duration_ms",
+            "is_intercepted",
+            "provider",
+        ] {
+            assert!(v.get(key).is_some(), "{key}");
+        }
+    }
+
+    #[test]
+    fn an_allow_record_is_emitted_once_when_dropped_unless_cancelled() {
+        let sink: Arc<Sink> = Arc::default();
+        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        r.down.fetch_add(5, Ordering::Relaxed);
+        drop(r);
+        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        r.cancel();
+        drop(r);
+        let all = sink.0.lock().unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].bytes_down, 5);
+        assert_eq!(all[0].decision, Verdict::Allow);
+    }
+}

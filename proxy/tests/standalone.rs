@@ -46,4 +46,16 @@ async fn standalone_proxy_serves_the_file_policy_to_its_static_tokens() {
     assert_eq!(unknown.status(), 407);
     proxy.shutdown();
     proxy.shutdown();
+    let mut refused = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the listener is closed after shutdown");
 }
