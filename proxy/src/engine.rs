@@ -121,7 +121,8 @@ impl Shared {
     }
 }
 
-/// A running proxy. Dropping it does not stop it; call [`Proxy::shutdown`].
+/// A running proxy. Dropping it (or [`Proxy::shutdown`]) stops accepting;
+/// established connections finish on their own.
 pub struct Proxy {
     pub(crate) shared: Arc<Shared>,
     addr: SocketAddr,
