@@ -44,7 +44,10 @@ async fn a_stalled_provider_stream_fails_the_turn_with_provider_stream_stalled()
     }
     let gw = Gateway::start(Opts::openai(&llm).env("VIS_PROVIDER_STALL_MS", "400")).await;
     let evs = one_turn(&gw, "hi").await;
-    let term = evs.iter().find(|e| TERMINALS.contains(&e.event.as_str())).unwrap();
+    let term = evs
+        .iter()
+        .find(|e| TERMINALS.contains(&e.event.as_str()))
+        .unwrap();
     assert_eq!(term.event, "turn.failed", "{:?}", term.data);
     assert_eq!(error_block(&term.data)["code"], "provider_stream_stalled");
     // blocks opened before the stall are closed before the terminal
@@ -80,7 +83,10 @@ async fn a_rate_limit_with_retry_after_is_retried_with_a_provider_retry_event() 
     assert_eq!(retry.data["attempt"], 1, "{:?}", retry.data);
     assert!(retry.data["max_retries"].is_u64());
     assert!(retry.data["delay_ms"].is_u64());
-    let done = evs.iter().find(|e| e.event == "turn.completed").expect("completed");
+    let done = evs
+        .iter()
+        .find(|e| e.event == "turn.completed")
+        .expect("completed");
     assert_eq!(answer(done), "Recovered.");
     assert_eq!(llm.request_count(), 2);
 }
@@ -97,7 +103,10 @@ async fn a_malformed_provider_stream_fails_the_turn_and_the_gateway_keeps_servin
     }
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let evs = one_turn(&gw, "hi").await;
-    let term = evs.iter().find(|e| TERMINALS.contains(&e.event.as_str())).unwrap();
+    let term = evs
+        .iter()
+        .find(|e| TERMINALS.contains(&e.event.as_str()))
+        .unwrap();
     assert_eq!(term.event, "turn.failed", "{:?}", term.data);
     let b = error_block(&term.data);
     assert!(b["message"].is_string());
@@ -125,9 +134,10 @@ async fn byte_split_streams_keep_multibyte_text_intact_in_both_dialects() {
         };
         let gw = Gateway::start(opts).await;
         let evs = one_turn(&gw, "hi").await;
-        let done = evs.iter().find(|e| e.event == "turn.completed").unwrap_or_else(|| {
-            panic!("anthropic={anthropic}: {:?}", evs.last().map(|e| &e.data))
-        });
+        let done = evs
+            .iter()
+            .find(|e| e.event == "turn.completed")
+            .unwrap_or_else(|| panic!("anthropic={anthropic}: {:?}", evs.last().map(|e| &e.data)));
         assert_eq!(answer(done), want, "anthropic={anthropic}");
         let last_delta = evs
             .iter()
@@ -141,7 +151,9 @@ async fn byte_split_streams_keep_multibyte_text_intact_in_both_dialects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_ignores_stream_true_still_answers() {
     let llm = FixtureLlm::start().await;
-    llm.push(Script::NoStream(Box::new(Script::text(&["Whole ", "answer."]))));
+    llm.push(Script::NoStream(Box::new(Script::text(&[
+        "Whole ", "answer.",
+    ]))));
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let evs = one_turn(&gw, "hi").await;
     let done = evs
@@ -185,7 +197,10 @@ async fn provider_secrets_never_appear_on_the_wire() {
     }
     assert!(!seen.contains(secret), "the provider key leaked");
     assert!(!seen.contains(&gw.token), "the gateway token leaked");
-    assert_eq!(llm.requests()[0].header("authorization"), Some(&*format!("Bearer {secret}")));
+    assert_eq!(
+        llm.requests()[0].header("authorization"),
+        Some(&*format!("Bearer {secret}"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,11 +221,16 @@ async fn display_request_and_an_explicit_model_are_honoured() {
     let st = evs.iter().find(|e| e.event == "turn.started").unwrap();
     assert_eq!(st.data["request"], "what I typed");
     assert_eq!(st.data["display_request"], "what I typed");
-    let title = evs.iter().find(|e| e.event == "session.title_updated").unwrap();
+    let title = evs
+        .iter()
+        .find(|e| e.event == "session.title_updated")
+        .unwrap();
     assert_eq!(title.data["title"], "what I typed");
     let req = &llm.requests()[0];
     assert_eq!(req.body["model"], "gpt-fixture");
-    assert!(req.body["messages"].to_string().contains("expanded prompt text"));
+    assert!(req.body["messages"]
+        .to_string()
+        .contains("expanded prompt text"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

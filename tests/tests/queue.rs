@@ -30,7 +30,12 @@ async fn a_success_drains_the_queue_in_submit_order_with_drained_then_started() 
         queued.push(q["turn_id"].as_str().unwrap().to_string());
     }
     let mut evs = Vec::new();
-    while evs.iter().filter(|e: &&Event| e.event == "turn.completed").count() < 4 {
+    while evs
+        .iter()
+        .filter(|e: &&Event| e.event == "turn.completed")
+        .count()
+        < 4
+    {
         evs.extend(sse.collect_until("turn.completed", WAIT).await);
     }
     let started: Vec<String> = evs
@@ -57,7 +62,13 @@ async fn a_success_drains_the_queue_in_submit_order_with_drained_then_started() 
     // no queue-state events are replayed, but the started ones are
     gw.wait_idle(&sid).await;
     let stored = gw.events_since(&sid, 0).await;
-    assert_eq!(types(&stored).iter().filter(|t| *t == "turn.started").count(), 4);
+    assert_eq!(
+        types(&stored)
+            .iter()
+            .filter(|t| *t == "turn.started")
+            .count(),
+        4
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +114,9 @@ async fn a_failure_without_a_backlog_does_not_pause() {
     sse.collect_until("context.updated", WAIT).await;
     let more = sse.drain_for(Duration::from_millis(300)).await;
     assert!(!ev_types(&more).contains(&"queue.paused"));
-    let (_, r) = gw.post_empty(&format!("/v1/sessions/{sid}/resume-queue")).await;
+    let (_, r) = gw
+        .post_empty(&format!("/v1/sessions/{sid}/resume-queue"))
+        .await;
     assert_eq!(r, json!({"turn": null}));
 }
 
@@ -133,10 +146,7 @@ async fn with_one_execution_permit_a_second_session_waits_and_can_be_cancelled_c
     llm.push(Script::Stall {
         chunks: vec!["hold. ".into()],
     });
-    let gw = Gateway::start(
-        Opts::openai(&llm).env("VIS_GATEWAY_MAX_CONCURRENT_TURNS", "1"),
-    )
-    .await;
+    let gw = Gateway::start(Opts::openai(&llm).env("VIS_GATEWAY_MAX_CONCURRENT_TURNS", "1")).await;
     let a = gw.create_session().await;
     let b = gw.create_session().await;
     let mut sa = gw.events(&a, -1).await;
@@ -163,7 +173,11 @@ async fn with_one_execution_permit_a_second_session_waits_and_can_be_cancelled_c
     assert_eq!(s, StatusCode::ACCEPTED);
     let evs = sb.collect_until_any(TERMINALS, WAIT).await;
     assert_eq!(evs.last().unwrap().event, "turn.cancelled");
-    assert_eq!(llm.request_count(), 1, "the waiting turn never called the provider");
+    assert_eq!(
+        llm.request_count(),
+        1,
+        "the waiting turn never called the provider"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,10 +198,19 @@ async fn queued_records_do_not_leak_internal_fields() {
     assert_eq!(q["status"], "queued");
     for rec in [
         q.clone(),
-        gw.get(format!("/v1/sessions/{sid}/turns?status=queued")).await.1["turns"][0].clone(),
+        gw.get(format!("/v1/sessions/{sid}/turns?status=queued"))
+            .await
+            .1["turns"][0]
+            .clone(),
         gw.get(format!("/v1/sessions/{sid}?include=queued")).await.1["queued_turns"][0].clone(),
     ] {
-        for k in ["messages", "extra_body", "turn_features", "workspace", "engine_opts"] {
+        for k in [
+            "messages",
+            "extra_body",
+            "turn_features",
+            "workspace",
+            "engine_opts",
+        ] {
             assert!(rec.get(k).is_none(), "{k} leaked: {rec}");
         }
         assert_eq!(rec["display_request"], "shown", "{rec}");
@@ -210,7 +233,11 @@ async fn deleting_a_session_with_a_running_turn_cancels_it_and_closes_its_stream
     let (s, _) = gw.delete(&format!("/v1/sessions/{sid}")).await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     let rest = sse.drain_for(WAIT).await;
-    assert!(sse.ended, "the stream of a deleted session ends: {:?}", ev_types(&rest));
+    assert!(
+        sse.ended,
+        "the stream of a deleted session ends: {:?}",
+        ev_types(&rest)
+    );
     let (s, _) = gw.get(format!("/v1/sessions/{sid}")).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     let (_, status) = gw.get("/v1/admin/status").await;

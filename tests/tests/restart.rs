@@ -193,3 +193,60 @@ async fn a_sigterm_mid_turn_lands_its_terminal_before_exit_and_none_after_restar
     let (_, rec) = gw.get(format!("/v1/sessions/{sid}/turns/{tid}")).await;
     assert_ne!(rec["status"], "streaming", "{rec}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_still_dedups_after_a_restart() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let (s, first) = gw.submit_keyed(&sid, "/help", "companion:k1").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    sse.collect_until("context.updated", WAIT).await;
+    let (s, again) = gw.submit_keyed(&sid, "/help", "companion:k1").await;
+    assert_eq!(s, StatusCode::OK, "{again}");
+    assert_eq!(again["turn_id"], first["turn_id"]);
+    assert_eq!(again["status"], "completed");
+    drop(sse);
+    let gw = gw.restart_after_kill().await;
+    let (s, after) = gw.submit_keyed(&sid, "/help", "companion:k1").await;
+    assert_eq!(s, StatusCode::OK, "a stored key is still known: {after}");
+    assert_eq!(after["turn_id"], first["turn_id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_turns_are_listed_and_served_after_a_restart() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let mut tids = Vec::new();
+    for r in ["/help a", "/help b"] {
+        let (_, t) = gw.submit(&sid, r).await;
+        tids.push(t["turn_id"].clone());
+        sse.collect_until("context.updated", WAIT).await;
+    }
+    drop(sse);
+    let gw = gw.restart_after_kill().await;
+    let (s, h) = gw.get(format!("/v1/sessions/{sid}/turns")).await;
+    assert_eq!(s, StatusCode::OK);
+    let got: Vec<Value> = h["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert_eq!(t["status"], "completed", "{t}");
+            t["turn_id"].clone()
+        })
+        .collect();
+    assert_eq!(got, tids, "oldest first");
+    for t in &tids {
+        let (s, rec) = gw
+            .get(format!("/v1/sessions/{sid}/turns/{}", t.as_str().unwrap()))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{rec}");
+        assert!(rec["request"].as_str().unwrap().starts_with("/help"));
+    }
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    assert_eq!(tr["total"], 2);
+    let (_, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(soul["turn_count"], 2);
+}
