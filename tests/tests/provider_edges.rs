@@ -141,8 +141,7 @@ async fn byte_split_streams_keep_multibyte_text_intact_in_both_dialects() {
         assert_eq!(answer(done), want, "anthropic={anthropic}");
         let last_delta = evs
             .iter()
-            .filter(|e| e.event == "content.block.delta" && e.data["field"] == "markdown")
-            .next_back()
+            .rfind(|e| e.event == "content.block.delta" && e.data["field"] == "markdown")
             .expect("delta");
         assert_eq!(last_delta.data["cumulative"], want.as_str());
     }
