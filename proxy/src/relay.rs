@@ -123,4 +123,30 @@ mod tests {
         .await
         .unwrap();
     }
+
+    #[tokio::test]
+    async fn a_silent_client_keeps_receiving_origin_ticks_past_the_idle_limit() {
+        let (client_side, mut client) = tokio::io::duplex(64);
+        let (upstream_side, mut origin) = tokio::io::duplex(64);
+        let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
+        let relay = relay(
+            client_side,
+            upstream_side,
+            Duration::from_millis(100),
+            &up,
+            &down,
+        );
+        let drive = async {
+            for _ in 0..8 {
+                origin.write_all(b"t").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            drop(origin);
+            let mut out = Vec::new();
+            client.read_to_end(&mut out).await.unwrap();
+            assert_eq!(out, b"tttttttt");
+        };
+        let (r, _) = tokio::join!(relay, drive);
+        r.unwrap();
+    }
 }
