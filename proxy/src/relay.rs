@@ -132,14 +132,14 @@ mod tests {
         let relay = relay(
             client_side,
             upstream_side,
-            Duration::from_millis(100),
+            Duration::from_secs(1),
             &up,
             &down,
         );
         let drive = async {
             for _ in 0..8 {
                 origin.write_all(b"t").await.unwrap();
-                tokio::time::sleep(Duration::from_millis(30)).await;
+                tokio::time::sleep(Duration::from_millis(150)).await;
             }
             drop(origin);
             let mut out = Vec::new();
