@@ -11,6 +11,16 @@ use serde::Serialize;
 use crate::deny::{kind, DeciderKind, Denial};
 use crate::traits::{FilterCtx, FilterError, FilterVerdict, NetworkFilter};
 
+/// The `filter-error` reason: `network filter error in '<name>': <message>`
+/// (a message that already carries that prefix is used as is).
+pub fn error_reason(name: &str, message: &str) -> String {
+    if message.starts_with("network filter error in '") {
+        message.to_string()
+    } else {
+        format!("network filter error in '{name}': {message}")
+    }
+}
+
 /// Run one filter with the timeout, turning panics and timeouts into errors.
 pub async fn run_one(
     f: &dyn NetworkFilter,
@@ -53,7 +63,7 @@ pub async fn run_filters(
                 tracing::warn!(filter = f.name(), error = %e.message, "network filter failed (fail closed)");
                 return Err(Denial::policy(
                     kind::FILTER_ERROR,
-                    format!("network filter error in '{}': {}", f.name(), e.message),
+                    error_reason(f.name(), &e.message),
                     DeciderKind::Filter,
                 )
                 .with_filter(f.name()));
@@ -109,11 +119,7 @@ pub async fn run_all(
             Err(e) => FilterRow {
                 owner: f.name().into(),
                 allow: false,
-                reason: Some(format!(
-                    "network filter error in '{}': {}",
-                    f.name(),
-                    e.message
-                )),
+                reason: Some(error_reason(f.name(), &e.message)),
                 error: Some(FilterErrorView {
                     message: e.message,
                     trace: e.trace,
@@ -137,4 +143,21 @@ pub fn header_map(h: &http::HeaderMap) -> std::collections::BTreeMap<String, Str
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_error_reasons_are_prefixed_once() {
+        assert_eq!(
+            error_reason("ext", "boom"),
+            "network filter error in 'ext': boom"
+        );
+        assert_eq!(
+            error_reason("ext", "network filter error in 'ext': boom"),
+            "network filter error in 'ext': boom"
+        );
+    }
 }

@@ -189,7 +189,9 @@ pub enum FilterVerdict {
     Block(String),
 }
 
-/// A filter failure; DENIES with kind `filter-error`.
+/// A filter failure; DENIES with kind `filter-error` and the reason
+/// `network filter error in '<name>': <message>` (the proxy adds the prefix
+/// unless `message` already starts with it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilterError {
     /// Message.
