@@ -4,12 +4,16 @@
 
 use crate::engine::{Frame, Subscription};
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::stream::{self, BoxStream, SelectAll, StreamExt};
+use futures::stream::{BoxStream, SelectAll, Stream, StreamExt};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Quiet time after which a `: ping` comment is written.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -72,12 +76,75 @@ fn prelude(sub: &Subscription) -> Vec<(usize, Frame)> {
     out
 }
 
-struct State {
+/// Most bytes written in one body chunk when frames are batched.
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// The SSE body of one connection. Frames that are ready together (a replay, or a burst of
+/// live events) are written as one chunk, so a burst costs one socket write per subscriber.
+struct SseBody {
     queue: VecDeque<(usize, Frame)>,
     live: SelectAll<BoxStream<'static, (usize, Frame)>>,
     last: Vec<i64>,
-    kill: CancellationToken,
+    kill: Pin<Box<WaitForCancellationFutureOwned>>,
+    heartbeat: Pin<Box<Sleep>>,
+    live_ended: bool,
     finished: bool,
+}
+
+impl SseBody {
+    /// Appends a frame unless it repeats one already written for its session.
+    fn take(&mut self, out: &mut BytesMut, (i, f): (usize, Frame)) {
+        if i != usize::MAX {
+            if f.seq <= self.last[i] {
+                return;
+            }
+            self.last[i] = f.seq;
+        }
+        out.put_slice(&f.bytes);
+    }
+}
+
+impl Stream for SseBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.finished {
+            return Poll::Ready(None);
+        }
+        if this.kill.as_mut().poll(cx).is_ready() {
+            this.finished = true;
+            return Poll::Ready(Some(Err(std::io::Error::other("subscriber dropped"))));
+        }
+        let mut out = BytesMut::new();
+        while out.len() < BATCH_BYTES {
+            let Some(item) = this.queue.pop_front() else {
+                break;
+            };
+            this.take(&mut out, item);
+        }
+        while out.len() < BATCH_BYTES && !this.live_ended {
+            match this.live.poll_next_unpin(cx) {
+                Poll::Ready(Some(item)) => this.take(&mut out, item),
+                Poll::Ready(None) => this.live_ended = true,
+                Poll::Pending => break,
+            }
+        }
+        if !out.is_empty() {
+            this.heartbeat.as_mut().reset(Instant::now() + HEARTBEAT);
+            return Poll::Ready(Some(Ok(out.freeze())));
+        }
+        if this.live_ended && this.queue.is_empty() {
+            // Every sink was closed by the engine (session deleted or shutdown).
+            this.finished = true;
+            return Poll::Ready(Some(Err(std::io::Error::other("stream closed"))));
+        }
+        if this.heartbeat.as_mut().poll(cx).is_ready() {
+            this.heartbeat.as_mut().reset(Instant::now() + HEARTBEAT);
+            return Poll::Ready(Some(Ok(Bytes::from_static(PING))));
+        }
+        Poll::Pending
+    }
 }
 
 /// Builds the body stream for one or more subscriptions on one connection.
@@ -111,45 +178,15 @@ pub fn body_stream(
         let rx = ReceiverStream::new(sub.live).map(move |f| (i, f)).boxed();
         live.push(rx);
     }
-    let st = State {
+    SseBody {
         queue,
         live,
         last,
-        kill,
+        kill: Box::pin(kill.cancelled_owned()),
+        heartbeat: Box::pin(tokio::time::sleep(HEARTBEAT)),
+        live_ended: false,
         finished: false,
-    };
-    stream::unfold(st, |mut st| async move {
-        if st.finished {
-            return None;
-        }
-        loop {
-            if let Some((i, f)) = st.queue.pop_front() {
-                if i != usize::MAX {
-                    if f.seq <= st.last[i] {
-                        continue;
-                    }
-                    st.last[i] = f.seq;
-                }
-                return Some((Ok(f.bytes), st));
-            }
-            let next = tokio::select! {
-                _ = st.kill.cancelled() => {
-                    st.finished = true;
-                    return Some((Err(std::io::Error::other("subscriber dropped")), st));
-                }
-                n = tokio::time::timeout(HEARTBEAT, st.live.next()) => n,
-            };
-            match next {
-                Err(_) => return Some((Ok(Bytes::from_static(PING)), st)),
-                Ok(None) => {
-                    // Every sink was closed by the engine (session deleted or shutdown).
-                    st.finished = true;
-                    return Some((Err(std::io::Error::other("stream closed")), st));
-                }
-                Ok(Some(item)) => st.queue.push_back(item),
-            }
-        }
-    })
+    }
     .boxed()
 }
 

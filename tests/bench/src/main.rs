@@ -20,13 +20,19 @@ use tokio::net::TcpStream;
 const PROTO: &str = "X-Vis-Protocol: 2\r\nX-Vis-Min-Gateway-Protocol: 2\r\n";
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 fn raise_nofile() {
     // SAFETY: plain getrlimit/setrlimit on this process.
     unsafe {
-        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
             r.rlim_cur = r.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
@@ -70,20 +76,39 @@ async fn http(port: u16, method: &str, path: &str, body: &str) -> Result<String>
 }
 
 async fn start(bin: &Path) -> Result<(Gw, Duration)> {
+    start_with(bin, None).await
+}
+
+async fn start_with(bin: &Path, llm: Option<&str>) -> Result<(Gw, Duration)> {
     let home = std::env::temp_dir().join(format!("vis-bench-{}-{}", std::process::id(), now_ms()));
     std::fs::create_dir_all(&home)?;
     let t0 = Instant::now();
-    let child = Command::new(bin)
-        .args(["--home", home.to_str().unwrap_or("/tmp"), "start", "--port", "0", "--root", home.to_str().unwrap_or("/tmp")])
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("VIS_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("spawn vis-gateway")?;
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--home",
+        home.to_str().unwrap_or("/tmp"),
+        "start",
+        "--port",
+        "0",
+        "--root",
+        home.to_str().unwrap_or("/tmp"),
+    ])
+    .env_remove("OPENAI_API_KEY")
+    .env_remove("ANTHROPIC_API_KEY")
+    .env("VIS_LOG", "warn")
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    if let Some(url) = llm {
+        cmd.env("OPENAI_API_KEY", "bench")
+            .env("OPENAI_BASE_URL", url);
+    }
+    let child = cmd.spawn().context("spawn vis-gateway")?;
     let reg = home.join("gateway.json");
-    let mut gw = Gw { child, port: 0, home };
+    let mut gw = Gw {
+        child,
+        port: 0,
+        home,
+    };
     loop {
         if t0.elapsed() > Duration::from_secs(20) {
             bail!("gateway did not start");
@@ -111,7 +136,13 @@ fn pct(v: &mut [i64], p: f64) -> i64 {
 }
 
 /// One SSE subscriber: counts frames and records latencies of `turn.*` events.
-async fn subscriber(port: u16, sid: String, frames: Arc<AtomicU64>, lat: Arc<std::sync::Mutex<Vec<i64>>>, ready: Arc<AtomicU64>) -> Result<()> {
+async fn subscriber(
+    port: u16,
+    sid: String,
+    frames: Arc<AtomicU64>,
+    lat: Arc<std::sync::Mutex<Vec<i64>>>,
+    ready: Arc<AtomicU64>,
+) -> Result<()> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
     let req = format!("GET /v1/sessions/{sid}/events?cursor=-1 HTTP/1.1\r\nHost: 127.0.0.1\r\n{PROTO}Accept: text/event-stream\r\n\r\n");
     s.write_all(req.as_bytes()).await?;
@@ -136,7 +167,11 @@ async fn subscriber(port: u16, sid: String, frames: Arc<AtomicU64>, lat: Arc<std
             }
             if let Some(data) = text.lines().find_map(|l| l.strip_prefix("data: ")) {
                 frames.fetch_add(1, Ordering::Relaxed);
-                if let Some(ts) = data.find("\"ts\":").and_then(|i| data[i + 5..].split(|c: char| !c.is_ascii_digit()).next()).and_then(|t| t.parse::<i64>().ok()) {
+                if let Some(ts) = data
+                    .find("\"ts\":")
+                    .and_then(|i| data[i + 5..].split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|t| t.parse::<i64>().ok())
+                {
                     let l = now_ms() - ts;
                     if let Ok(mut v) = lat.try_lock() {
                         v.push(l);
@@ -148,18 +183,28 @@ async fn subscriber(port: u16, sid: String, frames: Arc<AtomicU64>, lat: Arc<std
 }
 
 async fn fanout(bin: &Path, n: usize) -> Result<()> {
-    let (gw, _) = start(bin).await?;
+    let llm = vis_tests::FixtureLlm::start().await;
+    let (gw, _) = start_with(bin, Some(&llm.openai_base_url())).await?;
     let pid = gw.child.id();
     let created = http(gw.port, "POST", "/v1/sessions", "{\"channel\":\"bench\"}").await?;
     let body = created.split("\r\n\r\n").nth(1).unwrap_or("");
-    let sid = serde_json::from_str::<serde_json::Value>(body)?["id"].as_str().unwrap_or_default().to_string();
+    let sid = serde_json::from_str::<serde_json::Value>(body)?["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss0 = rss_kib(pid);
     let frames = Arc::new(AtomicU64::new(0));
     let ready = Arc::new(AtomicU64::new(0));
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
     for i in 0..n {
-        tokio::spawn(subscriber(gw.port, sid.clone(), frames.clone(), lat.clone(), ready.clone()));
+        tokio::spawn(subscriber(
+            gw.port,
+            sid.clone(),
+            frames.clone(),
+            lat.clone(),
+            ready.clone(),
+        ));
         if i % 200 == 199 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -172,15 +217,28 @@ async fn fanout(bin: &Path, n: usize) -> Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss1 = rss_kib(pid);
     let per_sub = (rss1.saturating_sub(rss0)) as f64 / held.max(1) as f64;
-    // Steady rate: 10 events/s = one slash turn (4 events) every 400 ms, for 10 s.
+    // Steady rate: one streamed answer whose sentences arrive every 100 ms, so the gateway
+    // publishes one coalesced `content.block.delta` per 100 ms (10 events/s) for 10 s.
     lat.lock().map(|mut v| v.clear()).ok();
+    let chunks: Vec<String> = (0..100).map(|i| format!("Sentence number {i}. ")).collect();
+    llm.push(vis_tests::Script::Slow {
+        chunks,
+        delay_ms: 100,
+    });
     let f0 = frames.load(Ordering::Relaxed);
     let t1 = Instant::now();
-    for _ in 0..25 {
-        http(gw.port, "POST", &format!("/v1/sessions/{sid}/turns"), "{\"request\":\"/help\"}").await?;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+    http(
+        gw.port,
+        "POST",
+        &format!("/v1/sessions/{sid}/turns"),
+        "{\"request\":\"stream please\"}",
+    )
+    .await?;
+    let want = f0 + (100 * held) as u64;
+    while frames.load(Ordering::Relaxed) < want && t1.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let steady_frames = frames.load(Ordering::Relaxed) - f0;
     let steady_secs = t1.elapsed().as_secs_f64();
     let mut l = lat.lock().map(|v| v.clone()).unwrap_or_default();
@@ -189,7 +247,13 @@ async fn fanout(bin: &Path, n: usize) -> Result<()> {
     let f1 = frames.load(Ordering::Relaxed);
     let t2 = Instant::now();
     for _ in 0..50 {
-        http(gw.port, "POST", &format!("/v1/sessions/{sid}/turns"), "{\"request\":\"/help\"}").await?;
+        http(
+            gw.port,
+            "POST",
+            &format!("/v1/sessions/{sid}/turns"),
+            "{\"request\":\"/help\"}",
+        )
+        .await?;
     }
     let want = f1 + (200 * held) as u64;
     while frames.load(Ordering::Relaxed) < want && t2.elapsed() < Duration::from_secs(60) {
@@ -210,9 +274,16 @@ async fn fanout(bin: &Path, n: usize) -> Result<()> {
 async fn main() -> Result<()> {
     raise_nofile();
     let mut args = std::env::args().skip(1);
-    let bin = PathBuf::from(args.next().context("usage: bench-gateway <vis-gateway> [subscribers…]")?);
+    let bin = PathBuf::from(
+        args.next()
+            .context("usage: bench-gateway <vis-gateway> [subscribers…]")?,
+    );
     let sizes: Vec<usize> = args.filter_map(|a| a.parse().ok()).collect();
-    let sizes = if sizes.is_empty() { vec![1000, 10_000] } else { sizes };
+    let sizes = if sizes.is_empty() {
+        vec![1000, 10_000]
+    } else {
+        sizes
+    };
 
     let mut starts = Vec::new();
     let mut rss = Vec::new();
@@ -222,8 +293,14 @@ async fn main() -> Result<()> {
         rss.push(rss_kib(gw.child.id()) as i64);
         starts.push(took.as_micros() as i64);
     }
-    println!("start-up to first /healthz 200: median {:.1} ms (5 runs)", pct(&mut starts, 0.5) as f64 / 1000.0);
-    println!("idle gateway RSS: median {:.1} MiB", pct(&mut rss, 0.5) as f64 / 1024.0);
+    println!(
+        "start-up to first /healthz 200: median {:.1} ms (5 runs)",
+        pct(&mut starts, 0.5) as f64 / 1000.0
+    );
+    println!(
+        "idle gateway RSS: median {:.1} MiB",
+        pct(&mut rss, 0.5) as f64 / 1024.0
+    );
     println!();
     println!("| subscribers | held | KiB per idle subscriber | events/s delivered at 10 ev/s | p50 ms | p99 ms | burst events/s delivered | gateway RSS MiB |");
     println!("|---|---|---|---|---|---|---|---|");
