@@ -325,3 +325,16 @@ async fn many_concurrent_bad_requests_leave_the_gateway_serving() {
     let (s, v) = gw.get(format!("/v1/sessions/{sid}")).await;
     assert_eq!(s, StatusCode::OK, "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "gateway bug (minor): GET /v1/sessions/:sid/seq answers 404 for a valid but unknown UUID; §3.1 C21 lists 404 only for an unparsable sid"]
+async fn seq_of_an_unknown_but_valid_sid_is_not_a_404() {
+    let gw = Gateway::start(Opts::default()).await;
+    let unknown = uuid::Uuid::new_v4();
+    let (s, v) = gw.get(format!("/v1/sessions/{unknown}/events-since")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"events": []}));
+    let (s, v) = gw.get(format!("/v1/sessions/{unknown}/seq")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"seq": 0}));
+}

@@ -245,3 +245,127 @@ async fn deleting_a_session_with_a_running_turn_cancels_it_and_closes_its_stream
     let (_, l) = gw.get("/v1/sessions").await;
     assert!(!l.to_string().contains(&sid));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_submits_start_exactly_one_turn_and_dedup_a_shared_key() {
+    let llm = FixtureLlm::start().await;
+    llm.push(slow(20, 20));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let path = format!("/v1/sessions/{sid}/turns");
+    let mut futs = Vec::new();
+    for i in 0..24 {
+        let key = if i % 3 == 0 {
+            "companion:shared".to_string()
+        } else {
+            format!("companion:{i}")
+        };
+        let req = if i == 0 {
+            "model turn".to_string()
+        } else {
+            format!("/help {i}")
+        };
+        futs.push(gw.post(&path, json!({"request": req, "idempotency_key": key})));
+    }
+    let results = futures::future::join_all(futs).await;
+    let streaming = results
+        .iter()
+        .filter(|(s, v)| *s == StatusCode::ACCEPTED && v["status"] == "streaming")
+        .count();
+    assert_eq!(streaming, 1, "{results:?}");
+    let shared: std::collections::HashSet<String> = results
+        .iter()
+        .filter(|(_, v)| v["idempotency_key"] == "companion:shared")
+        .map(|(_, v)| v["turn_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(shared.len(), 1, "one turn for the shared key");
+    let fresh = results
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::ACCEPTED)
+        .count();
+    assert_eq!(fresh, 24 - 8 + 1, "16 distinct keys + the shared one");
+    let (_, h) = gw.get(format!("/v1/sessions/{sid}/turns")).await;
+    assert_eq!(h["turns"].as_array().unwrap().len(), 17, "{h}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_queued_turn_runs_with_its_new_request() {
+    let llm = FixtureLlm::start().await;
+    llm.push(slow(10, 20));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "first").await;
+    let (_, q) = gw
+        .post(
+            &format!("/v1/sessions/{sid}/turns"),
+            json!({"request": "original", "display_request": "orig shown"}),
+        )
+        .await;
+    let qtid = q["turn_id"].as_str().unwrap().to_string();
+    let (s, _) = gw
+        .patch(
+            &format!("/v1/sessions/{sid}/turns/{qtid}"),
+            json!({"request": "edited text"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let mut evs = Vec::new();
+    while !evs
+        .iter()
+        .any(|e: &Event| e.event == "turn.completed" && e.data["turn_id"] == qtid.as_str())
+    {
+        evs.extend(sse.collect_until("turn.completed", WAIT).await);
+    }
+    let st = evs
+        .iter()
+        .find(|e| e.event == "turn.started" && e.data["turn_id"] == qtid.as_str())
+        .unwrap();
+    assert_eq!(
+        st.data["request"], "edited text",
+        "the stale display_request is dropped"
+    );
+    let done = evs.last().unwrap();
+    assert!(done.data["content"]
+        .to_string()
+        .contains("You said: edited text"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multiplexed_stream_survives_the_deletion_of_one_of_its_sessions() {
+    let gw = Gateway::start(Opts::default()).await;
+    let a = gw.create_session().await;
+    let b = gw.create_session().await;
+    let mut m = gw.events_multi(&format!("{a}:-1,{b}:-1")).await;
+    m.next_event(WAIT).await.unwrap();
+    m.next_event(WAIT).await.unwrap();
+    let (s, _) = gw.delete(&format!("/v1/sessions/{a}")).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    gw.submit(&b, "/help").await;
+    let evs = m.collect_until("turn.completed", WAIT).await;
+    assert!(evs.iter().all(|e| e.data["session_id"] == b.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_created_with_a_title_keeps_it() {
+    let gw = Gateway::start(Opts::default()).await;
+    let (_, v) = gw
+        .post("/v1/sessions", json!({"channel": "web", "title": "Mine"}))
+        .await;
+    assert_eq!(v["title"], "Mine");
+    let sid = v["id"].as_str().unwrap().to_string();
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "/help").await;
+    let evs = sse.collect_until("context.updated", WAIT).await;
+    assert!(!ev_types(&evs).contains(&"session.title_updated"));
+    let (_, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(soul["title"], "Mine");
+    // listed right away because it has a title
+    let (_, v) = gw.post("/v1/sessions", json!({"title": "Other"})).await;
+    assert_eq!(v["channel"], "api", "default channel");
+    let (_, l) = gw.get("/v1/sessions").await;
+    assert!(
+        l.to_string().contains(v["id"].as_str().unwrap()),
+        "titled sessions are listed"
+    );
+}

@@ -751,3 +751,67 @@ async fn the_transcript_byte_cap_follows_vis_gateway_transcript_page_max_bytes()
     );
     assert_eq!(p["has_more"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_list_orders_dirty_then_most_recent_and_filters_by_root() {
+    let gw = Gateway::start(Opts::default()).await;
+    let other_root = gw.dirs.base.path().join("other");
+    std::fs::create_dir_all(&other_root).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let body = if i == 2 {
+            json!({"channel": "web", "root": other_root.display().to_string()})
+        } else {
+            json!({"channel": "web"})
+        };
+        let (_, v) = gw.post("/v1/sessions", body).await;
+        let sid = v["id"].as_str().unwrap().to_string();
+        let mut sse = gw.events(&sid, -1).await;
+        gw.submit(&sid, &format!("/help {i}")).await;
+        sse.collect_until("context.updated", WAIT).await;
+        ids.push(sid);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let order = |l: &Value| -> Vec<String> {
+        l["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, l) = gw.get("/v1/sessions").await;
+    assert_eq!(
+        order(&l),
+        vec![ids[2].clone(), ids[1].clone(), ids[0].clone()],
+        "most recent first"
+    );
+    let (_, l) = gw.get(format!("/v1/sessions?dirty={}", ids[0])).await;
+    assert_eq!(order(&l)[0], ids[0], "dirty band before the rest");
+    let root = other_root.display().to_string();
+    let (s, l) = gw
+        .get(format!("/v1/sessions?root={}", form_enc(&root)))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(order(&l), vec![ids[2].clone()], "{l}");
+    assert_eq!(l["root"], root.as_str());
+    // the overview counts projects on the head page
+    let (_, l) = gw.get("/v1/sessions?limit=10").await;
+    let ov = &l["overview"];
+    assert_eq!(ov["session_count"], 3, "{ov}");
+    assert_eq!(ov["live_count"], 0);
+    assert_eq!(ov["awaiting_count"], 0);
+    assert!(
+        ov["projects"].as_array().is_some_and(|p| p.len() == 2),
+        "{ov}"
+    );
+}
+
+fn form_enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
