@@ -1,0 +1,583 @@
+//! The gateway side of one worker process: spawn, request/response with timeouts, host-door
+//! dispatch, crash detection and replacement.
+//!
+//! Pipe IO runs on dedicated tokio tasks (a writer, a stdout reader, a stderr forwarder and a
+//! reaper that owns the child); nothing here blocks a runtime thread. Top-level calls are
+//! serialized per worker ([`WorkerClient::call`]); nested calls made while a door is being
+//! answered (the `fs_access` gate) go straight to the running process ([`Running::request`]).
+
+use super::protocol::{Msg, WireError};
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Who a request acts for; door calls made while serving it are answered in this context.
+#[derive(Debug, Clone, Default)]
+pub struct CallCtx {
+    pub session_id: Option<String>,
+    pub project_root: Option<PathBuf>,
+    pub workspace_root: Option<PathBuf>,
+    /// The request runs an `fs_access` gate: file doors it calls are not gated again.
+    pub is_gate: bool,
+}
+
+/// Why a call into a worker failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// Extension code raised (type, `Class: message`, traceback).
+    Python(WireError),
+    /// The call did not answer in time; the worker was killed.
+    Timeout(Duration),
+    /// The worker process died during the call (crash, `os._exit`).
+    Exited(String),
+    /// The worker could not be started.
+    Start(String),
+    /// Nothing to call (unknown extension, tool, or a file that failed to load here).
+    Unavailable(String),
+}
+
+impl CallError {
+    /// One-line message for users and the model.
+    pub fn message(&self) -> String {
+        match self {
+            CallError::Python(e) => e.message.clone(),
+            CallError::Timeout(d) => format!(
+                "the extension call timed out after {:.1} s; its worker was stopped and \
+                 the next call starts a fresh one",
+                d.as_secs_f64()
+            ),
+            CallError::Exited(why) => format!(
+                "the extension worker exited during the call ({why}); the next call starts \
+                 a fresh one"
+            ),
+            CallError::Start(why) => format!("cannot start an extension worker: {why}"),
+            CallError::Unavailable(why) => why.clone(),
+        }
+    }
+
+    pub fn traceback(&self) -> Option<String> {
+        match self {
+            CallError::Python(e) => e.traceback.clone().filter(|t| !t.is_empty()),
+            _ => None,
+        }
+    }
+
+    pub fn kind(&self) -> &str {
+        match self {
+            CallError::Python(e) => &e.kind,
+            CallError::Timeout(_) => "Timeout",
+            CallError::Exited(_) => "WorkerExited",
+            CallError::Start(_) => "WorkerStart",
+            CallError::Unavailable(_) => "Unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+/// A failed door: raised in Python as `python_type` (default `RuntimeError`).
+#[derive(Debug, Clone)]
+pub struct DoorError {
+    pub message: String,
+    pub python_type: Option<&'static str>,
+}
+
+impl DoorError {
+    pub fn new(message: impl Into<String>) -> DoorError {
+        DoorError {
+            message: message.into(),
+            python_type: None,
+        }
+    }
+    pub fn typed(python_type: &'static str, message: impl Into<String>) -> DoorError {
+        DoorError {
+            message: message.into(),
+            python_type: Some(python_type),
+        }
+    }
+}
+
+/// An extension file a fresh worker loads before its first call.
+#[derive(Debug, Clone)]
+pub struct Preload {
+    pub ctx: CallCtx,
+    pub file: PathBuf,
+    pub source: Arc<Vec<u8>>,
+}
+
+/// What a worker needs from its owner (the host).
+#[async_trait]
+pub trait WorkerOwner: Send + Sync + 'static {
+    /// Files to load into a fresh process, and the registry generation they belong to.
+    fn preload(&self) -> (u64, Vec<Preload>);
+    /// The current registry generation; a worker loaded for an older one is replaced before
+    /// its next call. `None`: never replaced for that reason (the registration worker).
+    fn generation(&self) -> Option<u64>;
+    /// Answers one host door called by extension code.
+    async fn door(
+        &self,
+        worker: Arc<Running>,
+        ctx: CallCtx,
+        op: String,
+        payload: Value,
+    ) -> Result<Value, DoorError>;
+}
+
+/// How to start a worker process.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    pub exe: PathBuf,
+    pub home: PathBuf,
+    pub label: String,
+    pub cwd: Option<PathBuf>,
+    pub load_timeout: Duration,
+}
+
+type Outcome = Result<Value, CallError>;
+
+/// One live worker process.
+pub struct Running {
+    label: String,
+    pid: Option<u32>,
+    generation: u64,
+    tx: mpsc::UnboundedSender<String>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
+    ctxs: Mutex<HashMap<u64, CallCtx>>,
+    next_id: AtomicU64,
+    alive: AtomicBool,
+    doomed: AtomicBool,
+    kill: Mutex<Option<oneshot::Sender<()>>>,
+    /// Files that failed to load in THIS process (file → error).
+    failures: Mutex<HashMap<PathBuf, WireError>>,
+}
+
+impl Running {
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    pub fn load_failure(&self, file: &std::path::Path) -> Option<WireError> {
+        self.failures.lock().get(file).cloned()
+    }
+
+    /// Sends one request and waits for its answer (no serialization: callers that need it
+    /// go through [`WorkerClient::call`]). A timeout kills the process.
+    pub async fn request(
+        self: &Arc<Self>,
+        ctx: CallCtx,
+        op: &str,
+        payload: Value,
+        timeout: Duration,
+    ) -> Outcome {
+        if !self.is_alive() {
+            return Err(CallError::Exited("the worker had already exited".into()));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, tx);
+        self.ctxs.lock().insert(id, ctx);
+        let line = Msg::Request {
+            id,
+            op: op.to_string(),
+            payload,
+        }
+        .to_line();
+        if self.tx.send(line).is_err() {
+            self.forget(id);
+            return Err(CallError::Exited("its input pipe is closed".into()));
+        }
+        let result = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(CallError::Exited("the process ended".into())),
+            Err(_) => {
+                tracing::warn!(worker = %self.label, op, "extension call timed out; killing the worker");
+                self.kill();
+                Err(CallError::Timeout(timeout))
+            }
+        };
+        self.forget(id);
+        result
+    }
+
+    fn forget(&self, id: u64) {
+        self.pending.lock().remove(&id);
+        self.ctxs.lock().remove(&id);
+    }
+
+    /// Kills the process (idempotent).
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        if let Some(k) = self.kill.lock().take() {
+            let _ = k.send(());
+        }
+    }
+
+    fn fail_all(&self, why: &str) {
+        self.alive.store(false, Ordering::SeqCst);
+        let pending: Vec<_> = self.pending.lock().drain().collect();
+        for (_, tx) in pending {
+            let _ = tx.send(Err(CallError::Exited(why.to_string())));
+        }
+    }
+}
+
+/// The gateway side of one (re)startable worker.
+pub struct WorkerClient {
+    spec: WorkerSpec,
+    base_ctx: CallCtx,
+    owner: Arc<dyn WorkerOwner>,
+    serial: tokio::sync::Mutex<()>,
+    current: Mutex<Option<Arc<Running>>>,
+}
+
+impl WorkerClient {
+    pub fn new(spec: WorkerSpec, base_ctx: CallCtx, owner: Arc<dyn WorkerOwner>) -> WorkerClient {
+        WorkerClient {
+            spec,
+            base_ctx,
+            owner,
+            serial: tokio::sync::Mutex::new(()),
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The running process, if any.
+    pub fn running(&self) -> Option<Arc<Running>> {
+        self.current.lock().clone().filter(|r| r.is_alive())
+    }
+
+    /// One serialized call: starts (or replaces) the process when needed.
+    pub async fn call(&self, ctx: CallCtx, op: &str, payload: Value, timeout: Duration) -> Outcome {
+        let _turn = self.serial.lock().await;
+        let running = self.ensure().await?;
+        let result = running.request(ctx, op, payload, timeout).await;
+        if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
+            self.discard(&running);
+        }
+        result
+    }
+
+    /// Runs `f` with the running process while holding the call lock (several requests in a
+    /// row without another caller in between, e.g. a reload).
+    pub async fn with_worker<F, Fut, T>(&self, f: F) -> Result<T, CallError>
+    where
+        F: FnOnce(Arc<Running>) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let _turn = self.serial.lock().await;
+        let running = self.ensure().await?;
+        let out = f(running.clone()).await;
+        if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
+            self.discard(&running);
+        }
+        Ok(out)
+    }
+
+    /// Stops the process (the next call starts a fresh one).
+    pub async fn stop(&self) {
+        let running = self.current.lock().take();
+        if let Some(r) = running {
+            if r.is_alive() {
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(500),
+                    r.request(
+                        self.base_ctx.clone(),
+                        "shutdown",
+                        Value::Null,
+                        Duration::from_millis(500),
+                    ),
+                )
+                .await;
+            }
+            r.kill();
+        }
+    }
+
+    fn discard(&self, running: &Arc<Running>) {
+        running.kill();
+        let mut cur = self.current.lock();
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, running)) {
+            *cur = None;
+        }
+    }
+
+    async fn ensure(&self) -> Result<Arc<Running>, CallError> {
+        let existing = self.current.lock().clone();
+        if let Some(r) = existing {
+            let stale = self.owner.generation().is_some_and(|g| g != r.generation);
+            if r.is_alive() && !r.doomed.load(Ordering::SeqCst) && !stale {
+                return Ok(r);
+            }
+            r.kill();
+        }
+        let (generation, preload) = self.owner.preload();
+        let running = spawn(
+            &self.spec,
+            self.base_ctx.clone(),
+            self.owner.clone(),
+            generation,
+        )?;
+        for p in preload {
+            let payload = json!({
+                "file": p.file.to_string_lossy(),
+                "source": base64_encode(&p.source),
+            });
+            match running
+                .request(p.ctx.clone(), "load", payload, self.spec.load_timeout)
+                .await
+            {
+                Ok(v) if v.get("loaded").and_then(Value::as_bool) == Some(true) => {}
+                Ok(v) => {
+                    let e = v
+                        .get("error")
+                        .cloned()
+                        .and_then(|e| serde_json::from_value::<WireError>(e).ok())
+                        .unwrap_or_else(|| WireError::host("LoadError", "the file did not load"));
+                    running.failures.lock().insert(p.file.clone(), e);
+                }
+                Err(e) => {
+                    let failure = WireError {
+                        kind: e.kind().to_string(),
+                        message: e.message(),
+                        traceback: e.traceback(),
+                    };
+                    running.failures.lock().insert(p.file.clone(), failure);
+                    if !running.is_alive() {
+                        return Err(CallError::Start(format!(
+                            "the worker died while loading {}: {}",
+                            p.file.display(),
+                            e.message()
+                        )));
+                    }
+                }
+            }
+        }
+        *self.current.lock() = Some(running.clone());
+        Ok(running)
+    }
+}
+
+pub fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Environment a worker process starts with: not the gateway's whole environment (an
+/// extension sees only what `env=[…]` declares, decision E5), just what processes need.
+const KEPT_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "VIS_WORKER_PYTHONHOME",
+];
+
+fn spawn(
+    spec: &WorkerSpec,
+    base_ctx: CallCtx,
+    owner: Arc<dyn WorkerOwner>,
+    generation: u64,
+) -> Result<Arc<Running>, CallError> {
+    let mut cmd = tokio::process::Command::new(&spec.exe);
+    cmd.arg("--home")
+        .arg(&spec.home)
+        .arg("worker")
+        .arg("--label")
+        .arg(&spec.label)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .env_clear();
+    for (k, v) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if KEPT_ENV.contains(&name.as_ref()) || name.starts_with("LC_") {
+            cmd.env(&k, &v);
+        }
+    }
+    if let Some(cwd) = spec.cwd.as_ref().filter(|c| c.is_dir()) {
+        cmd.current_dir(cwd);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CallError::Start(format!("{}: {e}", spec.exe.display())))?;
+    let pid = child.id();
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(CallError::Start("the worker's pipes are missing".into()));
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let (kill_tx, kill_rx) = oneshot::channel::<()>();
+    let (exit_tx, exit_rx) = watch::channel::<Option<String>>(None);
+    let running = Arc::new(Running {
+        label: spec.label.clone(),
+        pid,
+        generation,
+        tx,
+        pending: Mutex::new(HashMap::new()),
+        ctxs: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+        alive: AtomicBool::new(true),
+        doomed: AtomicBool::new(false),
+        kill: Mutex::new(Some(kill_tx)),
+        failures: Mutex::new(HashMap::new()),
+    });
+    tracing::debug!(worker = %spec.label, pid, "extension worker started");
+
+    // Writer.
+    tokio::spawn(async move {
+        let mut stdin = stdin;
+        while let Some(line) = rx.recv().await {
+            let ok = stdin.write_all(line.as_bytes()).await.is_ok()
+                && stdin.write_all(b"\n").await.is_ok()
+                && stdin.flush().await.is_ok();
+            if !ok {
+                break;
+            }
+        }
+    });
+
+    // Reaper: owns the child, kills it on request, publishes how it ended.
+    let label = spec.label.clone();
+    tokio::spawn(async move {
+        let mut child = child;
+        let status = tokio::select! {
+            s = child.wait() => s,
+            _ = kill_rx => {
+                let _ = child.start_kill();
+                child.wait().await
+            }
+        };
+        let why = match status {
+            Ok(s) => describe_exit(s),
+            Err(e) => format!("cannot wait for it: {e}"),
+        };
+        tracing::debug!(worker = %label, "extension worker ended: {why}");
+        let _ = exit_tx.send(Some(why));
+    });
+
+    // stderr → tracing.
+    let label = spec.label.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(target: "vis::extension", worker = %label, "{line}");
+        }
+    });
+
+    // stdout: responses and door calls.
+    let r = running.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            let line = match lines.next_line().await {
+                Ok(Some(l)) => l,
+                Ok(None) | Err(_) => break,
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            match Msg::parse(&line) {
+                Ok(Msg::Response {
+                    id,
+                    ok,
+                    value,
+                    error,
+                    restart,
+                }) => {
+                    if restart {
+                        r.doomed.store(true, Ordering::SeqCst);
+                    }
+                    let outcome = if ok {
+                        Ok(value)
+                    } else {
+                        Err(CallError::Python(error.unwrap_or_else(|| {
+                            WireError::host("Exception", "the call failed without a message")
+                        })))
+                    };
+                    if let Some(tx) = r.pending.lock().remove(&id) {
+                        let _ = tx.send(outcome);
+                    }
+                }
+                Ok(Msg::Door {
+                    id,
+                    on,
+                    op,
+                    payload,
+                }) => {
+                    let ctx = on
+                        .and_then(|on| r.ctxs.lock().get(&on).cloned())
+                        .unwrap_or_else(|| base_ctx.clone());
+                    let owner = owner.clone();
+                    let worker = r.clone();
+                    tokio::spawn(async move {
+                        let reply = match owner.door(worker.clone(), ctx, op, payload).await {
+                            Ok(value) => Msg::DoorReply {
+                                id,
+                                ok: true,
+                                value,
+                                error: None,
+                                error_type: None,
+                            },
+                            Err(e) => Msg::DoorReply {
+                                id,
+                                ok: false,
+                                value: Value::Null,
+                                error: Some(e.message),
+                                error_type: e.python_type.map(str::to_string),
+                            },
+                        };
+                        let _ = worker.tx.send(reply.to_line());
+                    });
+                }
+                Ok(_) => tracing::warn!(worker = %r.label, "unexpected message from a worker"),
+                Err(e) => tracing::warn!(worker = %r.label, "unreadable worker message: {e}"),
+            }
+        }
+        // EOF: the process is gone (or going). Say how it ended when we can.
+        r.alive.store(false, Ordering::SeqCst);
+        let mut exit_rx = exit_rx;
+        let why =
+            match tokio::time::timeout(Duration::from_secs(2), exit_rx.wait_for(|v| v.is_some()))
+                .await
+            {
+                Ok(Ok(v)) => v.clone().unwrap_or_default(),
+                _ => "its output closed".to_string(),
+            };
+        r.fail_all(&why);
+    });
+    Ok(running)
+}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(9)) => "killed".to_string(),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "unknown status".to_string(),
+    }
+}

@@ -1,0 +1,469 @@
+//! Host doors the gateway answers (§10.2): state, log, notify, activity, declare_env and
+//! `vis.fs` (confined to the session's workspace, `fs_access` gates consulted, failing
+//! closed). Doors not served yet answer "`<op>` is not available in this gateway build yet".
+
+use super::client::{CallCtx, DoorError, Running};
+use super::{env, file_str, Inner, SessionCtx};
+use base64::Engine;
+use serde_json::{json, Value};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+const NOT_YET: &[&str] = &[
+    "shell",
+    "jailed_shell",
+    "jailed_shell_session",
+    "request_input",
+    "live",
+    "reveal_secret",
+    "forget_secret",
+];
+
+fn str_field<'a>(payload: &'a Value, key: &str) -> Result<&'a str, DoorError> {
+    payload
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| DoorError::typed("TypeError", format!("'{key}' must be a string")))
+}
+
+fn owner(payload: &Value) -> Result<String, DoorError> {
+    payload
+        .get("extension")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| {
+            DoorError::new(
+                "vis.state belongs to a registered extension: call \
+                 vis.register(vis.Extension(...)) before using vis.state",
+            )
+        })
+}
+
+pub(super) async fn answer(
+    host: &Arc<Inner>,
+    worker: Arc<Running>,
+    ctx: CallCtx,
+    op: &str,
+    payload: Value,
+) -> Result<Value, DoorError> {
+    let ext_label = payload
+        .get("extension")
+        .and_then(Value::as_str)
+        .unwrap_or("(loading)")
+        .to_string();
+    match op {
+        "state_get" => {
+            let ext = owner(&payload)?;
+            let key = str_field(&payload, "key")?;
+            host.state
+                .get(&ext, key)
+                .await
+                .map(|v| v.unwrap_or(Value::Null))
+                .map_err(|e| DoorError::new(format!("vis.state: {e:#}")))
+        }
+        "state_put" => {
+            let ext = owner(&payload)?;
+            let key = str_field(&payload, "key")?;
+            let value = payload.get("value").cloned().unwrap_or(Value::Null);
+            let r = if value.is_null() {
+                host.state.delete(&ext, key).await
+            } else {
+                host.state.put(&ext, key, value).await
+            };
+            r.map(|_| Value::Null)
+                .map_err(|e| DoorError::new(format!("vis.state: {e:#}")))
+        }
+        "state_del" => {
+            let ext = owner(&payload)?;
+            let key = str_field(&payload, "key")?;
+            host.state
+                .delete(&ext, key)
+                .await
+                .map(|_| Value::Null)
+                .map_err(|e| DoorError::new(format!("vis.state: {e:#}")))
+        }
+        "state_keys" => {
+            let ext = owner(&payload)?;
+            host.state
+                .keys(&ext)
+                .await
+                .map(|mut k| {
+                    k.sort();
+                    json!(k)
+                })
+                .map_err(|e| DoorError::new(format!("vis.state: {e:#}")))
+        }
+        "log" => {
+            let level = payload
+                .get("level")
+                .and_then(Value::as_str)
+                .unwrap_or("info");
+            let msg = payload.get("message").and_then(Value::as_str).unwrap_or("");
+            let session = ctx.session_id.as_deref().unwrap_or("-");
+            match level {
+                "trace" => {
+                    tracing::trace!(target: "vis::extension", extension = %ext_label, session, "{msg}")
+                }
+                "debug" => {
+                    tracing::debug!(target: "vis::extension", extension = %ext_label, session, "{msg}")
+                }
+                "warn" => {
+                    tracing::warn!(target: "vis::extension", extension = %ext_label, session, "{msg}")
+                }
+                "error" => {
+                    tracing::error!(target: "vis::extension", extension = %ext_label, session, "{msg}")
+                }
+                _ => {
+                    tracing::info!(target: "vis::extension", extension = %ext_label, session, "{msg}")
+                }
+            }
+            Ok(Value::Null)
+        }
+        "notify" => {
+            let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
+            let level = payload
+                .get("level")
+                .and_then(Value::as_str)
+                .unwrap_or("info");
+            host.events
+                .notify(ctx.session_id.as_deref(), &ext_label, text, level);
+            Ok(Value::Null)
+        }
+        "activity" => {
+            let presentation = payload.get("presentation").cloned().unwrap_or(Value::Null);
+            Ok(Value::Bool(host.events.activity(
+                ctx.session_id.as_deref(),
+                &ext_label,
+                presentation,
+            )))
+        }
+        "declare_env" => {
+            let names: Vec<String> = payload
+                .get("names")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let environment = (host.cfg.environment)(ctx.project_root.as_deref());
+            let resolved = env::resolve(&names, ctx.project_root.as_deref(), &environment, &|n| {
+                std::env::var(n).ok()
+            });
+            Ok(json!(resolved))
+        }
+        op if op.starts_with("fs_") => fs_door(host, &worker, &ctx, op, &payload).await,
+        op if NOT_YET.contains(&op) => Err(DoorError::typed(
+            "NotImplementedError",
+            format!("{op} is not available in this gateway build yet"),
+        )),
+        other => Err(DoorError::new(format!("unknown host operation '{other}'"))),
+    }
+}
+
+// -- vis.fs --------------------------------------------------------------------------------
+
+fn io_error(e: std::io::Error, path: &Path) -> DoorError {
+    use std::io::ErrorKind as K;
+    let kind = match e.kind() {
+        K::NotFound => "FileNotFoundError",
+        K::PermissionDenied => "PermissionError",
+        K::AlreadyExists => "FileExistsError",
+        _ => "OSError",
+    };
+    DoorError::typed(kind, format!("{}: {e}", path.display()))
+}
+
+/// Lexical normalization: `.` dropped, `..` pops (never above the root).
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Resolves symlinks of the longest existing ancestor, keeping the missing tail.
+fn resolve_existing(p: &Path) -> PathBuf {
+    let mut tail = Vec::new();
+    let mut cur = p.to_path_buf();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&cur) {
+            let mut out = real;
+            for t in tail.iter().rev() {
+                out.push(t);
+            }
+            return out;
+        }
+        match (cur.file_name().map(|f| f.to_os_string()), cur.parent()) {
+            (Some(name), Some(parent)) => {
+                tail.push(name);
+                cur = parent.to_path_buf();
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
+/// The absolute, symlink-resolved path of `raw` if it lies inside `root`.
+pub(super) fn confine(root: &Path, raw: &str) -> Result<PathBuf, DoorError> {
+    let root = std::fs::canonicalize(root).map_err(|e| io_error(e, root))?;
+    let p = Path::new(raw);
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        root.join(p)
+    };
+    let resolved = resolve_existing(&normalize(&joined));
+    if resolved.starts_with(&root) {
+        Ok(resolved)
+    } else {
+        Err(DoorError::typed(
+            "PermissionError",
+            format!(
+                "vis.fs: {raw} is outside the session's workspace {}",
+                root.display()
+            ),
+        ))
+    }
+}
+
+/// Runs the session's `fs_access` gates in registration order: the first block wins, and a
+/// gate that raises, times out or cannot run REFUSES (fail closed).
+pub(super) async fn run_gates(
+    host: &Arc<Inner>,
+    running: &Arc<Running>,
+    session: &SessionCtx,
+    operation: &str,
+    path: &Path,
+) -> Result<(), String> {
+    let entries = host
+        .registry
+        .read()
+        .resolve(session.project_root.as_deref());
+    let mut ctx = super::session_call_ctx(session);
+    ctx.is_gate = true;
+    for e in entries {
+        for (i, h) in e.catalog.op_hooks.iter().enumerate() {
+            if !h.is_gate {
+                continue;
+            }
+            let payload = json!({
+                "file": file_str(&e.file),
+                "index": i,
+                "call": {"operation": operation, "path": file_str(path)},
+            });
+            match running
+                .request(ctx.clone(), "run_hook", payload, host.cfg.hook_timeout)
+                .await
+            {
+                Ok(v) if v.get("blocked").and_then(Value::as_bool) == Some(true) => {
+                    return Err(v
+                        .get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("blocked by an fs_access guard")
+                        .to_string());
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    return Err(format!(
+                        "the '{}' extension's fs_access guard failed, and a boundary fails \
+                         closed: {}",
+                        e.catalog.name,
+                        err.message()
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bytes_of(v: Option<&Value>) -> Result<Vec<u8>, DoorError> {
+    match v {
+        Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
+        Some(Value::Object(o)) => match o.get("__vis_bytes__").and_then(Value::as_str) {
+            Some(b) => base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .map_err(|e| DoorError::typed("ValueError", format!("bad bytes: {e}"))),
+            None => Err(DoorError::typed("TypeError", "data must be bytes")),
+        },
+        _ => Err(DoorError::typed("TypeError", "data must be bytes")),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, DoorError> + Send + 'static,
+) -> Result<T, DoorError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DoorError::new(format!("vis.fs task failed: {e}")))?
+}
+
+async fn fs_door(
+    host: &Arc<Inner>,
+    worker: &Arc<Running>,
+    ctx: &CallCtx,
+    op: &str,
+    payload: &Value,
+) -> Result<Value, DoorError> {
+    let (Some(root), Some(sid)) = (ctx.workspace_root.clone(), ctx.session_id.clone()) else {
+        return Err(DoorError::typed(
+            "PermissionError",
+            "vis.fs is available only while handling a session (it is confined to the \
+             session's workspace)",
+        ));
+    };
+    let session = SessionCtx {
+        id: sid,
+        project_root: ctx.project_root.clone(),
+        workspace_root: root.clone(),
+    };
+    // (payload key, operation) pairs this op touches.
+    let touches: &[(&str, &str)] = match op {
+        "fs_read" | "fs_list" | "fs_stat" | "fs_exists" => &[("path", "file-read")],
+        "fs_write" | "fs_remove" | "fs_mkdir" => &[("path", "file-write")],
+        "fs_copy" => &[("src", "file-read"), ("dst", "file-write")],
+        "fs_move" => &[("src", "file-write"), ("dst", "file-write")],
+        other => {
+            return Err(DoorError::new(format!("unknown host operation '{other}'")));
+        }
+    };
+    let mut paths = Vec::new();
+    for (key, operation) in touches {
+        let raw = str_field(payload, key)?.to_string();
+        let r = root.clone();
+        let path = blocking(move || confine(&r, &raw)).await?;
+        if !ctx.is_gate {
+            run_gates(host, worker, &session, operation, &path)
+                .await
+                .map_err(|reason| DoorError::typed("PermissionError", reason))?;
+        }
+        paths.push(path);
+    }
+    let op = op.to_string();
+    let data = if op == "fs_write" {
+        Some(bytes_of(payload.get("data"))?)
+    } else {
+        None
+    };
+    let append = payload
+        .get("append")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    blocking(move || fs_apply(&op, &paths, data, append)).await
+}
+
+fn fs_apply(
+    op: &str,
+    paths: &[PathBuf],
+    data: Option<Vec<u8>>,
+    append: bool,
+) -> Result<Value, DoorError> {
+    use std::io::Write;
+    let Some(p) = paths.first() else {
+        return Err(DoorError::new("vis.fs: no path"));
+    };
+    match op {
+        "fs_read" => {
+            let bytes = std::fs::read(p).map_err(|e| io_error(e, p))?;
+            Ok(json!({"__vis_bytes__": base64::engine::general_purpose::STANDARD.encode(bytes)}))
+        }
+        "fs_write" => {
+            let data = data.unwrap_or_default();
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(append)
+                .truncate(!append)
+                .open(p)
+                .map_err(|e| io_error(e, p))?;
+            f.write_all(&data).map_err(|e| io_error(e, p))?;
+            Ok(Value::Null)
+        }
+        "fs_list" => {
+            let mut names: Vec<String> = std::fs::read_dir(p)
+                .map_err(|e| io_error(e, p))?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            Ok(json!(names))
+        }
+        "fs_stat" => {
+            let m = std::fs::symlink_metadata(p).map_err(|e| io_error(e, p))?;
+            use std::os::unix::fs::MetadataExt;
+            Ok(json!({
+                "path": file_str(p),
+                "size": m.len(),
+                "is_dir": m.is_dir(),
+                "is_file": m.is_file(),
+                "is_symlink": m.file_type().is_symlink(),
+                "mode": m.mode() & 0o7777,
+                "mtime": m.mtime() as f64 + m.mtime_nsec() as f64 / 1e9,
+            }))
+        }
+        "fs_exists" => Ok(Value::Bool(p.exists())),
+        "fs_remove" => {
+            let Ok(m) = std::fs::symlink_metadata(p) else {
+                return Ok(Value::Bool(false));
+            };
+            let r = if m.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+            r.map(|_| Value::Bool(true)).map_err(|e| io_error(e, p))
+        }
+        "fs_mkdir" => {
+            if p.is_dir() {
+                return Ok(Value::Bool(false));
+            }
+            std::fs::create_dir_all(p)
+                .map(|_| Value::Bool(true))
+                .map_err(|e| io_error(e, p))
+        }
+        "fs_copy" | "fs_move" => {
+            let Some(dst) = paths.get(1) else {
+                return Err(DoorError::new("vis.fs: no destination"));
+            };
+            if op == "fs_move" {
+                std::fs::rename(p, dst).map_err(|e| io_error(e, p))?;
+            } else {
+                std::fs::copy(p, dst).map_err(|e| io_error(e, p))?;
+            }
+            Ok(Value::Null)
+        }
+        other => Err(DoorError::new(format!("unknown host operation '{other}'"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_escaping_the_workspace_are_refused_and_inside_ones_resolve() {
+        let root = std::env::temp_dir().join(format!("vis-conf-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+        let real = std::fs::canonicalize(&root).expect("canon");
+        assert_eq!(
+            confine(&root, "sub/x.txt").expect("inside"),
+            real.join("sub/x.txt")
+        );
+        assert_eq!(confine(&root, "sub/../y").expect("inside"), real.join("y"));
+        assert!(confine(&root, "../outside").is_err());
+        assert!(confine(&root, "/etc/passwd").is_err());
+        std::os::unix::fs::symlink("/etc", root.join("link")).expect("symlink");
+        assert!(confine(&root, "link/passwd").is_err());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,1012 @@
+//! Host tests: real CPython in real `vis-gateway worker` processes, real files.
+//!
+//! The worker binary is `target/<profile>/vis-gateway` (built by `cargo test` because the
+//! package has integration tests), or `VIS_TEST_WORKER_EXE`.
+
+use super::*;
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn worker_exe() -> PathBuf {
+    if let Some(p) = std::env::var_os("VIS_TEST_WORKER_EXE") {
+        return PathBuf::from(p);
+    }
+    let me = std::env::current_exe().expect("current exe");
+    let dir = me.parent().and_then(Path::parent).expect("target dir");
+    let exe = dir.join("vis-gateway");
+    assert!(
+        exe.exists(),
+        "{} is missing: run `cargo test -p vis-gateway` (it builds the binary)",
+        exe.display()
+    );
+    exe
+}
+
+/// `(session, extension, text, level)`.
+type Note = (Option<String>, String, String, String);
+
+#[derive(Default)]
+struct RecordingEvents {
+    notes: Mutex<Vec<Note>>,
+    activities: AtomicUsize,
+}
+
+impl HostEvents for RecordingEvents {
+    fn notify(&self, session_id: Option<&str>, extension: &str, text: &str, level: &str) {
+        self.notes.lock().push((
+            session_id.map(str::to_string),
+            extension.to_string(),
+            text.to_string(),
+            level.to_string(),
+        ));
+    }
+    fn activity(&self, _: Option<&str>, _: &str, _: Value) -> bool {
+        self.activities.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+}
+
+struct Fixture {
+    root: PathBuf,
+    home: PathBuf,
+    project: PathBuf,
+    host: ExtensionHost,
+    state: Arc<MemoryState>,
+    events: Arc<RecordingEvents>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn fixture_with(tune: impl FnOnce(&mut HostConfig)) -> Fixture {
+    let root = std::env::temp_dir().join(format!("vis-ext-{}", uuid::Uuid::new_v4()));
+    let home = root.join("home");
+    let project = root.join("project");
+    std::fs::create_dir_all(home.join("extensions")).expect("mkdir");
+    std::fs::create_dir_all(project.join(".vis/extensions")).expect("mkdir");
+    let home = std::fs::canonicalize(home).expect("canon");
+    let project = std::fs::canonicalize(project).expect("canon");
+    let mut cfg = HostConfig::new(&home);
+    cfg.worker_exe = worker_exe();
+    cfg.call_timeout = Duration::from_secs(5);
+    cfg.filter_timeout = Duration::from_secs(2);
+    tune(&mut cfg);
+    let state = Arc::new(MemoryState::default());
+    let events = Arc::new(RecordingEvents::default());
+    let host = ExtensionHost::new(cfg, state.clone(), events.clone());
+    Fixture {
+        root,
+        home,
+        project,
+        host,
+        state,
+        events,
+    }
+}
+
+fn fixture() -> Fixture {
+    fixture_with(|_| {})
+}
+
+impl Fixture {
+    fn global(&self, name: &str, src: &str) -> PathBuf {
+        let p = self.home.join("extensions").join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&p, src).expect("write");
+        p
+    }
+    fn project_ext(&self, name: &str, src: &str) -> PathBuf {
+        let p = self.project.join(".vis/extensions").join(name);
+        std::fs::write(&p, src).expect("write");
+        p
+    }
+    fn session(&self, id: &str) -> SessionCtx {
+        SessionCtx {
+            id: id.to_string(),
+            project_root: Some(self.project.clone()),
+            workspace_root: self.project.clone(),
+        }
+    }
+}
+
+const TODO: &str = r#"
+import blockether.vis.extension as vis
+
+def add(text: str) -> dict:
+    """Add one todo item and return the new count."""
+    items = vis.state.get("items", [])
+    items.append(text)
+    vis.state["items"] = items
+    return {"count": len(items)}
+
+def secret() -> str:
+    """A hidden helper."""
+    return "hidden-ok"
+
+def no_force(call):
+    if "--force" in vis.strings_of(call["args"]):
+        return vis.block("force needs the user's approval")
+
+def no_delete(ctx):
+    if ctx["method"] == "DELETE":
+        return vis.block(f"no DELETE to {ctx['host']}")
+
+vis.register(vis.Extension(
+    name="todo", alias="todo", description="A small todo list.",
+    symbols=[vis.Symbol(add, tag="mutation"), vis.Symbol(secret, is_hidden=True)],
+    slash_commands=[vis.SlashCommand("todos", lambda ctx: vis.ok(
+        f"{len(vis.state.get('items', []))} open", body=f"args={ctx['args']}"), doc="Count todos.")],
+    op_hooks=[vis.OpHook(["add"], no_force)],
+    network_filters=[vis.NetworkFilter(no_delete)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_good_extension_is_listed_with_its_symbol_slash_hook_and_filter() {
+    let f = fixture();
+    f.global("todo.py", TODO);
+    let report = f.host.reload(None).await;
+    assert_eq!(report.loaded, vec!["todo".to_string()]);
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+
+    let list = f.host.list(None).await;
+    let ext = &list["extensions"][0];
+    assert_eq!(ext["name"], "todo");
+    assert_eq!(ext["scope"], "global");
+    assert_eq!(ext["kind"], "python");
+    assert_eq!(ext["alias"], "todo");
+    assert_eq!(ext["is_stale"], false);
+    assert_eq!(ext["symbols"][0]["name"], "add");
+    assert_eq!(ext["slash_commands"][0]["name"], "todos");
+    assert_eq!(ext["op_hooks"][0]["ops"][0], "add");
+    assert_eq!(ext["network_filters"], 1);
+    assert_eq!(list["failures"], json!([]));
+
+    let tools = f.host.tools(&f.session("s1")).await;
+    let add = tools.iter().find(|t| t.name == "add").expect("add tool");
+    assert_eq!(add.extension, "todo");
+    assert!(!add.is_hidden);
+    assert_eq!(add.parameters["properties"]["text"]["type"], "string");
+    assert!(tools.iter().any(|t| t.name == "secret" && t.is_hidden));
+    assert_eq!(
+        f.host.slashes(None).await,
+        vec![("todos".to_string(), "Count todos.".to_string())]
+    );
+    assert_eq!(f.host.filters().len(), 1);
+    let entries = f.host.catalog_entries(&f.session("s1")).await;
+    assert!(entries
+        .iter()
+        .any(|e| e.name == "add" && e.summary.starts_with("Add one todo")));
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_file_is_reported_with_a_traceback_while_the_others_load() {
+    let f = fixture();
+    f.global("todo.py", TODO);
+    f.global(
+        "broken.py",
+        "import blockether.vis.extension as vis\n\ndef helper():\n    raise ValueError('boom at import')\n\nhelper()\n",
+    );
+    f.global("syntax.py", "def (:\n");
+    f.global("silent.py", "x = 1\n");
+    let report = f.host.reload(None).await;
+    assert_eq!(report.loaded, vec!["todo".to_string()]);
+    assert_eq!(report.failures.len(), 3, "{:?}", report.failures);
+    let broken = report
+        .failures
+        .iter()
+        .find(|x| x.file.ends_with("broken.py"))
+        .expect("broken reported");
+    assert_eq!(broken.error.message, "ValueError: boom at import");
+    let tb = broken.error.traceback.clone().unwrap_or_default();
+    assert!(tb.contains("broken.py") && tb.contains("helper"), "{tb}");
+    assert!(!broken.is_stale);
+    let syntax = report
+        .failures
+        .iter()
+        .find(|x| x.file.ends_with("syntax.py"))
+        .expect("syntax reported");
+    assert_eq!(syntax.error.kind, "SyntaxError");
+    let silent = report
+        .failures
+        .iter()
+        .find(|x| x.file.ends_with("silent.py"))
+        .expect("silent reported");
+    assert!(silent.error.message.contains("never called vis.register"));
+    let list = f.host.list(None).await;
+    assert_eq!(list["failures"].as_array().map(Vec::len), Some(3));
+    let out = f
+        .host
+        .call_tool(&f.session("s"), "add", json!({"text": "a"}))
+        .await
+        .expect("the good extension still works");
+    assert_eq!(out.value, json!({"count": 1}));
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_extension_replaces_a_global_one_with_the_same_name() {
+    let f = fixture();
+    let ext = |who: &str| {
+        format!(
+            "import blockether.vis.extension as vis\n\ndef who() -> str:\n    \"\"\"Say who.\"\"\"\n    return '{who}'\n\nvis.register(vis.Extension(name='same', alias='same', description='d', symbols=[vis.Symbol(who)]))\n"
+        )
+    };
+    f.global("same.py", &ext("global"));
+    f.project_ext("same.py", &ext("project"));
+    let in_project = f.session("p");
+    let out = f
+        .host
+        .call_tool(&in_project, "who", json!({}))
+        .await
+        .expect("call");
+    assert_eq!(out.text, "project");
+    let elsewhere = SessionCtx {
+        id: "g".into(),
+        project_root: None,
+        workspace_root: f.project.clone(),
+    };
+    let out = f
+        .host
+        .call_tool(&elsewhere, "who", json!({}))
+        .await
+        .expect("call");
+    assert_eq!(out.text, "global");
+    assert_eq!(
+        f.host
+            .tools(&in_project)
+            .await
+            .iter()
+            .filter(|t| t.name == "who")
+            .count(),
+        1
+    );
+    let list = f.host.list(Some(&f.project)).await;
+    let scopes: Vec<&str> = list["extensions"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|e| e["scope"].as_str())
+        .collect();
+    assert_eq!(scopes, vec!["global", "project"]);
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn positional_only_and_keyword_only_parameters_are_bound_from_named_arguments() {
+    let f = fixture();
+    f.global(
+        "search.py",
+        r#"
+from dataclasses import dataclass
+from typing import Annotated
+import blockether.vis.extension as vis
+
+@dataclass(frozen=True)
+class Hit:
+    query: str
+    limit: int
+    repo: str | None
+
+def find(query: Annotated[str, "Search text."], /, *, limit: int = 20, repo: str | None = None) -> Hit:
+    """Find things."""
+    return Hit(query, limit, repo)
+
+class Tracker:
+    def count(self, *labels: str) -> int:
+        """Count labels."""
+        return len(labels)
+
+def fails(x: int) -> int:
+    """Always fails."""
+    raise ValueError(f"bad x {x}")
+
+vis.register(vis.Extension(name="search", alias="s", description="d",
+    symbols=[vis.Symbol(find), vis.Symbol(Tracker(), name="tracker"), vis.Symbol(fails)]))
+"#,
+    );
+    let s = f.session("s");
+    let tools = f.host.tools(&s).await;
+    let find = tools.iter().find(|t| t.name == "find").expect("find");
+    assert_eq!(find.parameters["required"], json!(["query"]));
+    assert!(tools.iter().any(|t| t.name == "tracker__count"));
+    let out = f
+        .host
+        .call_tool(&s, "find", json!({"query": "bug", "limit": 3}))
+        .await
+        .expect("call");
+    assert_eq!(
+        out.value,
+        json!({"__vis_object__": "Hit", "__vis_attrs__": {"query": "bug", "limit": 3, "repo": null}})
+    );
+    let out = f
+        .host
+        .call_tool(&s, "tracker__count", json!({"labels": ["a", "b"]}))
+        .await
+        .expect("namespace call");
+    assert_eq!(out.value, json!(2));
+    let err = f
+        .host
+        .call_tool(&s, "fails", json!({"x": 7}))
+        .await
+        .expect_err("raises");
+    assert_eq!(err.message, "ValueError: bad x 7");
+    assert_eq!(err.kind, "python");
+    assert!(err.traceback.unwrap_or_default().contains("search.py"));
+    let err = f
+        .host
+        .call_tool(&s, "nope", json!({}))
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.kind, "unknown-tool");
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn state_written_by_a_tool_survives_a_worker_restart_and_none_deletes() {
+    let f = fixture();
+    f.global("todo.py", TODO);
+    f.global(
+        "kv.py",
+        r#"
+import blockether.vis.extension as vis
+def drop(key: str) -> list:
+    """Delete a key by writing None."""
+    vis.state[key] = None
+    return list(vis.state)
+vis.register(vis.Extension(name="kv", alias="kv", description="d", symbols=[vis.Symbol(drop)]))
+"#,
+    );
+    let s = f.session("s");
+    f.host
+        .call_tool(&s, "add", json!({"text": "one"}))
+        .await
+        .expect("first");
+    let first_pid = f.host.session_worker_pid("s").expect("running");
+    f.host.stop_session("s").await;
+    assert!(f.host.session_worker_pid("s").is_none());
+    let out = f
+        .host
+        .call_tool(&s, "add", json!({"text": "two"}))
+        .await
+        .expect("second");
+    assert_eq!(out.value, json!({"count": 2}));
+    assert_ne!(f.host.session_worker_pid("s"), Some(first_pid));
+    assert_eq!(
+        f.state.get("todo", "items").await.expect("get"),
+        Some(json!(["one", "two"]))
+    );
+    f.state.put("kv", "k", json!(1)).await.expect("put");
+    let out = f
+        .host
+        .call_tool(&s, "drop", json!({"key": "k"}))
+        .await
+        .expect("drop");
+    assert_eq!(out.value, json!([]));
+    assert_eq!(f.state.get("kv", "k").await.expect("get"), None);
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_before_hook_block_fails_the_call_with_its_reason_and_other_calls_pass() {
+    let f = fixture();
+    f.global("todo.py", TODO);
+    let s = f.session("s");
+    let err = f
+        .host
+        .call_tool(&s, "add", json!({"text": "--force"}))
+        .await
+        .expect_err("blocked");
+    assert_eq!(err.kind, "blocked");
+    assert_eq!(err.message, "force needs the user's approval");
+    assert_eq!(
+        err.hint.as_deref(),
+        Some("Blocked by the 'todo' Python extension. Ask the user before retrying.")
+    );
+    assert_eq!(f.state.get("todo", "items").await.expect("get"), None);
+    f.host
+        .call_tool(&s, "add", json!({"text": "fine"}))
+        .await
+        .expect("allowed");
+    // The same hooks guard a built-in op by name.
+    assert!(f
+        .host
+        .before_hooks(&s, "shell", &[json!({"command": "--force"})])
+        .await
+        .is_ok());
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_before_hook_that_raises_allows_the_call_and_after_hooks_observe() {
+    let f = fixture();
+    f.global(
+        "hooks.py",
+        r#"
+import blockether.vis.extension as vis
+def echo(text: str) -> str:
+    """Echo."""
+    return text
+def explode(call):
+    raise RuntimeError("hook bug")
+def observe(call):
+    vis.state["seen"] = call
+    return vis.block("after hooks cannot block")
+vis.register(vis.Extension(name="hooks", alias="h", description="d", symbols=[vis.Symbol(echo)],
+    op_hooks=[vis.OpHook(["echo"], explode), vis.OpHook(["echo"], observe, phase="after")]))
+"#,
+    );
+    let s = f.session("s");
+    let out = f
+        .host
+        .call_tool(&s, "echo", json!({"text": "hi"}))
+        .await
+        .expect("allowed despite the raising hook");
+    assert_eq!(out.text, "hi");
+    assert_eq!(
+        f.state.get("hooks", "seen").await.expect("get"),
+        Some(json!({"op": "echo", "args": [{"text": "hi"}], "result": "hi"}))
+    );
+    f.host.shutdown().await;
+}
+
+const FS_EXT: &str = r#"
+import blockether.vis.extension as vis
+def read(path: str) -> str:
+    """Read a file through vis.fs."""
+    return vis.fs.read_text(path)
+def write(path: str, text: str) -> bool:
+    """Write a file through vis.fs."""
+    vis.fs.write(path, text)
+    return vis.fs.exists(path)
+def gate(call):
+    if call["path"].endswith(".secret"):
+        return vis.block("secrets are off limits")
+    if call["path"].endswith(".crash"):
+        raise RuntimeError("guard bug")
+    if call["operation"] == "file-write" and call["path"].endswith(".ro"):
+        return vis.block("read only")
+vis.register(vis.Extension(name="files", alias="files", description="d",
+    symbols=[vis.Symbol(read), vis.Symbol(write, tag="mutation")],
+    op_hooks=[vis.OpHook(["fs_access"], gate)]))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vis_fs_is_confined_to_the_workspace_and_fs_access_guards_fail_closed() {
+    let f = fixture();
+    f.global("files.py", FS_EXT);
+    std::fs::write(f.project.join("a.txt"), "alpha").expect("write");
+    std::fs::write(f.project.join("x.secret"), "s").expect("write");
+    std::fs::write(f.project.join("y.crash"), "c").expect("write");
+    std::fs::write(f.project.join("z.ro"), "r").expect("write");
+    let s = f.session("s");
+    let ok = f
+        .host
+        .call_tool(&s, "read", json!({"path": "a.txt"}))
+        .await
+        .expect("read inside");
+    assert_eq!(ok.text, "alpha");
+    let out = f
+        .host
+        .call_tool(&s, "write", json!({"path": "new/../b.txt", "text": "beta"}))
+        .await
+        .expect("write inside");
+    assert_eq!(out.value, json!(true));
+    assert_eq!(
+        std::fs::read_to_string(f.project.join("b.txt")).expect("read"),
+        "beta"
+    );
+    let outside = f
+        .host
+        .call_tool(&s, "read", json!({"path": "/etc/hostname"}))
+        .await
+        .expect_err("outside");
+    assert!(
+        outside.message.starts_with("PermissionError:"),
+        "{}",
+        outside.message
+    );
+    assert!(outside.message.contains("outside the session's workspace"));
+    let blocked = f
+        .host
+        .call_tool(&s, "read", json!({"path": "x.secret"}))
+        .await
+        .expect_err("blocked");
+    assert_eq!(blocked.message, "PermissionError: secrets are off limits");
+    let crashed = f
+        .host
+        .call_tool(&s, "read", json!({"path": "y.crash"}))
+        .await
+        .expect_err("fails closed");
+    assert!(
+        crashed
+            .message
+            .contains("fs_access guard failed, and a boundary fails closed")
+            && crashed.message.contains("guard bug"),
+        "{}",
+        crashed.message
+    );
+    f.host
+        .call_tool(&s, "read", json!({"path": "z.ro"}))
+        .await
+        .expect("reading a read-only file is allowed");
+    let ro = f
+        .host
+        .call_tool(&s, "write", json!({"path": "z.ro", "text": "x"}))
+        .await
+        .expect_err("write refused");
+    assert!(ro.message.contains("read only"));
+    // The host's own file tools ask the same guards.
+    assert_eq!(
+        f.host
+            .check_fs_access(&s, "file-read", &f.project.join("y.crash"))
+            .await
+            .map_err(|e| e.contains("fails closed")),
+        Err(true)
+    );
+    assert!(f
+        .host
+        .check_fs_access(&s, "file-read", &f.project.join("a.txt"))
+        .await
+        .is_ok());
+    f.host.shutdown().await;
+}
+
+const BAD: &str = r#"
+import os, sys, time
+import blockether.vis.extension as vis
+def ok() -> str:
+    """Fine."""
+    return "ok"
+def hang() -> str:
+    """Never returns."""
+    while True:
+        time.sleep(0.05)
+def leave() -> str:
+    """Calls sys.exit."""
+    sys.exit(3)
+def die() -> str:
+    """Calls os._exit."""
+    os._exit(1)
+vis.register(vis.Extension(name="bad", alias="bad", description="d",
+    symbols=[vis.Symbol(ok), vis.Symbol(hang), vis.Symbol(leave), vis.Symbol(die)]))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_hangs_times_out_and_the_next_call_runs_on_a_fresh_worker() {
+    let f = fixture_with(|c| c.call_timeout = Duration::from_millis(1500));
+    f.global("bad.py", BAD);
+    let s = f.session("s");
+    f.host
+        .call_tool(&s, "ok", json!({}))
+        .await
+        .expect("warm up");
+    let first = f.host.session_worker_pid("s").expect("pid");
+    let started = std::time::Instant::now();
+    let err = f
+        .host
+        .call_tool(&s, "hang", json!({}))
+        .await
+        .expect_err("times out");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(err.kind, "timeout");
+    assert!(
+        err.message.contains("timed out after 1.5 s"),
+        "{}",
+        err.message
+    );
+    let out = f.host.call_tool(&s, "ok", json!({})).await.expect("fresh");
+    assert_eq!(out.text, "ok");
+    assert_ne!(f.host.session_worker_pid("s"), Some(first));
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sys_exit_in_extension_code_fails_the_call_and_the_host_recovers() {
+    let f = fixture();
+    f.global("bad.py", BAD);
+    let s = f.session("s");
+    f.host
+        .call_tool(&s, "ok", json!({}))
+        .await
+        .expect("warm up");
+    let first = f.host.session_worker_pid("s").expect("pid");
+    let err = f
+        .host
+        .call_tool(&s, "leave", json!({}))
+        .await
+        .expect_err("fails");
+    assert_eq!(err.message, "SystemExit: extension code called sys.exit(3)");
+    let out = f
+        .host
+        .call_tool(&s, "ok", json!({}))
+        .await
+        .expect("recovered");
+    assert_eq!(out.text, "ok");
+    assert_ne!(f.host.session_worker_pid("s"), Some(first));
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn os_exit_in_extension_code_fails_the_call_and_the_host_recovers() {
+    let f = fixture();
+    f.global("bad.py", BAD);
+    let s = f.session("s");
+    let other = SessionCtx {
+        id: "other".into(),
+        ..f.session("other")
+    };
+    f.host
+        .call_tool(&other, "ok", json!({}))
+        .await
+        .expect("other session");
+    let other_pid = f.host.session_worker_pid("other");
+    let err = f
+        .host
+        .call_tool(&s, "die", json!({}))
+        .await
+        .expect_err("fails");
+    assert_eq!(err.kind, "worker-exited");
+    assert!(err.message.contains("exit code 1"), "{}", err.message);
+    let out = f
+        .host
+        .call_tool(&s, "ok", json!({}))
+        .await
+        .expect("recovered");
+    assert_eq!(out.text, "ok");
+    assert_eq!(
+        f.host.session_worker_pid("other"),
+        other_pid,
+        "other session untouched"
+    );
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reload_keeps_the_last_good_version_when_a_file_breaks_and_swaps_when_fixed() {
+    let f = fixture();
+    let version = |v: &str| {
+        format!(
+            "import blockether.vis.extension as vis\n\ndef v() -> str:\n    \"\"\"Version.\"\"\"\n    return '{v}'\n\nvis.register(vis.Extension(name='ver', alias='ver', description='d', symbols=[vis.Symbol(v)]))\n"
+        )
+    };
+    let file = f.global("ver.py", &version("one"));
+    f.host.reload(None).await;
+    let s = f.session("s");
+    assert_eq!(
+        f.host.call_tool(&s, "v", json!({})).await.expect("v1").text,
+        "one"
+    );
+
+    std::fs::write(
+        &file,
+        "import blockether.vis.extension as vis\nraise ImportError('half-saved')\n",
+    )
+    .expect("break");
+    // Not adopted before a reload (the admitted bytes are used).
+    f.host.stop_session("s").await;
+    assert_eq!(
+        f.host.call_tool(&s, "v", json!({})).await.expect("v1").text,
+        "one"
+    );
+    let report = f.host.reload(None).await;
+    assert_eq!(report.failures.len(), 1);
+    assert!(report.failures[0].is_stale);
+    assert_eq!(report.failures[0].extension.as_deref(), Some("ver"));
+    assert!(
+        report.summary().contains("last good kept"),
+        "{}",
+        report.summary()
+    );
+    let list = f.host.list(None).await;
+    assert_eq!(list["extensions"][0]["is_stale"], true);
+    assert_eq!(list["failures"][0]["is_stale"], true);
+    // The last good version still answers, also from a fresh session worker.
+    assert_eq!(
+        f.host
+            .call_tool(&s, "v", json!({}))
+            .await
+            .expect("stale")
+            .text,
+        "one"
+    );
+    f.host.stop_session("s").await;
+    assert_eq!(
+        f.host
+            .call_tool(&s, "v", json!({}))
+            .await
+            .expect("stale")
+            .text,
+        "one"
+    );
+
+    std::fs::write(&file, version("two")).expect("fix");
+    let report = f.host.reload(None).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(
+        f.host.call_tool(&s, "v", json!({})).await.expect("v2").text,
+        "two"
+    );
+    let list = f.host.list(None).await;
+    assert_eq!(list["extensions"][0]["is_stale"], false);
+
+    std::fs::remove_file(&file).expect("delete");
+    let report = f.host.reload(None).await;
+    assert_eq!(report.removed, vec!["ver".to_string()]);
+    assert!(f.host.call_tool(&s, "v", json!({})).await.is_err());
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn network_filters_block_allow_and_deny_when_they_raise_or_hang() {
+    let f = fixture_with(|c| c.filter_timeout = Duration::from_millis(1500));
+    f.global("todo.py", TODO);
+    f.global(
+        "zfilters.py",
+        r#"
+import time
+import blockether.vis.extension as vis
+def picky(ctx):
+    if ctx["host"] == "raise.test":
+        raise KeyError("no such header")
+    if ctx["host"] == "hang.test":
+        time.sleep(60)
+    if ctx.get("body") == "secret":
+        return vis.block("body leaks a secret")
+    return "strings allow"
+vis.register(vis.Extension(name="zfilters", description="d", network_filters=[vis.NetworkFilter(picky)]))
+"#,
+    );
+    f.host.reload(None).await;
+    let ctx = |method: &str, host: &str, body: Option<&str>| {
+        json!({"phase": "https", "method": method, "host": host, "port": 443, "path": "/x",
+               "headers": {"user-agent": "t"}, "body": body})
+    };
+    assert_eq!(
+        f.host.run_filter(&ctx("GET", "ok.test", None)).await,
+        Verdict::Allow
+    );
+    match f.host.run_filter(&ctx("DELETE", "api.test", None)).await {
+        Verdict::Deny {
+            extension,
+            reason,
+            kind,
+            ..
+        } => {
+            assert_eq!(extension, "todo");
+            assert_eq!(reason, "no DELETE to api.test");
+            assert_eq!(kind, "blocked-by-filter");
+        }
+        other => panic!("{other:?}"),
+    }
+    match f
+        .host
+        .run_filter(&ctx("POST", "ok.test", Some("secret")))
+        .await
+    {
+        Verdict::Deny { reason, .. } => assert_eq!(reason, "body leaks a secret"),
+        other => panic!("{other:?}"),
+    }
+    match f.host.run_filter(&ctx("GET", "raise.test", None)).await {
+        Verdict::Deny {
+            reason,
+            kind,
+            traceback,
+            ..
+        } => {
+            assert_eq!(kind, "filter-error");
+            assert!(
+                reason.starts_with("network filter error in 'zfilters': KeyError"),
+                "{reason}"
+            );
+            assert!(traceback.unwrap_or_default().contains("zfilters.py"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match f.host.run_filter(&ctx("GET", "hang.test", None)).await {
+        Verdict::Deny { kind, reason, .. } => {
+            assert_eq!(kind, "filter-error");
+            assert!(reason.contains("timed out"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The registration worker was replaced and serves again.
+    assert_eq!(
+        f.host.run_filter(&ctx("GET", "ok.test", None)).await,
+        Verdict::Allow
+    );
+    // Through the proxy's trait.
+    let filters = f.host.network_filters();
+    assert_eq!(filters.len(), 2);
+    let pctx = vis_proxy::FilterCtx {
+        phase: vis_proxy::Phase::Http,
+        method: Some("DELETE".into()),
+        host: "x.test".into(),
+        port: 80,
+        path: Some("/".into()),
+        headers: Default::default(),
+        body: None,
+        status: None,
+    };
+    assert_eq!(
+        filters[0].check(&pctx).await,
+        Ok(vis_proxy::FilterVerdict::Block(
+            "no DELETE to x.test".into()
+        ))
+    );
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slash_commands_get_their_ctx_and_errors_come_back_as_markdown() {
+    let f = fixture();
+    f.global("todo.py", TODO);
+    f.global(
+        "slashes.py",
+        r#"
+import blockether.vis.extension as vis
+def fail(ctx):
+    return vis.err("nope", body="because")
+def boom(ctx):
+    raise ValueError("slash bug")
+vis.register(vis.Extension(name="slashes", description="d", slash_commands=[
+    vis.SlashCommand("fail", fail), vis.SlashCommand("boom", boom),
+    vis.SlashCommand("quiet", lambda ctx: None)]))
+"#,
+    );
+    let s = f.session("s");
+    assert_eq!(
+        f.host.run_slash(&s, "todos", "a b").await,
+        Ok("0 open\n\nargs=['a', 'b']".to_string())
+    );
+    assert_eq!(
+        f.host.run_slash(&s, "/quiet", "").await,
+        Ok("slashes: done".to_string())
+    );
+    assert_eq!(
+        f.host.run_slash(&s, "fail", "").await,
+        Err("nope\n\nbecause".to_string())
+    );
+    let boom = f.host.run_slash(&s, "boom", "").await.expect_err("raises");
+    assert!(boom.starts_with("ValueError: slash bug\n\n```"), "{boom}");
+    assert!(f.host.run_slash(&s, "missing", "").await.is_err());
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn declared_env_log_notify_and_unserved_doors_behave() {
+    let f = fixture_with(|c| {
+        c.environment = Arc::new(|p| {
+            let mut m = BTreeMap::new();
+            if p.is_some() {
+                m.insert("FROM_BLOCK".to_string(), "block".to_string());
+            }
+            m
+        })
+    });
+    std::fs::write(f.project.join(".env.local"), "ACME_KEY=local\n").expect("w");
+    std::fs::write(f.project.join(".env"), "ACME_KEY=dotenv\nONLY_DOTENV=d\n").expect("w");
+    f.project_ext(
+        "envy.py",
+        r#"
+import os
+import blockether.vis.extension as vis
+def show() -> dict:
+    """Show the environment."""
+    vis.log("info", "showing")
+    vis.notify("hello", "success")
+    return {k: os.environ.get(k) for k in ("ACME_KEY", "ONLY_DOTENV", "FROM_BLOCK", "UNSET_X", "HOME")}
+def shell() -> str:
+    """Try a shell."""
+    try:
+        vis.shell({"command": "ls"})
+    except NotImplementedError as e:
+        return str(e)
+    return "ran"
+vis.register(vis.Extension(name="envy", alias="envy", description="d",
+    env=["ACME_KEY", "ONLY_DOTENV", "FROM_BLOCK", "UNSET_X"],
+    symbols=[vis.Symbol(show), vis.Symbol(shell)]))
+"#,
+    );
+    let s = f.session("s");
+    let out = f.host.call_tool(&s, "show", json!({})).await.expect("show");
+    assert_eq!(out.value["ACME_KEY"], "local");
+    assert_eq!(out.value["ONLY_DOTENV"], "d");
+    assert_eq!(out.value["FROM_BLOCK"], "block");
+    assert_eq!(out.value["UNSET_X"], Value::Null);
+    let notes = f.events.notes.lock().clone();
+    assert_eq!(
+        notes,
+        vec![(
+            Some("s".to_string()),
+            "envy".to_string(),
+            "hello".to_string(),
+            "success".to_string()
+        )]
+    );
+    let out = f
+        .host
+        .call_tool(&s, "shell", json!({}))
+        .await
+        .expect("shell");
+    assert_eq!(out.text, "shell is not available in this gateway build yet");
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn providers_are_listed_and_their_token_comes_from_get_token_fn() {
+    let f = fixture();
+    f.global(
+        "acme.py",
+        r#"
+import blockether.vis.extension as vis
+def token():
+    return vis.ProviderCredential(token="sk-acme", api_url="https://api.acme.test/v1")
+vis.register(vis.Extension(name="acme", description="d", providers=[vis.Provider(
+    id="acme", label="Acme", preset=vis.ProviderPreset(base_url="https://api.acme.test/v1",
+    api_style="openai", default_models=["a-1"]), get_token_fn=token,
+    status_fn=lambda: vis.ProviderStatus(is_authenticated=True))]))
+"#,
+    );
+    f.host.reload(None).await;
+    let providers = f.host.providers(None).await;
+    assert_eq!(providers.len(), 1);
+    assert_eq!(providers[0].id, "acme");
+    assert!(providers[0].slots.contains(&"get_token_fn".to_string()));
+    assert_eq!(providers[0].preset["default_models"], json!(["a-1"]));
+    let token = f
+        .host
+        .provider_token("acme", "acme")
+        .await
+        .expect("token")
+        .expect("some");
+    assert_eq!(token["token"], "sk-acme");
+    let status = f
+        .host
+        .provider_call("acme", "acme", "status_fn", vec![])
+        .await
+        .expect("status");
+    assert_eq!(status["is_authenticated"], true);
+    assert!(f.host.provider_token("acme", "nope").await.is_err());
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_turn_prompt_activation_and_ctx_are_collected() {
+    let f = fixture();
+    f.global(
+        "turny.py",
+        r#"
+import blockether.vis.extension as vis
+vis.register(vis.Extension(name="turny", description="d",
+    prompt=lambda env: f"cwd is {env['cwd']}", ctx=lambda env: {"session_env": {"turny": 1}}))
+"#,
+    );
+    f.global(
+        "zoff.py",
+        r#"
+import blockether.vis.extension as vis
+def act(env):
+    raise RuntimeError("no")
+vis.register(vis.Extension(name="zoff", description="d", prompt="never", activation=act))
+"#,
+    );
+    let s = f.session("s");
+    let t = f.host.turn(&s, Some("companion")).await;
+    assert_eq!(
+        t.prompts,
+        vec![(
+            "turny".to_string(),
+            format!("cwd is {}", f.project.display())
+        )]
+    );
+    assert_eq!(t.inactive, vec!["zoff".to_string()]);
+    assert_eq!(t.session, json!({"session_env": {"turny": 1}}));
+    f.host.shutdown().await;
+}
