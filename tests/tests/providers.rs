@@ -280,3 +280,82 @@ async fn earlier_turns_are_sent_as_conversation_history() {
     assert!(body.contains("first question"), "{body}");
     assert!(body.contains("You said: first question"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_tool_turn_follows_the_documented_event_sequence() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::ToolCall {
+        name: "apropos".into(),
+        arguments: json!({"pattern": "x"}),
+        text_before: Some("Let me look. ".into()),
+    });
+    llm.push(Script::text(&["Done. ", "Really done."]));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let (_, t) = gw.submit(&sid, "find x").await;
+    let tid = t["turn_id"].as_str().unwrap().to_string();
+    let evs = sse.collect_until("context.updated", WAIT).await;
+    let seq: Vec<&str> = ev_types(&evs)
+        .into_iter()
+        .filter(|t| *t != "subscription.ready" && *t != "session.title_updated")
+        .collect();
+    // collapse repeated deltas / previews
+    let mut compact: Vec<&str> = Vec::new();
+    for t in seq {
+        if compact.last() != Some(&t) {
+            compact.push(t);
+        }
+    }
+    assert_eq!(
+        compact,
+        [
+            "turn.started",
+            "activity",
+            "content.block.started",
+            "content.block.delta",
+            "block.preview",
+            "block.started",
+            "activity",
+            "block.output",
+            "iteration.completed",
+            "content.block.completed",
+            "activity",
+            "content.block.started",
+            "content.block.delta",
+            "iteration.completed",
+            "content.block.completed",
+            "turn.completed",
+            "context.updated"
+        ]
+    );
+    let acts: Vec<&Event> = evs.iter().filter(|e| e.event == "activity").collect();
+    assert_eq!(acts[0].data["activity"], "provider-call");
+    assert_eq!(acts[0].data["reason"], "user-submit");
+    assert_eq!(acts[0].data["iteration"], 1);
+    assert_eq!(acts[1].data["activity"], "tool");
+    assert_eq!(acts[2].data["activity"], "provider-call");
+    assert_eq!(acts[2].data["reason"], "tool-result");
+    assert_eq!(acts[2].data["iteration"], 2);
+    for e in evs.iter().filter(|e| e.event == "content.block.started") {
+        let id = e.data["block"]["id"].as_str().unwrap();
+        assert!(id.starts_with(&format!("{tid}:")), "{id}");
+        assert_eq!(e.data["block"]["markdown"], "", "{:?}", e.data);
+    }
+    for e in evs.iter().filter(|e| e.event == "content.block.delta") {
+        assert_eq!(e.data["turn_id"], tid.as_str());
+        assert!(e.data["iteration"].is_u64());
+        assert!(e.data["text"].is_string());
+    }
+    let it: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.event == "iteration.completed")
+        .collect();
+    assert_eq!(it[0].data["done"], false);
+    assert_eq!(it[0].data["assistant_prose"], "Let me look. ");
+    assert_eq!(it[1].data["done"], true);
+    let done = evs.iter().find(|e| e.event == "turn.completed").unwrap();
+    assert!(done.data["content"]
+        .to_string()
+        .contains("Done. Really done."));
+}
