@@ -659,19 +659,26 @@ impl ExtensionHost {
             .scopes
             .contains_key(&Scope::Global);
         if missing_global {
-            self.reload_scope(Scope::Global).await;
+            self.load_scope(Scope::Global, true).await;
         }
         if let Some(p) = project {
             let scope = Scope::Project(p.to_path_buf());
             let missing = !self.inner.registry.read().scopes.contains_key(&scope);
             if missing {
-                self.reload_scope(scope).await;
+                self.load_scope(scope, true).await;
             }
         }
     }
 
     async fn reload_scope(&self, scope: Scope) -> ReloadReport {
+        self.load_scope(scope, false).await
+    }
+
+    async fn load_scope(&self, scope: Scope, only_if_missing: bool) -> ReloadReport {
         let _one = self.inner.reload_lock.lock().await;
+        if only_if_missing && self.inner.registry.read().scopes.contains_key(&scope) {
+            return ReloadReport::default();
+        }
         let dir = match &scope {
             Scope::Global => discovery::global_dir(&self.inner.cfg.home),
             Scope::Project(p) => discovery::project_dir(p),
@@ -701,54 +708,46 @@ impl ExtensionHost {
         };
         let timeout = self.inner.cfg.load_timeout;
         let scope_root = scope.project_root().map(Path::to_path_buf);
-        // Load every file in the registration worker (one lock: no call runs in between).
-        let results = self
-            .inner
-            .registration
-            .with_worker(|w| async move {
-                let mut out = Vec::new();
-                for (file, bytes) in sources {
-                    let outcome = match bytes {
-                        Err(e) => Err(WireError::host(
-                            "OSError",
-                            format!("cannot read {}: {e}", file.display()),
-                        )),
-                        Ok(bytes) => {
-                            let payload = json!({
-                                "file": file_str(&file),
-                                "source": client::base64_encode(&bytes),
-                            });
-                            match w.request(ctx.clone(), "load", payload, timeout).await {
-                                Ok(v) if v.get("loaded").and_then(Value::as_bool) == Some(true) => {
-                                    Ok((v.get("catalog").cloned().unwrap_or(Value::Null), bytes))
-                                }
-                                Ok(v) => Err(v
-                                    .get("error")
-                                    .cloned()
-                                    .and_then(|e| serde_json::from_value(e).ok())
-                                    .unwrap_or_else(|| {
-                                        WireError::host("LoadError", "the file did not load")
-                                    })),
-                                Err(e) => Err(WireError {
-                                    kind: e.kind().to_string(),
-                                    message: e.message(),
-                                    traceback: e.traceback(),
-                                }),
-                            }
+        // One call per file: a file that hangs or kills the worker at import fails alone
+        // (the next call starts a fresh registration worker).
+        let mut results = Vec::new();
+        for (file, bytes) in sources {
+            let outcome = match bytes {
+                Err(e) => Err(WireError::host(
+                    "OSError",
+                    format!("cannot read {}: {e}", file.display()),
+                )),
+                Ok(bytes) => {
+                    let payload = json!({
+                        "file": file_str(&file),
+                        "source": client::base64_encode(&bytes),
+                    });
+                    match self
+                        .inner
+                        .registration
+                        .call(ctx.clone(), "load", payload, timeout)
+                        .await
+                    {
+                        Ok(v) if v.get("loaded").and_then(Value::as_bool) == Some(true) => {
+                            Ok((v.get("catalog").cloned().unwrap_or(Value::Null), bytes))
                         }
-                    };
-                    out.push((file, outcome));
+                        Ok(v) => Err(v
+                            .get("error")
+                            .cloned()
+                            .and_then(|e| serde_json::from_value(e).ok())
+                            .unwrap_or_else(|| {
+                                WireError::host("LoadError", "the file did not load")
+                            })),
+                        Err(e) => Err(WireError {
+                            kind: e.kind().to_string(),
+                            message: e.message(),
+                            traceback: e.traceback(),
+                        }),
+                    }
                 }
-                out
-            })
-            .await;
-        let results = match results {
-            Ok(r) => r,
-            Err(e) => files
-                .iter()
-                .map(|f| (f.clone(), Err(WireError::host("WorkerStart", e.message()))))
-                .collect(),
-        };
+            };
+            results.push((file, outcome));
+        }
 
         let mut next = ScopeState::default();
         let mut report = ReloadReport::default();
@@ -825,9 +824,19 @@ impl ExtensionHost {
             }
         }
         report.failures = next.failures.clone();
+        let fingerprint = |s: &ScopeState| -> Vec<(PathBuf, Arc<Vec<u8>>, bool)> {
+            s.entries
+                .iter()
+                .map(|e| (e.file.clone(), e.source.clone(), e.is_stale))
+                .collect()
+        };
         {
             let mut reg = self.inner.registry.write();
-            reg.generation += 1;
+            let known = reg.scopes.contains_key(&scope);
+            if !known || fingerprint(&previous) != fingerprint(&next) {
+                // Session workers load the new versions before their next call.
+                reg.generation += 1;
+            }
             reg.scopes.insert(scope, next);
         }
         report

@@ -1010,3 +1010,98 @@ vis.register(vis.Extension(name="zoff", description="d", prompt="never", activat
     assert_eq!(t.session, json!({"session_env": {"turny": 1}}));
     f.host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_that_hangs_or_dies_at_import_fails_alone() {
+    let f = fixture_with(|c| c.load_timeout = Duration::from_millis(1500));
+    f.global(
+        "a_hang.py",
+        "import time\nwhile True:\n    time.sleep(0.05)\n",
+    );
+    f.global("b_die.py", "import os\nos._exit(4)\n");
+    f.global("todo.py", TODO);
+    let report = f.host.reload(None).await;
+    assert_eq!(report.loaded, vec!["todo".to_string()]);
+    let kinds: Vec<(String, String)> = report
+        .failures
+        .iter()
+        .map(|x| {
+            (
+                x.file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                x.error.kind.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("a_hang.py".to_string(), "Timeout".to_string()),
+            ("b_die.py".to_string(), "WorkerExited".to_string())
+        ]
+    );
+    let ctx = json!({"phase": "http", "method": "DELETE", "host": "h.test", "port": 80,
+                     "path": "/", "headers": {}});
+    assert!(matches!(
+        f.host.run_filter(&ctx).await,
+        Verdict::Deny { .. }
+    ));
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_concurrent_calls_into_one_extension_run_one_after_the_other() {
+    let f = fixture();
+    f.global(
+        "serial.py",
+        r#"
+import time
+import blockether.vis.extension as vis
+ACTIVE = []
+def work(tag: str) -> int:
+    """Work a little and report how many calls overlapped."""
+    ACTIVE.append(tag)
+    overlap = len(ACTIVE)
+    time.sleep(0.3)
+    ACTIVE.remove(tag)
+    return overlap
+vis.register(vis.Extension(name="serial", alias="serial", description="d", symbols=[vis.Symbol(work)]))
+"#,
+    );
+    let s = f.session("s");
+    let (a, b) = tokio::join!(
+        f.host.call_tool(&s, "work", json!({"tag": "a"})),
+        f.host.call_tool(&s, "work", json!({"tag": "b"}))
+    );
+    assert_eq!(a.expect("a").value, json!(1));
+    assert_eq!(b.expect("b").value, json!(1));
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_without_changes_keeps_session_workers_and_a_change_replaces_them() {
+    let f = fixture();
+    let file = f.global("todo.py", TODO);
+    let s = f.session("s");
+    f.host
+        .call_tool(&s, "add", json!({"text": "a"}))
+        .await
+        .expect("call");
+    let pid = f.host.session_worker_pid("s");
+    f.host.reload(Some(&f.project)).await;
+    f.host
+        .call_tool(&s, "add", json!({"text": "b"}))
+        .await
+        .expect("call");
+    assert_eq!(f.host.session_worker_pid("s"), pid);
+    std::fs::write(&file, format!("{TODO}\n# edited\n")).expect("edit");
+    f.host.reload(None).await;
+    f.host
+        .call_tool(&s, "add", json!({"text": "c"}))
+        .await
+        .expect("call");
+    assert_ne!(f.host.session_worker_pid("s"), pid);
+    f.host.shutdown().await;
+}
