@@ -359,3 +359,44 @@ async fn a_one_tool_turn_follows_the_documented_event_sequence() {
         .to_string()
         .contains("Done. Really done."));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_keeps_the_last_good_config_and_applies_a_fixed_one() {
+    let llm = FixtureLlm::start().await;
+    let gw = Gateway::start(anthropic(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let yml = gw.dirs.root().join("vis.yml");
+    std::fs::write(&yml, "providers:\n  claude:\n    modle: typo\n").unwrap();
+    gw.submit(&sid, "/reload").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    let term = evs.last().unwrap();
+    let text = term.data.to_string();
+    assert!(text.contains("modle") && text.contains("vis.yml"), "{text}");
+    // the previous provider still answers
+    gw.submit(&sid, "still there?").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(evs.last().unwrap().event, "turn.completed");
+    assert_eq!(llm.requests().last().unwrap().body["model"], "m");
+    // a fixed config with another model applies after /reload
+    std::fs::write(
+        &yml,
+        format!(
+            "providers:\n  claude:\n    api_style: anthropic\n    base_url: {}\n    api_key: k\n    model: m2\n",
+            llm.anthropic_base_url()
+        ),
+    )
+    .unwrap();
+    gw.submit(&sid, "/reload").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(
+        evs.last().unwrap().event,
+        "turn.completed",
+        "{:?}",
+        evs.last().unwrap().data
+    );
+    gw.submit(&sid, "new model?").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(evs.last().unwrap().event, "turn.completed");
+    assert_eq!(llm.requests().last().unwrap().body["model"], "m2");
+}
