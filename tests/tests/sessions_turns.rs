@@ -815,3 +815,44 @@ fn form_enc(s: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_is_only_reachable_through_its_own_session() {
+    let llm = FixtureLlm::start().await;
+    llm.push(long_slow());
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let a = gw.create_session().await;
+    let b = gw.create_session().await;
+    let (_, run) = gw.submit_keyed(&a, "in a", "companion:a").await;
+    let (_, q) = gw.submit(&a, "queued in a").await;
+    let (rt, qt) = (
+        run["turn_id"].as_str().unwrap().to_string(),
+        q["turn_id"].as_str().unwrap().to_string(),
+    );
+    let bt = format!("/v1/sessions/{b}/turns");
+    for (s, v) in [
+        gw.get(format!("{bt}/{rt}")).await,
+        gw.post_empty(&format!("{bt}/{rt}/cancel")).await,
+        gw.patch(&format!("{bt}/{qt}"), json!({"request": "hijack"}))
+            .await,
+        gw.delete(&format!("{bt}/{qt}")).await,
+    ] {
+        assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+        assert_eq!(error_type(&v), "turn-not-found");
+    }
+    let (s, v) = gw
+        .post(
+            &format!("/v1/sessions/{b}/cancel-current"),
+            json!({"idempotency_key": "companion:a"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(error_type(&v), "no-running-turn");
+    let (_, still) = gw.get(format!("/v1/sessions/{a}?include=queued")).await;
+    assert_eq!(still["current_turn_id"], rt.as_str());
+    assert_eq!(still["queued_turns"][0]["request"], "queued in a");
+    // the same key in b is a new turn, not a replay of a's
+    let (s, v) = gw.submit_keyed(&b, "/help", "companion:a").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_ne!(v["turn_id"], rt.as_str());
+}

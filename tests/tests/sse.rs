@@ -621,3 +621,20 @@ async fn a_stream_owned_by_a_dead_local_pid_is_closed() {
     }
     assert!(sse.ended, "the stream outlived its local process");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_ring_size_falls_back_to_the_default_retention() {
+    for v in ["0", "-5", "abc"] {
+        let gw = Gateway::start(Opts::default().env("VIS_GATEWAY_EVENT_RING_MAX", v)).await;
+        let sid = gw.create_session().await;
+        slash_turns(&gw, &sid, 6).await;
+        let stored = gw.events_since(&sid, 0).await;
+        assert_ne!(
+            stored[0]["type"],
+            "stream.gap",
+            "ring {v}: {:?}",
+            types(&stored)
+        );
+        assert_eq!(stored[0]["seq"], 1, "ring {v}");
+    }
+}
