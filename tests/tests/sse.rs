@@ -638,3 +638,40 @@ async fn an_invalid_ring_size_falls_back_to_the_default_retention() {
         assert_eq!(stored[0]["seq"], 1, "ring {v}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_briefly_slow_subscriber_under_the_queue_cap_is_kept_and_gets_everything() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut s = sock
+        .connect(format!("127.0.0.1:{}", gw.port).parse().unwrap())
+        .await
+        .unwrap();
+    let req = format!(
+        "GET /v1/sessions/{sid}/events?cursor=-1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         X-Vis-Protocol: 2\r\nX-Vis-Min-Gateway-Protocol: 2\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = vec![0u8; 1024];
+    let n = tokio::time::timeout(WAIT, s.read(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    for i in 0..100 {
+        gw.submit(&sid, &format!("/help {i}")).await;
+    }
+    gw.wait_idle(&sid).await;
+    let (_, hw) = gw.get(format!("/v1/sessions/{sid}/seq")).await;
+    let hw = hw["seq"].as_i64().unwrap();
+    let mut got = Vec::new();
+    let closed = read_until_closed(&mut s, &mut got, Duration::from_secs(2)).await;
+    assert!(!closed, "dropped below the cap");
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.contains(&format!("id: {hw}\n")),
+        "the last event arrived"
+    );
+}
