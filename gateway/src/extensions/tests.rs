@@ -338,7 +338,9 @@ vis.register(vis.Extension(name="search", alias="s", description="d",
         .expect_err("raises");
     assert_eq!(err.message, "ValueError: bad x 7");
     assert_eq!(err.kind, "python");
-    assert!(err.traceback.unwrap_or_default().contains("search.py"));
+    let tb = err.traceback.unwrap_or_default();
+    assert!(tb.contains("search.py") && tb.contains("bad x 7"), "{tb}");
+    assert!(!tb.contains("_runtime.py") && !tb.contains("<vis-worker>"), "{tb}");
     let err = f
         .host
         .call_tool(&s, "nope", json!({}))

@@ -18,6 +18,8 @@ import types
 from blockether.vis.extension import _host, _loader, _registry, _runtime
 
 _door = None
+# Frames of the SDK and of this glue are left out of tracebacks shown to users.
+_SDK_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_host.__file__))))
 EXTS = {}  # canonical file -> (extension, module name)
 _ERROR_TYPES = {
     "PermissionError": PermissionError,
@@ -81,7 +83,8 @@ def _error(exc):
     else:
         message = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
-    frames = [f for f in frames if f.filename != __file__]
+    frames = [f for f in frames
+              if f.filename != __file__ and not f.filename.startswith(_SDK_ROOT + os.sep)]
     text = "Traceback (most recent call last):\n" if frames else ""
     text += "".join(traceback.format_list(frames))
     text += "".join(traceback.format_exception_only(type(exc), exc))
