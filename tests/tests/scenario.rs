@@ -391,3 +391,55 @@ async fn a_reconnect_with_the_last_seq_replays_only_newer_events_then_goes_live(
     let st = live.iter().find(|e| e.event == "turn.started").unwrap();
     assert_eq!(st.data["request"], "three");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_other_routes_the_companion_calls_on_open_answer_their_shapes() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let (s, v) = gw.get("/v1/router").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["providers"].is_array());
+    let (s, v) = gw.get("/v1/devices").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["devices"], json!([]));
+    assert_eq!(v["push"]["is_available"], false);
+    for id in ["reasoning_level", "verbosity", "codex_fast_mode"] {
+        let (s, v) = gw.get(format!("/v1/settings/{id}")).await;
+        assert_eq!(s, StatusCode::OK, "{id}: {v}");
+        assert_eq!(v["id"], id);
+        assert!(v["label"].is_string() && v["type"].is_string(), "{v}");
+    }
+    let (s, v) = gw.get(format!("/v1/sessions/{sid}/artifacts")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v, json!({"artifacts": []}));
+    let (s, v) = gw.get(format!("/v1/sessions/{sid}/model")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v, json!({"model": null}));
+    let (s, v) = gw.get(format!("/v1/sessions/{sid}/egress")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["decisions"], json!([]));
+    assert_eq!(v["has_more"], false);
+    let (s, v) = gw.get("/v1/extensions").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        v["extensions"].is_array() && v["failures"].is_array(),
+        "{v}"
+    );
+    let root = gw.dirs.root();
+    std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(root.join(".hidden")).unwrap();
+    std::fs::write(root.join("file.txt"), "x").unwrap();
+    let (s, v) = gw.get(format!("/v1/fs?path={}", root.display())).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let names: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sub"], "directories only, no dot-folders: {v}");
+    assert_eq!(v["entries"][0]["entry_count"], 1);
+    for k in ["path", "parent", "home", "is_truncated"] {
+        assert!(v.get(k).is_some(), "{k}: {v}");
+    }
+}
