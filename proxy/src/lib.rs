@@ -93,6 +93,9 @@
 //! * `exclude_domains` keeps hosts opaque even when the rest of the block
 //!   compiles to "no policy" (the reference then excludes nothing; P5 says
 //!   always opaque, and registered filters would otherwise intercept them).
+//! * When filters are registered, a request body of `Content-Length` ≤ 1 MiB
+//!   is read before the filters run and must arrive within the head timeout
+//!   (else 400); larger and chunked bodies are streamed and shown as `None`.
 //! * Filters never see `Proxy-Authorization` (the session's proxy token).
 //! * Provider credentials (P8): a phantom is looked for in `Authorization`,
 //!   `x-api-key`, `api-key` and a `key=` query parameter; on one of the

@@ -165,9 +165,12 @@ pub(crate) async fn forward(
         let mut body_text = None;
         if matches!(content_length(&parts.headers), Some(n) if n <= FILTER_BODY_LIMIT) {
             if let Some(incoming) = stream_body.take() {
-                let bytes = match incoming.collect().await {
-                    Ok(c) => c.to_bytes(),
-                    Err(_) => {
+                // the small body shown to filters must arrive within the head timeout
+                let bytes = match tokio::time::timeout(shared.cfg.head_timeout, incoming.collect())
+                    .await
+                {
+                    Ok(Ok(c)) => c.to_bytes(),
+                    _ => {
                         return Denial::bad_request("request body could not be read").to_response()
                     }
                 };
