@@ -438,3 +438,53 @@ async fn admin_status_answers_running_with_the_status_map() {
         assert!(v.get(k).is_some(), "{k}: {v}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn localhost_and_ipv6_loopback_binds_always_require_the_token() {
+    for host in ["localhost", "::1"] {
+        let gw = Gateway::start(Opts::default().host(host)).await;
+        assert_eq!(gw.registry["require_token"], true, "{host}");
+        let (s, v) = into_json(
+            gw.raw(Method::GET, "/v1/sessions")
+                .header("X-Vis-Protocol", "2")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{host}: {v}");
+        let (s, _) = gw.get("/v1/sessions").await;
+        assert_eq!(s, StatusCode::OK, "{host} with the token");
+        let (s, h) = into_json(gw.raw(Method::GET, "/healthz").send().await.unwrap()).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(h["require_token"], true);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_reused_across_restarts_and_a_token_file_flag_moves_it() {
+    let gw = Gateway::start(Opts::default().require_token()).await;
+    let first = gw.token.clone();
+    let gw = gw.restart_after_kill().await;
+    assert_eq!(gw.token, first, "same token after a restart");
+    let (s, _) = gw.get("/v1/sessions").await;
+    assert_eq!(s, StatusCode::OK);
+    drop(gw);
+    let dirs = Dirs::new();
+    let custom = dirs.base.path().join("secrets").join("my.token");
+    std::fs::create_dir_all(custom.parent().unwrap()).unwrap();
+    std::fs::write(&custom, "  preset-token-value \n").unwrap();
+    let mut opts = Opts::default().require_token();
+    opts.extra_args = vec!["--token-file".into(), custom.display().to_string()];
+    let gw = Gateway::start_in(dirs.clone(), opts).await;
+    assert_eq!(gw.token, "preset-token-value", "read and trimmed");
+    assert!(!dirs.home().join("gateway.token").exists());
+    let r = gw
+        .raw(Method::GET, "/v1/sessions")
+        .header("X-Vis-Protocol", "2")
+        .bearer_auth("preset-token-value")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}

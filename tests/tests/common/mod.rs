@@ -244,7 +244,11 @@ impl Gateway {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let port = registry["port"].as_u64().expect("port") as u16;
-        let url = format!("http://127.0.0.1:{port}");
+        // The registry's local URL (127.0.0.1 for wildcard binds, `[::1]` for an IPv6 one).
+        let url = registry["url"]
+            .as_str()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .unwrap_or_else(|| format!("http://127.0.0.1:{port}"));
         let token = registry["token"].as_str().unwrap_or_default().to_string();
         loop {
             if let Ok(r) = http.get(format!("{url}/healthz")).send().await {
