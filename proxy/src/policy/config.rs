@@ -2,13 +2,13 @@
 //! with serde; unknown keys and bad values are errors naming the key path.
 
 use serde::de::{self, Deserializer, Visitor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use crate::error::ProxyError;
 
 /// The `jail.network` block.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkConfig {
     /// Host allowlist.
@@ -32,7 +32,7 @@ pub struct NetworkConfig {
 }
 
 /// One entry of `rules`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Host pattern (required).
@@ -52,7 +52,7 @@ pub struct RuleConfig {
 }
 
 /// One `allow` entry of a rule.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AllowEntry {
     /// Method (or `*`).
@@ -63,7 +63,7 @@ pub struct AllowEntry {
 }
 
 /// `access` presets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum Access {
     /// GET HEAD OPTIONS.
     #[serde(rename = "read-only", alias = "readonly", alias = "ro")]
@@ -83,7 +83,8 @@ pub enum Access {
 }
 
 /// A non-blank string (trimmed on parse).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
 pub struct NonBlank(pub String);
 
 impl<'de> Deserialize<'de> for NonBlank {
@@ -98,7 +99,8 @@ impl<'de> Deserialize<'de> for NonBlank {
 }
 
 /// A port 1..=65535, given as an integer or a numeric string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
 pub struct Port(pub u16);
 
 impl<'de> Deserialize<'de> for Port {
@@ -148,6 +150,21 @@ impl NetworkConfig {
     pub fn from_json_value(v: serde_json::Value) -> Result<Self, ProxyError> {
         let cfg: NetworkConfig = serde_path_to_error::deserialize(v).map_err(path_error)?;
         cfg.validate()
+    }
+
+    /// The model-facing view (§4.2) without the gateway-owned keys
+    /// (`is_jailed`, `changes_require`, `generation`): `enabled`,
+    /// `allowed_domains`, `denied_domains`, `exclude_domains`,
+    /// `allow_private`, `inbound_ports` (rules are not shown).
+    pub fn access_view(&self) -> serde_json::Value {
+        serde_json::json!({
+            "enabled": true,
+            "allowed_domains": self.allowed_domains,
+            "denied_domains": self.denied_domains,
+            "exclude_domains": self.exclude_domains,
+            "allow_private": self.allow_private,
+            "inbound_ports": self.inbound_ports,
+        })
     }
 
     /// Parse from YAML text.
@@ -220,6 +237,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("inbound_ports[1]"), "{e}");
+    }
+
+    #[test]
+    fn the_access_view_hides_rules_and_round_trips_ports() {
+        let c = NetworkConfig::from_yaml_str("allowed_domains: [a.com]\ninbound_ports: ['4200']\nrules: [{host: a.com, access: ro}]\n").unwrap();
+        let v = c.access_view();
+        assert_eq!(v["inbound_ports"], serde_json::json!([4200]));
+        assert_eq!(v["allowed_domains"], serde_json::json!(["a.com"]));
+        assert!(v.get("rules").is_none());
+        let back = NetworkConfig::from_json_value(serde_json::to_value(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]
