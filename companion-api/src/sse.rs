@@ -207,6 +207,34 @@ mod tests {
         assert_eq!(&f[..], b"id: 7\nevent: turn.started\ndata: {\"a\":1}\n\n");
     }
 
+    fn frame(seq: i64) -> Frame {
+        Frame { seq, bytes: format_frame(Some(seq), "x", "{}") }
+    }
+
+    #[tokio::test]
+    async fn frames_ready_together_are_written_once_without_duplicates() {
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let sub = Subscription {
+            session_id: "s".into(),
+            ready: crate::engine::Ready { cursor: 1, current_turn_id: None, is_live: false },
+            gap: Some((1, 1)),
+            replay: vec![frame(2), frame(3)],
+            live: rx,
+        };
+        tx.send(frame(3)).await.unwrap();
+        tx.send(frame(4)).await.unwrap();
+        let kill = CancellationToken::new();
+        let mut body = body_stream(vec![sub], false, kill.clone());
+        let first = body.next().await.unwrap().unwrap();
+        let text = String::from_utf8_lossy(&first);
+        assert!(text.starts_with("id: \nevent: subscription.ready"), "{text}");
+        assert!(text.contains("event: stream.gap"));
+        assert_eq!(text.matches("id: 3\n").count(), 1, "seq 3 replayed and live must be written once: {text}");
+        assert!(text.contains("id: 2\n") && text.contains("id: 4\n"));
+        kill.cancel();
+        assert!(body.next().await.unwrap().is_err(), "a killed subscriber ends with an error so the socket closes");
+    }
+
     #[test]
     fn a_control_frame_has_an_empty_id_line() {
         let f = format_frame(None, "subscription.ready", "{}");
