@@ -76,6 +76,12 @@ fn is_upgrade(h: &HeaderMap) -> bool {
 /// `Upgrade` + `Connection: upgrade` for an upgrade handshake.
 pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     let upgrade = is_upgrade(h);
+    // `TE: trailers` is the one TE value h2/gRPC peers rely on; keep it.
+    let te_trailers = h
+        .get(header::TE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().eq_ignore_ascii_case("trailers"))
+        .unwrap_or(false);
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()
@@ -93,6 +99,9 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
     for n in HOP_BY_HOP {
         h.remove(n);
+    }
+    if te_trailers {
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
     }
     if upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -363,5 +372,40 @@ fn bracket(host: &str) -> String {
         format!("[{host}]")
     } else {
         host.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_connection_named_ones_are_stripped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("proxy-authorization", HeaderValue::from_static("Basic x"));
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("upgrade", HeaderValue::from_static("h2c"));
+        h.insert("authorization", HeaderValue::from_static("Bearer mine"));
+        strip_hop_by_hop(&mut h);
+        let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, vec!["authorization", "te"]);
+    }
+
+    #[test]
+    fn websocket_upgrade_headers_survive() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("Upgrade"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["connection"], "upgrade");
+        assert_eq!(h["upgrade"], "websocket");
     }
 }
