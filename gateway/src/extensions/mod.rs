@@ -325,6 +325,18 @@ impl ReloadReport {
     }
 }
 
+/// Sent after a reload changed what a scope provides (live sessions rebind their tools and
+/// slash palettes; the next extension call of a session runs the new versions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtensionsChanged {
+    /// `None`: the global scope.
+    pub project_root: Option<PathBuf>,
+    /// Names registered in the scope now.
+    pub extensions: Vec<String>,
+    /// Names that disappeared.
+    pub removed: Vec<String>,
+}
+
 /// What `prompt`, `activation` and `ctx` produced for one turn (§5.5).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnExtras {
@@ -491,6 +503,7 @@ struct Inner {
     registration: WorkerClient,
     sessions: Mutex<HashMap<String, Arc<SessionWorker>>>,
     reload_lock: tokio::sync::Mutex<()>,
+    changes: tokio::sync::broadcast::Sender<ExtensionsChanged>,
 }
 
 struct SessionWorker {
@@ -624,6 +637,7 @@ impl ExtensionHost {
                 registry: RwLock::new(Registry::default()),
                 sessions: Mutex::new(HashMap::new()),
                 reload_lock: tokio::sync::Mutex::new(()),
+                changes: tokio::sync::broadcast::channel(64).0,
             }
         });
         ExtensionHost { inner }
@@ -631,6 +645,11 @@ impl ExtensionHost {
 
     pub fn config(&self) -> &HostConfig {
         &self.inner.cfg
+    }
+
+    /// Reload notifications (only when a scope's files actually changed).
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<ExtensionsChanged> {
+        self.inner.changes.subscribe()
     }
 
     // -- loading ------------------------------------------------------------------------
@@ -830,14 +849,28 @@ impl ExtensionHost {
                 .map(|e| (e.file.clone(), e.source.clone(), e.is_stale))
                 .collect()
         };
-        {
+        let changed = {
             let mut reg = self.inner.registry.write();
             let known = reg.scopes.contains_key(&scope);
-            if !known || fingerprint(&previous) != fingerprint(&next) {
+            let changed = !known || fingerprint(&previous) != fingerprint(&next);
+            if changed {
                 // Session workers load the new versions before their next call.
                 reg.generation += 1;
             }
-            reg.scopes.insert(scope, next);
+            let names = next
+                .entries
+                .iter()
+                .map(|e| e.catalog.name.clone())
+                .collect();
+            reg.scopes.insert(scope.clone(), next);
+            changed.then_some(names)
+        };
+        if let Some(extensions) = changed {
+            let _ = self.inner.changes.send(ExtensionsChanged {
+                project_root: scope.project_root().map(Path::to_path_buf),
+                extensions,
+                removed: report.removed.clone(),
+            });
         }
         report
     }
@@ -957,6 +990,33 @@ impl ExtensionHost {
             }
         }
         out
+    }
+
+    /// The built-in `apropos(pattern)` tool (E9): public tools whose full dotted name matches
+    /// the regular expression, as a compact catalogue (name, summary).
+    pub async fn apropos(
+        &self,
+        session: &SessionCtx,
+        pattern: &str,
+    ) -> Result<Vec<CatalogEntry>, String> {
+        let re = regex::Regex::new(pattern).map_err(|e| format!("invalid pattern: {e}"))?;
+        Ok(self
+            .catalog_entries(session)
+            .await
+            .into_iter()
+            .filter(|e| !e.is_hidden && re.is_match(&e.name))
+            .collect())
+    }
+
+    /// The built-in `doc(name)` tool (E9): the full document of one public tool (dotted or
+    /// provider name).
+    pub async fn doc(&self, session: &SessionCtx, name: &str) -> Result<String, String> {
+        self.catalog_entries(session)
+            .await
+            .into_iter()
+            .find(|e| !e.is_hidden && (e.name == name || e.name.replace('.', "__") == name))
+            .map(|e| e.doc)
+            .ok_or_else(|| format!("no public tool named '{name}'; search with apropos(pattern)"))
     }
 
     /// Calls a tool (provider name `a__b` or dotted `a.b`) with its JSON arguments, with the
@@ -1555,6 +1615,62 @@ impl ExtensionHost {
             }
         }
         json!({"extensions": extensions, "failures": failures})
+    }
+
+    /// Markdown for the built-in `/extensions` slash command (E8).
+    pub async fn extensions_markdown(&self, project: Option<&Path>) -> String {
+        let list = self.list(project).await;
+        let mut md = String::new();
+        let exts = list["extensions"].as_array().cloned().unwrap_or_default();
+        let fails = list["failures"].as_array().cloned().unwrap_or_default();
+        md.push_str(&format!(
+            "Extensions: {} loaded, {} failed\n",
+            exts.len(),
+            fails.len()
+        ));
+        for e in &exts {
+            let stale = if e["is_stale"] == true {
+                " (stale: last good version)"
+            } else {
+                ""
+            };
+            md.push_str(&format!(
+                "\n- **{}** ({}){stale} — {}\n  `{}`",
+                e["name"].as_str().unwrap_or(""),
+                e["scope"].as_str().unwrap_or(""),
+                e["description"].as_str().unwrap_or(""),
+                e["file"].as_str().unwrap_or("")
+            ));
+            let tools: Vec<&str> = e["symbols"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect())
+                .unwrap_or_default();
+            if !tools.is_empty() {
+                md.push_str(&format!("\n  tools: {}", tools.join(", ")));
+            }
+            let slashes: Vec<String> = e["slash_commands"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|t| t["name"].as_str().map(|n| format!("/{n}")))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !slashes.is_empty() {
+                md.push_str(&format!("\n  slash commands: {}", slashes.join(", ")));
+            }
+        }
+        if !fails.is_empty() {
+            md.push_str("\n\nFailures:\n");
+            for f in &fails {
+                md.push_str(&format!(
+                    "\n- `{}`: {}",
+                    f["file"].as_str().unwrap_or(""),
+                    f["error"].as_str().unwrap_or("")
+                ));
+            }
+        }
+        md
     }
 
     /// Current load failures of the global scope and `project`.

@@ -340,7 +340,10 @@ vis.register(vis.Extension(name="search", alias="s", description="d",
     assert_eq!(err.kind, "python");
     let tb = err.traceback.unwrap_or_default();
     assert!(tb.contains("search.py") && tb.contains("bad x 7"), "{tb}");
-    assert!(!tb.contains("_runtime.py") && !tb.contains("<vis-worker>"), "{tb}");
+    assert!(
+        !tb.contains("_runtime.py") && !tb.contains("<vis-worker>"),
+        "{tb}"
+    );
     let err = f
         .host
         .call_tool(&s, "nope", json!({}))
@@ -1105,5 +1108,42 @@ async fn a_reload_without_changes_keeps_session_workers_and_a_change_replaces_th
         .await
         .expect("call");
     assert_ne!(f.host.session_worker_pid("s"), pid);
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apropos_doc_extensions_markdown_and_change_events_describe_the_catalogue() {
+    let f = fixture();
+    let mut changes = f.host.changes();
+    f.global("todo.py", TODO);
+    f.global("broken.py", "raise RuntimeError('nope')\n");
+    f.host.reload(None).await;
+    let event = changes.try_recv().expect("a change event");
+    assert_eq!(event.project_root, None);
+    assert_eq!(event.extensions, vec!["todo".to_string()]);
+    f.host.reload(None).await;
+    assert!(changes.try_recv().is_err(), "no event without a change");
+    let s = f.session("s");
+    let hits = f.host.apropos(&s, "^a").await.expect("apropos");
+    assert_eq!(
+        hits.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
+        vec!["add"]
+    );
+    assert!(f
+        .host
+        .apropos(&s, "secret")
+        .await
+        .expect("apropos")
+        .is_empty());
+    assert!(f.host.apropos(&s, "(").await.is_err());
+    let doc = f.host.doc(&s, "add").await.expect("doc");
+    assert!(
+        doc.contains("Add one todo item") && doc.contains("Effect: mutation"),
+        "{doc}"
+    );
+    assert!(f.host.doc(&s, "secret").await.is_err());
+    let md = f.host.extensions_markdown(None).await;
+    assert!(md.starts_with("Extensions: 1 loaded, 1 failed"), "{md}");
+    assert!(md.contains("**todo**") && md.contains("/todos") && md.contains("RuntimeError: nope"));
     f.host.shutdown().await;
 }
