@@ -717,3 +717,27 @@ async fn the_provider_route_speaks_verified_tls_to_an_https_base_url() {
     assert_eq!(o.seen()[0].path, "/api/v1/messages");
     assert_eq!(o.seen()[0].headers["authorization"], "Bearer sk-real-xyz");
 }
+
+#[tokio::test]
+async fn an_https_response_filter_replaces_the_response_inside_tls() {
+    let (h, _ca, o, bundle) = mitm("{}", vec![Arc::new(Block200)]).await;
+    let url = format!("https://localhost:{}/r", o.port());
+    let r = curl(&[
+        "--proxy",
+        &h.http_proxy(),
+        "--cacert",
+        bundle.path().to_str().unwrap(),
+        &url,
+    ])
+    .await;
+    assert_eq!(r.status(), 403, "{r:?}");
+    assert_eq!(r.body(), "no 200s\n");
+    assert_eq!(
+        o.seen().len(),
+        1,
+        "the request reached the origin (response filters cannot undo it)"
+    );
+    let d = &h.sink.wait_for(1).await[0];
+    assert_eq!(d.phase, "https-response");
+    assert!(d.is_intercepted);
+}
