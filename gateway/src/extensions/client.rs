@@ -115,6 +115,21 @@ pub struct Preload {
     pub ctx: CallCtx,
     pub file: PathBuf,
     pub source: Arc<Vec<u8>>,
+    /// The frozen copy of the file's import root (first on `sys.path`).
+    pub import_root: Option<PathBuf>,
+}
+
+/// The `load` request payload.
+pub fn load_payload(
+    file: &std::path::Path,
+    source: &[u8],
+    import_root: Option<&std::path::Path>,
+) -> Value {
+    json!({
+        "file": file.to_string_lossy(),
+        "source": base64_encode(source),
+        "import_root": import_root.map(|p| p.to_string_lossy().into_owned()),
+    })
 }
 
 /// What a worker needs from its owner (the host).
@@ -334,10 +349,7 @@ impl WorkerClient {
             generation,
         )?;
         for p in preload {
-            let payload = json!({
-                "file": p.file.to_string_lossy(),
-                "source": base64_encode(&p.source),
-            });
+            let payload = load_payload(&p.file, &p.source, p.import_root.as_deref());
             match running
                 .request(p.ctx.clone(), "load", payload, self.spec.load_timeout)
                 .await

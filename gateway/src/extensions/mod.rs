@@ -26,6 +26,7 @@ pub mod discovery;
 mod doors;
 pub mod embed;
 pub mod env;
+pub mod freeze;
 pub mod protocol;
 #[cfg(test)]
 mod tests;
@@ -448,6 +449,7 @@ struct Entry {
     catalog: Catalog,
     raw: Value,
     source: Arc<Vec<u8>>,
+    import_root: Option<PathBuf>,
     is_stale: bool,
 }
 
@@ -504,6 +506,7 @@ struct Inner {
     sessions: Mutex<HashMap<String, Arc<SessionWorker>>>,
     reload_lock: tokio::sync::Mutex<()>,
     changes: tokio::sync::broadcast::Sender<ExtensionsChanged>,
+    frozen_cleared: std::sync::atomic::AtomicBool,
 }
 
 struct SessionWorker {
@@ -543,6 +546,7 @@ impl WorkerOwner for RegistrationOwner {
                 },
                 file: e.file.clone(),
                 source: e.source.clone(),
+                import_root: e.import_root.clone(),
             })
             .collect();
         (reg.generation, list)
@@ -588,6 +592,7 @@ impl WorkerOwner for SessionOwner {
                 ctx: ctx.clone(),
                 file: e.file.clone(),
                 source: e.source.clone(),
+                import_root: e.import_root.clone(),
             })
             .collect();
         (reg.generation, list)
@@ -638,6 +643,7 @@ impl ExtensionHost {
                 sessions: Mutex::new(HashMap::new()),
                 reload_lock: tokio::sync::Mutex::new(()),
                 changes: tokio::sync::broadcast::channel(64).0,
+                frozen_cleared: std::sync::atomic::AtomicBool::new(false),
             }
         });
         ExtensionHost { inner }
@@ -716,11 +722,28 @@ impl ExtensionHost {
             .get(&scope)
             .cloned()
             .unwrap_or_default();
-        let mut sources = Vec::new();
-        for f in &files {
-            let bytes = tokio::fs::read(f).await;
-            sources.push((f.clone(), bytes));
-        }
+        let home = self.inner.cfg.home.clone();
+        let first = !self
+            .inner
+            .frozen_cleared
+            .swap(true, std::sync::atomic::Ordering::SeqCst);
+        let to_freeze = files.clone();
+        // Freeze every import root (blocking IO off the runtime threads).
+        let sources: Vec<(PathBuf, Result<freeze::Frozen, String>)> =
+            tokio::task::spawn_blocking(move || {
+                if first {
+                    freeze::clear(&home);
+                }
+                to_freeze
+                    .into_iter()
+                    .map(|f| {
+                        let frozen = freeze::freeze(&home, &f).map_err(|e| format!("{e:#}"));
+                        (f, frozen)
+                    })
+                    .collect()
+            })
+            .await
+            .unwrap_or_default();
         let ctx = CallCtx {
             project_root: scope.project_root().map(Path::to_path_buf),
             ..CallCtx::default()
@@ -732,15 +755,10 @@ impl ExtensionHost {
         let mut results = Vec::new();
         for (file, bytes) in sources {
             let outcome = match bytes {
-                Err(e) => Err(WireError::host(
-                    "OSError",
-                    format!("cannot read {}: {e}", file.display()),
-                )),
-                Ok(bytes) => {
-                    let payload = json!({
-                        "file": file_str(&file),
-                        "source": client::base64_encode(&bytes),
-                    });
+                Err(e) => Err(WireError::host("OSError", e)),
+                Ok(frozen) => {
+                    let payload =
+                        client::load_payload(&file, &frozen.source, Some(&frozen.import_root));
                     match self
                         .inner
                         .registration
@@ -748,7 +766,7 @@ impl ExtensionHost {
                         .await
                     {
                         Ok(v) if v.get("loaded").and_then(Value::as_bool) == Some(true) => {
-                            Ok((v.get("catalog").cloned().unwrap_or(Value::Null), bytes))
+                            Ok((v.get("catalog").cloned().unwrap_or(Value::Null), frozen))
                         }
                         Ok(v) => Err(v
                             .get("error")
@@ -773,7 +791,7 @@ impl ExtensionHost {
         for (file, outcome) in results {
             let old = previous.entries.iter().find(|e| e.file == file).cloned();
             match outcome {
-                Ok((raw, bytes)) => {
+                Ok((raw, frozen)) => {
                     let catalog: Catalog = serde_json::from_value(raw.clone()).unwrap_or_default();
                     if let Some(dup) = next.entries.iter().find(|e| e.catalog.name == catalog.name)
                     {
@@ -799,7 +817,8 @@ impl ExtensionHost {
                         scope: scope.clone(),
                         catalog,
                         raw,
-                        source: Arc::new(bytes),
+                        source: Arc::new(frozen.source),
+                        import_root: Some(frozen.import_root),
                         is_stale: false,
                     }));
                 }
@@ -825,6 +844,7 @@ impl ExtensionHost {
                             catalog: old.catalog.clone(),
                             raw: old.raw.clone(),
                             source: old.source.clone(),
+                            import_root: old.import_root.clone(),
                             is_stale: true,
                         }));
                     }
@@ -843,10 +863,11 @@ impl ExtensionHost {
             }
         }
         report.failures = next.failures.clone();
-        let fingerprint = |s: &ScopeState| -> Vec<(PathBuf, Arc<Vec<u8>>, bool)> {
+        type Print = (PathBuf, Option<PathBuf>, bool);
+        let fingerprint = |s: &ScopeState| -> Vec<Print> {
             s.entries
                 .iter()
-                .map(|e| (e.file.clone(), e.source.clone(), e.is_stale))
+                .map(|e| (e.file.clone(), e.import_root.clone(), e.is_stale))
                 .collect()
         };
         let changed = {

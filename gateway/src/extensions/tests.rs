@@ -1147,3 +1147,67 @@ async fn apropos_doc_extensions_markdown_and_change_events_describe_the_catalogu
     assert!(md.contains("**todo**") && md.contains("/todos") && md.contains("RuntimeError: nope"));
     f.host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn helper_modules_are_frozen_until_reload_and_packages_load_as_one_extension() {
+    let f = fixture();
+    let helper = f.global("pkg/helper.py", "WORD = 'one'\n");
+    f.global(
+        "pkg/extension.py",
+        r#"
+import blockether.vis.extension as vis
+import helper
+def word() -> str:
+    """The helper's word."""
+    return helper.WORD
+def where() -> str:
+    """This file."""
+    return __file__
+vis.register(vis.Extension(name="pkg", alias="pkg", description="d",
+    symbols=[vis.Symbol(word), vis.Symbol(where)]))
+"#,
+    );
+    f.global("pkg/test_pkg.py", "raise SystemExit('never loaded')\n");
+    let report = f.host.reload(None).await;
+    assert_eq!(report.loaded, vec!["pkg".to_string()]);
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let s = f.session("s");
+    assert_eq!(
+        f.host
+            .call_tool(&s, "word", json!({}))
+            .await
+            .expect("w")
+            .text,
+        "one"
+    );
+    let real = std::fs::canonicalize(f.home.join("extensions/pkg/extension.py")).expect("canon");
+    assert_eq!(
+        f.host
+            .call_tool(&s, "where", json!({}))
+            .await
+            .expect("w")
+            .text,
+        real.to_string_lossy()
+    );
+    std::fs::write(&helper, "WORD = 'two'\n").expect("edit");
+    f.host.stop_session("s").await;
+    assert_eq!(
+        f.host
+            .call_tool(&s, "word", json!({}))
+            .await
+            .expect("w")
+            .text,
+        "one",
+        "a fresh worker still runs the admitted copy"
+    );
+    f.host.reload(None).await;
+    assert_eq!(
+        f.host
+            .call_tool(&s, "word", json!({}))
+            .await
+            .expect("w")
+            .text,
+        "two"
+    );
+    f.host.shutdown().await;
+}

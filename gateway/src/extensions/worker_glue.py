@@ -106,14 +106,29 @@ def handle(op, payload_json):
 
 # -- loading -------------------------------------------------------------------------
 
-def _load(file, source):
+def _purge(import_root):
+    """Forget modules imported from OTHER frozen copies, so this load imports its own."""
+    base = os.path.dirname(import_root) + os.sep
+    keep = import_root + os.sep
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if isinstance(origin, str) and origin.startswith(base) and not origin.startswith(keep):
+            sys.modules.pop(name, None)
+
+
+def _load(file, source, import_root=None):
     """``_loader.load_file`` executing ``source`` (the admitted bytes) instead of re-reading
-    the file, so that every worker runs the version the registration admitted."""
+    the file, with the frozen copy of its import root first on ``sys.path``, so that every
+    worker runs the version the registration admitted."""
     name = f"vis_ext_{next(_loader._SEQ)}_{_loader._label(file)}"
     module = types.ModuleType(name)
     module.__file__ = file
     module.__cached__ = None
-    folder = file.rsplit("/", 1)[0] if "/" in file else "."
+    folder = import_root or (file.rsplit("/", 1)[0] if "/" in file else ".")
+    if import_root:
+        _purge(import_root)
+        if folder in sys.path:
+            sys.path.remove(folder)
     _registry.forget(file)
 
     def run():
@@ -149,7 +164,7 @@ def op_load(p):
             source = handle.read()
     else:
         source = base64.b64decode(source)
-    extension, name, error = _load(file, source)
+    extension, name, error = _load(file, source, p.get("import_root"))
     if error is None:
         try:
             catalog = _loader.catalog(extension)
