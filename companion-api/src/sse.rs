@@ -208,7 +208,10 @@ mod tests {
     }
 
     fn frame(seq: i64) -> Frame {
-        Frame { seq, bytes: format_frame(Some(seq), "x", "{}") }
+        Frame {
+            seq,
+            bytes: format_frame(Some(seq), "x", "{}"),
+        }
     }
 
     #[tokio::test]
@@ -216,7 +219,11 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         let sub = Subscription {
             session_id: "s".into(),
-            ready: crate::engine::Ready { cursor: 1, current_turn_id: None, is_live: false },
+            ready: crate::engine::Ready {
+                cursor: 1,
+                current_turn_id: None,
+                is_live: false,
+            },
             gap: Some((1, 1)),
             replay: vec![frame(2), frame(3)],
             live: rx,
@@ -227,12 +234,22 @@ mod tests {
         let mut body = body_stream(vec![sub], false, kill.clone());
         let first = body.next().await.unwrap().unwrap();
         let text = String::from_utf8_lossy(&first);
-        assert!(text.starts_with("id: \nevent: subscription.ready"), "{text}");
+        assert!(
+            text.starts_with("id: \nevent: subscription.ready"),
+            "{text}"
+        );
         assert!(text.contains("event: stream.gap"));
-        assert_eq!(text.matches("id: 3\n").count(), 1, "seq 3 replayed and live must be written once: {text}");
+        assert_eq!(
+            text.matches("id: 3\n").count(),
+            1,
+            "seq 3 replayed and live must be written once: {text}"
+        );
         assert!(text.contains("id: 2\n") && text.contains("id: 4\n"));
         kill.cancel();
-        assert!(body.next().await.unwrap().is_err(), "a killed subscriber ends with an error so the socket closes");
+        assert!(
+            body.next().await.unwrap().is_err(),
+            "a killed subscriber ends with an error so the socket closes"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod extensions;
 mod home;
 mod pairing;
 mod providers;
+mod sandbox;
 mod store;
 mod tools;
 
@@ -39,6 +40,10 @@ enum Cmd {
     Stop,
     /// Print the pairing link and QR code of the running gateway.
     Pair,
+    /// Run a command as a sandbox child of a session of the running gateway.
+    Exec(cli::client::ExecArgs),
+    /// Run only the egress proxy, from a policy file.
+    Proxy(cli::client::ProxyArgs),
     /// Internal: an extension worker process (embedded CPython), driven by the gateway.
     #[command(hide = true)]
     Worker(extensions::worker::WorkerArgs),
@@ -51,6 +56,8 @@ fn main() -> ExitCode {
         Cmd::Status => cli::client::status(args.home),
         Cmd::Stop => cli::client::stop(args.home),
         Cmd::Pair => cli::client::pair(args.home),
+        Cmd::Exec(a) => cli::client::exec(args.home, a),
+        Cmd::Proxy(a) => cli::client::proxy(a),
         Cmd::Worker(a) => extensions::worker::run(args.home, a),
     };
     match result {

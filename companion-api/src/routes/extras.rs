@@ -13,6 +13,24 @@ pub async fn extensions(State(st): State<AppState>, q: Q) -> ApiResult<Json<Valu
     Ok(Json(st.engine.extensions(q.get("root").cloned()).await?))
 }
 
+pub async fn sandbox_env(
+    State(st): State<AppState>,
+    body: crate::body::JsonBody,
+) -> ApiResult<Json<Value>> {
+    let text = |k: &str| {
+        body.0
+            .get(k)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .filter(|s| !s.trim().is_empty())
+    };
+    Ok(Json(
+        st.engine
+            .sandbox_env(text("session_id"), text("root"))
+            .await?,
+    ))
+}
+
 pub async fn router(State(st): State<AppState>) -> ApiResult<Json<Value>> {
     Ok(Json(st.engine.router().await?))
 }

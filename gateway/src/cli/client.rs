@@ -88,3 +88,138 @@ pub fn pair(home: Option<PathBuf>) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// One HTTP/1.1 request to the local gateway; returns `(status, body)`.
+fn request(reg: &Registry, method: &str, path: &str, body: &str) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr = format!("127.0.0.1:{}", reg.port);
+    let mut s = std::net::TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nX-Vis-Protocol: 2\r\nX-Vis-Min-Gateway-Protocol: 2\r\nX-Vis-Client: vis-cli\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        reg.token,
+        body.len()
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((out.as_str(), ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ExecArgs {
+    /// Run as a child of this session.
+    #[arg(long, conflicts_with = "root")]
+    pub session: Option<String>,
+    /// Create a session with this workspace root (default: the current directory).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// The command and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+/// `vis-gateway exec`: runs a command as a sandbox child of a session of the running gateway.
+pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
+    let home = Home::resolve(home)?;
+    let Some(reg) = running(&home) else {
+        bail!(
+            "no gateway is running for {}; start one with `vis-gateway start`",
+            home.dir.display()
+        )
+    };
+    let root = match (&args.session, &args.root) {
+        (Some(_), _) => None,
+        (None, Some(r)) => Some(
+            r.canonicalize()
+                .map_err(|e| anyhow::anyhow!("--root {}: {e}", r.display()))?,
+        ),
+        (None, None) => Some(std::env::current_dir()?),
+    };
+    let body = serde_json::json!({"session_id": args.session, "root": root}).to_string();
+    let (status, text) = request(&reg, "POST", "/v1/sandbox/env", &body)?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|_| anyhow::anyhow!("unexpected answer ({status}): {text}"))?;
+    if status != 200 {
+        bail!("{}", v["error"]["message"].as_str().unwrap_or(&text));
+    }
+    let env: std::collections::BTreeMap<String, String> = serde_json::from_value(v["env"].clone())?;
+    let cwd = v["cwd"]
+        .as_str()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("no command given"))?;
+    let status = std::process::Command::new(program)
+        .args(rest)
+        .env_clear()
+        .envs(&env)
+        .current_dir(&cwd)
+        .status()
+        .map_err(|e| anyhow::anyhow!("cannot run {program}: {e}"))?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ProxyArgs {
+    /// The policy file (YAML: `tokens`, `network`, optional `listen` and `reserved_ports`).
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Listen address (overrides `listen:` in the file), e.g. 127.0.0.1:8899.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+/// `vis-gateway proxy`: just the egress proxy, stand-alone (decision A5).
+pub fn proxy(args: ProxyArgs) -> Result<ExitCode> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VIS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut cfg = vis_proxy::standalone::StandaloneConfig::new(args.policy);
+        cfg.listen = args.listen;
+        vis_proxy::standalone::run_standalone(cfg).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

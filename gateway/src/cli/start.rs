@@ -74,7 +74,10 @@ pub fn run(home: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> {
 fn raise_nofile() {
     // SAFETY: plain getrlimit/setrlimit on this process.
     unsafe {
-        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
             r.rlim_cur = r.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
@@ -140,6 +143,12 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         } else {
             None
         };
+    let sandbox =
+        crate::sandbox::Sandbox::start(&home.dir, gw.bus.clone(), gw.store.clone(), vec![port])
+            .await?;
+    let proxy_port = sandbox.port();
+    gw.set_sandbox(Arc::new(sandbox));
+    tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");
     let urls = pairing::urls(&bind_host, port);
     let url = urls
         .first()
@@ -188,7 +197,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         port,
         token: token.clone(),
         require_token,
-        proxy_port: None,
+        proxy_port: Some(proxy_port),
         started_at: crate::engine::now_ms(),
     })?;
     tracing::info!(url = %url, require_token, home = %home.dir.display(), "vis-gateway listening");

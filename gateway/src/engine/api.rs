@@ -143,6 +143,9 @@ impl Engine for Api {
             }
         }
         g.forget(sid);
+        if let Some(sb) = g.sandbox.get() {
+            sb.tokens.revoke(sid);
+        }
         let id = sid.to_string();
         let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
     }
@@ -357,6 +360,42 @@ impl Engine for Api {
             })
             .collect();
         Ok(json!({"providers": providers}))
+    }
+
+    async fn sandbox_env(
+        &self,
+        session_id: Option<String>,
+        root: Option<String>,
+    ) -> ApiResult<Value> {
+        let g = &self.0;
+        let Some(sandbox) = g.sandbox.get() else {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sandbox-unavailable",
+                "the egress proxy is not running",
+            ));
+        };
+        let sid = match session_id {
+            Some(sid) => sid,
+            None => {
+                let created = self
+                    .create_session(CreateSession {
+                        channel: Some("cli".into()),
+                        root,
+                        ..Default::default()
+                    })
+                    .await?;
+                created["id"].as_str().unwrap_or_default().to_string()
+            }
+        };
+        let shared = g.session(&sid).await?;
+        let root = std::path::PathBuf::from(shared.lock().row.root.clone());
+        let cfg = g
+            .project_config(&root)
+            .await
+            .map_err(|e| ApiError::bad_request("invalid-config", e))?;
+        let env = sandbox.child_env(&sid, &root, &cfg);
+        Ok(json!({"session_id": sid, "cwd": root, "env": env, "proxy_port": sandbox.port()}))
     }
 
     fn request_stop(&self) {

@@ -79,6 +79,8 @@ pub struct Gateway {
     next_ord: AtomicI64,
     /// Fired by `POST /v1/admin/stop`.
     pub stop: CancellationToken,
+    /// The egress proxy and child runner, once started.
+    pub sandbox: std::sync::OnceLock<Arc<crate::sandbox::Sandbox>>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -110,7 +112,27 @@ impl Gateway {
             counters: Counters::default(),
             next_ord: AtomicI64::new(max_ord + 1),
             stop: CancellationToken::new(),
+            sandbox: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Installs the sandbox: adds the `shell` tool and the `/sh` and `/net-probe` commands.
+    pub fn set_sandbox(&self, sandbox: Arc<crate::sandbox::Sandbox>) {
+        let tool = crate::sandbox::shell::ShellTool {
+            sandbox: sandbox.clone(),
+            home: self.home.dir.clone(),
+        };
+        self.extra_tools.write().push(Arc::new(tool));
+        let _ = self.sandbox.set(sandbox);
+    }
+
+    /// The configuration of a project (home layers + the project's own).
+    pub async fn project_config(&self, root: &std::path::Path) -> Result<Config, String> {
+        let (home, project) = (self.home.dir.clone(), root.to_path_buf());
+        tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
     }
 
     pub fn next_ord(&self) -> i64 {

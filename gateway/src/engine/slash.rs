@@ -17,6 +17,12 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("extensions", "List loaded extensions and load failures"),
 ];
 
+/// Commands that need the sandbox.
+pub const SANDBOX_BUILTINS: &[(&str, &str)] = &[
+    ("sh", "Run a shell command in the session sandbox: /sh <command>"),
+    ("net-probe", "Explain the egress verdict for a request without sending it: /net-probe [METHOD] <url | host:port>"),
+];
+
 /// Splits `/name rest` into `(name, rest)`.
 pub fn parse(request: &str) -> Option<(&str, &str)> {
     let body = request.trim().strip_prefix('/')?;
@@ -80,6 +86,8 @@ impl Gateway {
                 .join("\n")),
             "reload" => self.reload_config(root).await,
             "extensions" => Ok("No extensions are loaded: the Python extension host is not part of this build yet.".to_string()),
+            "sh" => self.slash_sh(sid, args, root).await,
+            "net-probe" => self.slash_net_probe(sid, args, root).await,
             other => Err(format!("unknown slash command /{other}")),
         };
         let (status, text) = match &result {
@@ -110,6 +118,36 @@ impl Gateway {
                 message: e,
             },
         }
+    }
+
+    async fn slash_sh(&self, sid: &str, command: &str, root: &str) -> Result<String, String> {
+        let sandbox = self.sandbox.get().ok_or("the sandbox is not running")?;
+        if command.trim().is_empty() {
+            return Err("usage: /sh <command>".into());
+        }
+        let root = std::path::PathBuf::from(root);
+        let cfg = self.project_config(&root).await?;
+        let env = sandbox.child_env(sid, &root, &cfg);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let out = crate::sandbox::run::run(
+            command,
+            &root,
+            &env,
+            crate::sandbox::shell::DEFAULT_TIMEOUT,
+            &cancel,
+        )
+        .await
+        .map_err(|e| format!("cannot start the command: {e}"))?;
+        Ok(format!(
+            "```\n{}\n```",
+            crate::sandbox::shell::describe(&out).trim_end()
+        ))
+    }
+
+    async fn slash_net_probe(&self, sid: &str, args: &str, root: &str) -> Result<String, String> {
+        let sandbox = self.sandbox.get().ok_or("the sandbox is not running")?;
+        let cfg = self.project_config(std::path::Path::new(root)).await?;
+        sandbox.probe(sid, &cfg, args).await
     }
 
     /// Re-reads the configuration layers and rebuilds the provider router; last good wins.

@@ -1,0 +1,125 @@
+//! The sandbox runner: every child process of a session runs with the proxy environment
+//! (decision P10) and a proxy token that attributes its traffic to the session (P2); the
+//! proxy reports each decision into the session's stream (G4).
+
+pub mod env;
+pub mod run;
+pub mod shell;
+pub mod sink;
+pub mod tokens;
+
+use crate::bus::Bus;
+use crate::config::Config;
+use crate::store::Store;
+use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use vis_proxy::policy::{NetworkConfig, Policy};
+use vis_proxy::{Principal, Proxy, ProxyConfig, Services};
+
+pub struct Sandbox {
+    pub proxy: Proxy,
+    pub tokens: Arc<tokens::Tokens>,
+    pub ca_bundle: PathBuf,
+    /// The gateway's own ports, always denied to children.
+    pub reserved_ports: Vec<u16>,
+}
+
+/// Compiles a session's `jail.network` policy; a broken policy denies everything (fail closed).
+pub fn compile_policy(cfg: &Config) -> Arc<Policy> {
+    let Some(net) = cfg.jail.network.clone() else {
+        return Arc::new(Policy::unrestricted());
+    };
+    match NetworkConfig::from_json_value(net).and_then(|n| Policy::compile(&n)) {
+        Ok(p) => Arc::new(p),
+        Err(e) => Arc::new(Policy::deny_all(Some(format!(
+            "the session's jail.network policy is invalid: {e}"
+        )))),
+    }
+}
+
+impl Sandbox {
+    /// Starts the proxy on a loopback port and writes the child CA bundle under the home.
+    pub async fn start(
+        home: &Path,
+        bus: Arc<Bus>,
+        store: Store,
+        reserved_ports: Vec<u16>,
+    ) -> Result<Sandbox> {
+        let tokens = Arc::new(tokens::Tokens::default());
+        let cfg = ProxyConfig::default()
+            .with_env_extra_roots()
+            .await
+            .context("VIS_SYSTEM_CA_CERT")?;
+        let svc = Services::new(
+            Arc::new(tokens::TokenLookup(tokens.clone())),
+            Arc::new(sink::EgressSink { bus, store }),
+        );
+        let proxy = Proxy::start(cfg, svc)
+            .await
+            .context("cannot start the egress proxy")?;
+        let dir = home.join("ca");
+        std::fs::create_dir_all(&dir)?;
+        let ca_bundle = dir.join(format!("bundle-{}.pem", std::process::id()));
+        std::fs::write(&ca_bundle, proxy.ca_bundle_pem())
+            .with_context(|| format!("cannot write {}", ca_bundle.display()))?;
+        Ok(Sandbox {
+            proxy,
+            tokens,
+            ca_bundle,
+            reserved_ports,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.proxy.local_addr().port()
+    }
+
+    /// The session's principal, minting its token on first use.
+    pub fn token(&self, sid: &str, cfg: &Config) -> String {
+        self.tokens.token_for(
+            || Principal {
+                session_id: sid.to_string(),
+                policy: compile_policy(cfg),
+                reserved_ports: self.reserved_ports.clone(),
+            },
+            sid,
+        )
+    }
+
+    /// The full child environment for a session's process.
+    pub fn child_env(&self, sid: &str, root: &Path, cfg: &Config) -> BTreeMap<String, String> {
+        let proxy = env::ProxyEnv {
+            port: self.port(),
+            token: self.token(sid, cfg),
+            ca_bundle: self.ca_bundle.clone(),
+        };
+        env::child_env(
+            std::env::vars(),
+            &env::project_env(root, &cfg.environment),
+            &proxy,
+        )
+    }
+
+    /// `/net-probe` for a session: host gate, SSRF class and filters, no socket opened.
+    pub async fn probe(&self, sid: &str, cfg: &Config, args: &str) -> Result<String, String> {
+        self.token(sid, cfg);
+        let principal = self
+            .tokens
+            .principal_of(sid)
+            .ok_or("the session has no proxy token")?;
+        let report = self
+            .proxy
+            .probe(&principal, args)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(report.render())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.ca_bundle);
+    }
+}

@@ -1,0 +1,152 @@
+//! Running one command as a sandbox child: `sh -c` in the workspace root, the sandbox
+//! environment only, its own process group (a timeout or cancel kills the whole group),
+//! output captured up to a cap.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+/// Bytes of stdout/stderr kept per stream.
+pub const OUTPUT_CAP: usize = 1024 * 1024;
+
+#[derive(Debug, Default)]
+pub struct RunOutput {
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    pub cancelled: bool,
+}
+
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if buf.len() < OUTPUT_CAP {
+                    let take = n.min(OUTPUT_CAP - buf.len());
+                    buf.extend_from_slice(&chunk[..take]);
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&buf).to_string()
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        // SAFETY: signalling the process group this runner created for the child.
+        unsafe {
+            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+        }
+    }
+}
+
+/// Runs `command` with `sh -c`.
+pub async fn run(
+    command: &str,
+    root: &Path,
+    env: &BTreeMap<String, String>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> std::io::Result<RunOutput> {
+    let mut child = tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .env_clear()
+        .envs(env)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id();
+    let out = tokio::spawn(read_capped(
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?,
+    ));
+    let err = tokio::spawn(read_capped(
+        child
+            .stderr
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stderr"))?,
+    ));
+    let mut result = RunOutput::default();
+    tokio::select! {
+        status = child.wait() => result.exit_code = status?.code(),
+        _ = tokio::time::sleep(timeout) => {
+            result.timed_out = true;
+            kill_group(pid);
+            let _ = child.wait().await;
+        }
+        _ = cancel.cancelled() => {
+            result.cancelled = true;
+            kill_group(pid);
+            let _ = child.wait().await;
+        }
+    }
+    result.stdout = out.await.unwrap_or_default();
+    result.stderr = err.await.unwrap_or_default();
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_command_sees_only_the_given_environment_and_runs_in_the_root() {
+        let dir = std::env::temp_dir();
+        let mut env = BTreeMap::new();
+        env.insert("ONLY".to_string(), "this".to_string());
+        env.insert("PATH".to_string(), "/usr/bin:/bin".to_string());
+        let out = run(
+            "echo $ONLY; echo ${HOME:-none}; pwd",
+            &dir,
+            &env,
+            Duration::from_secs(10),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit_code, Some(0));
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(lines[0], "this");
+        assert_eq!(lines[1], "none");
+        assert_eq!(
+            std::path::Path::new(lines[2]).canonicalize().unwrap(),
+            dir.canonicalize().unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_process_group() {
+        let env: BTreeMap<String, String> =
+            [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
+        let t0 = std::time::Instant::now();
+        let out = run(
+            "sleep 30 & sleep 30; echo never",
+            &std::env::temp_dir(),
+            &env,
+            Duration::from_millis(300),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert!(out.timed_out);
+        assert!(!out.stdout.contains("never"));
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the background sleep must not keep the pipes open"
+        );
+    }
+}

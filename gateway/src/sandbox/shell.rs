@@ -1,0 +1,90 @@
+//! The built-in `shell` tool (decision G6): runs a command in the session's sandbox.
+
+use super::Sandbox;
+use crate::tools::{Tool, ToolCtx, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use vis_providers::ToolSpec;
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub struct ShellTool {
+    pub sandbox: Arc<Sandbox>,
+    pub home: PathBuf,
+}
+
+/// Formats a run for the model and the Companion card.
+pub fn describe(out: &super::run::RunOutput) -> String {
+    let mut s = String::new();
+    if !out.stdout.is_empty() {
+        s.push_str(&out.stdout);
+    }
+    if !out.stderr.is_empty() {
+        if !s.is_empty() && !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s.push_str("[stderr]\n");
+        s.push_str(&out.stderr);
+    }
+    if out.timed_out {
+        s.push_str("\n[timed out]");
+    } else if let Some(code) = out.exit_code {
+        if code != 0 {
+            s.push_str(&format!("\n[exit {code}]"));
+        }
+    }
+    s
+}
+
+#[async_trait]
+impl Tool for ShellTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "shell".into(),
+            description: "Run a shell command (sh -c) in the session's workspace. Network access goes through the session's egress policy.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "command": {"type": "string", "description": "the command line"},
+                "timeout_s": {"type": "integer", "description": "seconds before the command is killed (default 120)"}},
+                "required": ["command"]}),
+        }
+    }
+
+    async fn call(&self, ctx: &ToolCtx, args: Value) -> ToolOutput {
+        let Some(command) = args
+            .get("command")
+            .and_then(|c| c.as_str())
+            .filter(|c| !c.trim().is_empty())
+        else {
+            return ToolOutput::fail("shell needs a non-blank string `command`");
+        };
+        let timeout = args
+            .get("timeout_s")
+            .and_then(|t| t.as_u64())
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let (home, root) = (self.home.clone(), ctx.root.clone());
+        let cfg = match tokio::task::spawn_blocking(move || crate::config::load(&home, &root)).await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return ToolOutput::fail(format!("cannot run: {e}")),
+            Err(e) => return ToolOutput::fail(format!("cannot run: {e}")),
+        };
+        let env = self.sandbox.child_env(&ctx.session_id, &ctx.root, &cfg);
+        match super::run::run(command, &ctx.root, &env, timeout, &ctx.cancel).await {
+            Err(e) => ToolOutput::fail(format!("cannot start the command: {e}")),
+            Ok(out) => {
+                let text = describe(&out);
+                let failed = out.timed_out || out.exit_code != Some(0);
+                ToolOutput {
+                    result: text.clone(),
+                    stdout: Some(out.stdout.clone()),
+                    error: failed.then(|| text.clone()),
+                    is_timeout: out.timed_out,
+                }
+            }
+        }
+    }
+}

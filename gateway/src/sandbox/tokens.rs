@@ -1,0 +1,83 @@
+//! Per-session proxy tokens (decision P2): minted by the gateway, looked up by the proxy,
+//! revoked with the session.
+
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+use vis_proxy::{Attribution, Lookup, Principal};
+
+#[derive(Default)]
+pub struct Tokens {
+    by_token: RwLock<HashMap<String, Principal>>,
+    by_session: RwLock<HashMap<String, String>>,
+}
+
+impl Tokens {
+    /// The session's token, minting one (with its compiled policy) on first use.
+    pub fn token_for(&self, principal: impl FnOnce() -> Principal, sid: &str) -> String {
+        if let Some(t) = self.by_session.read().get(sid) {
+            return t.clone();
+        }
+        let token = format!("vis-{}", uuid::Uuid::new_v4().simple());
+        let p = principal();
+        self.by_token.write().insert(token.clone(), p);
+        self.by_session
+            .write()
+            .insert(sid.to_string(), token.clone());
+        token
+    }
+
+    pub fn principal_of(&self, sid: &str) -> Option<Principal> {
+        let t = self.by_session.read().get(sid).cloned()?;
+        self.by_token.read().get(&t).cloned()
+    }
+
+    /// Forgets the session's token: the proxy answers 407 for it from now on.
+    pub fn revoke(&self, sid: &str) {
+        if let Some(t) = self.by_session.write().remove(sid) {
+            self.by_token.write().remove(&t);
+        }
+    }
+}
+
+/// The proxy's view of the registry.
+pub struct TokenLookup(pub Arc<Tokens>);
+
+#[async_trait::async_trait]
+impl Attribution for TokenLookup {
+    async fn lookup(&self, token: &str) -> Lookup {
+        match self.0.by_token.read().get(token) {
+            Some(p) => Lookup::Found(p.clone()),
+            None => Lookup::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vis_proxy::policy::Policy;
+
+    fn principal() -> Principal {
+        Principal {
+            session_id: "s1".into(),
+            policy: Arc::new(Policy::unrestricted()),
+            reserved_ports: vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_resolves_until_its_session_is_revoked() {
+        let tokens = Arc::new(Tokens::default());
+        let t = tokens.token_for(principal, "s1");
+        assert_eq!(
+            tokens.token_for(principal, "s1"),
+            t,
+            "one token per session"
+        );
+        let lookup = TokenLookup(tokens.clone());
+        assert!(matches!(lookup.lookup(&t).await, Lookup::Found(p) if p.session_id == "s1"));
+        tokens.revoke("s1");
+        assert!(matches!(lookup.lookup(&t).await, Lookup::Unknown));
+    }
+}
