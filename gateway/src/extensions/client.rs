@@ -385,6 +385,16 @@ impl WorkerClient {
     }
 }
 
+impl Drop for WorkerClient {
+    fn drop(&mut self) {
+        // The reader task keeps the process's input open; without this a dropped host
+        // would leave its workers running.
+        if let Some(r) = self.current.get_mut().take() {
+            r.kill();
+        }
+    }
+}
+
 pub fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)

@@ -1211,3 +1211,26 @@ vis.register(vis.Extension(name="pkg", alias="pkg", description="d",
     );
     f.host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_the_host_ends_its_workers() {
+    let f = fixture();
+    f.global("todo.py", TODO);
+    let s = f.session("s");
+    f.host
+        .call_tool(&s, "add", json!({"text": "a"}))
+        .await
+        .expect("call");
+    let pid = f.host.session_worker_pid("s").expect("pid") as i32;
+    drop(f);
+    let mut gone = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Signal 0 only checks existence; a reaped child no longer exists.
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "worker {pid} still running");
+}
