@@ -173,6 +173,12 @@ async fn a_good_extension_is_listed_with_its_symbol_slash_hook_and_filter() {
     assert!(!add.is_hidden);
     assert_eq!(add.parameters["properties"]["text"]["type"], "string");
     assert!(tools.iter().any(|t| t.name == "secret" && t.is_hidden));
+    let hidden = f
+        .host
+        .call_tool(&f.session("s1"), "secret", json!({}))
+        .await
+        .expect("hidden tools stay callable");
+    assert_eq!(hidden.text, "hidden-ok");
     assert_eq!(
         f.host.slashes(None).await,
         vec![("todos".to_string(), "Count todos.".to_string())]
