@@ -17,7 +17,7 @@ fn slow(n: usize, ms: u64) -> Script {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_drains_the_queue_in_submit_order_with_drained_then_started() {
     let llm = FixtureLlm::start().await;
-    llm.push(slow(10, 30));
+    llm.push(slow(20, 40));
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let sid = gw.create_session().await;
     let mut sse = gw.events(&sid, -1).await;
@@ -75,8 +75,8 @@ async fn a_success_drains_the_queue_in_submit_order_with_drained_then_started() 
 async fn a_success_while_paused_clears_the_pause_with_is_auto_true_and_drains() {
     let llm = FixtureLlm::start().await;
     llm.push(Script::Slow {
-        chunks: vec!["x".into(); 8],
-        delay_ms: 30,
+        chunks: vec!["x".into(); 20],
+        delay_ms: 40,
     });
     llm.push(Script::error(400, "nope"));
     let gw = Gateway::start(Opts::openai(&llm)).await;
@@ -249,7 +249,7 @@ async fn deleting_a_session_with_a_running_turn_cancels_it_and_closes_its_stream
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_submits_start_exactly_one_turn_and_dedup_a_shared_key() {
     let llm = FixtureLlm::start().await;
-    llm.push(slow(20, 20));
+    llm.push(slow(20, 40));
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let sid = gw.create_session().await;
     let path = format!("/v1/sessions/{sid}/turns");
@@ -260,11 +260,9 @@ async fn concurrent_submits_start_exactly_one_turn_and_dedup_a_shared_key() {
         } else {
             format!("companion:{i}")
         };
-        let req = if i == 0 {
-            "model turn".to_string()
-        } else {
-            format!("/help {i}")
-        };
+        // all model turns: whichever arrives first takes the slow script and keeps the
+        // session busy while the others queue
+        let req = format!("model turn {i}");
         futs.push(gw.post(&path, json!({"request": req, "idempotency_key": key})));
     }
     let results = futures::future::join_all(futs).await;
@@ -291,7 +289,7 @@ async fn concurrent_submits_start_exactly_one_turn_and_dedup_a_shared_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_queued_turn_runs_with_its_new_request() {
     let llm = FixtureLlm::start().await;
-    llm.push(slow(10, 20));
+    llm.push(slow(20, 40));
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let sid = gw.create_session().await;
     let mut sse = gw.events(&sid, -1).await;

@@ -510,6 +510,8 @@ async fn every_turn_started_gets_exactly_one_terminal_then_context_updated() {
     sse.collect_until("context.updated", WAIT).await;
     gw.submit(&sid, "c").await;
     let tid = started_tid(&mut sse).await;
+    // cancel only once the provider stream is consumed (the next script is for "d")
+    sse.collect_until("content.block.delta", WAIT).await;
     gw.post_empty(&format!("/v1/sessions/{sid}/turns/{tid}/cancel"))
         .await;
     sse.collect_until("context.updated", WAIT).await;
