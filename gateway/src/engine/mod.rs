@@ -123,6 +123,7 @@ impl Gateway {
             home: self.home.dir.clone(),
         };
         self.extra_tools.write().push(Arc::new(tool));
+        sandbox.routes.refresh(&self.providers.read().clients);
         let _ = self.sandbox.set(sandbox);
     }
 

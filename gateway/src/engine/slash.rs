@@ -161,6 +161,9 @@ impl Gateway {
         let router = crate::providers::Router::from_config(&cfg)
             .map_err(|e| format!("reload failed, the previous configuration stays active: {e}"))?;
         let n = router.clients.len();
+        if let Some(sb) = self.sandbox.get() {
+            sb.routes.refresh(&router.clients);
+        }
         *self.providers.write() = router;
         *self.config.write() = cfg;
         Ok(format!(

@@ -2,6 +2,7 @@
 //! (decision P10) and a proxy token that attributes its traffic to the session (P2); the
 //! proxy reports each decision into the session's stream (G4).
 
+pub mod credentials;
 pub mod env;
 pub mod run;
 pub mod shell;
@@ -24,6 +25,8 @@ pub struct Sandbox {
     pub ca_bundle: PathBuf,
     /// The gateway's own ports, always denied to children.
     pub reserved_ports: Vec<u16>,
+    /// Phantom keys and routes of the configured LLM providers (decision P8).
+    pub routes: Arc<credentials::ProviderRoutes>,
 }
 
 /// Compiles a session's `jail.network` policy; a broken policy denies everything (fail closed).
@@ -48,6 +51,7 @@ impl Sandbox {
         reserved_ports: Vec<u16>,
     ) -> Result<Sandbox> {
         let tokens = Arc::new(tokens::Tokens::default());
+        let routes = Arc::new(credentials::ProviderRoutes::default());
         let cfg = ProxyConfig::default()
             .with_env_extra_roots()
             .await
@@ -55,7 +59,8 @@ impl Sandbox {
         let svc = Services::new(
             Arc::new(tokens::TokenLookup(tokens.clone())),
             Arc::new(sink::EgressSink { bus, store }),
-        );
+        )
+        .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())));
         let proxy = Proxy::start(cfg, svc)
             .await
             .context("cannot start the egress proxy")?;
@@ -69,6 +74,7 @@ impl Sandbox {
             tokens,
             ca_bundle,
             reserved_ports,
+            routes,
         })
     }
 
@@ -90,16 +96,15 @@ impl Sandbox {
 
     /// The full child environment for a session's process.
     pub fn child_env(&self, sid: &str, root: &Path, cfg: &Config) -> BTreeMap<String, String> {
+        let token = self.token(sid, cfg);
+        let mut project = env::project_env(root, &cfg.environment);
+        project.extend(self.routes.child_vars(self.port(), &token));
         let proxy = env::ProxyEnv {
             port: self.port(),
-            token: self.token(sid, cfg),
+            token,
             ca_bundle: self.ca_bundle.clone(),
         };
-        env::child_env(
-            std::env::vars(),
-            &env::project_env(root, &cfg.environment),
-            &proxy,
-        )
+        env::child_env(std::env::vars(), &project, &proxy)
     }
 
     /// `/net-probe` for a session: host gate, SSRF class and filters, no socket opened.
