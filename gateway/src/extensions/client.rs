@@ -213,11 +213,22 @@ impl Running {
             payload,
         }
         .to_line();
+        // A request abandoned by its caller (a cancelled turn drops the future) kills the
+        // worker: Python code cannot be interrupted otherwise, and a later call must not
+        // queue behind it.
+        let mut guard = Abandon {
+            running: self,
+            id,
+            armed: true,
+        };
         if self.tx.send(line).is_err() {
+            guard.armed = false;
             self.forget(id);
             return Err(CallError::Exited("its input pipe is closed".into()));
         }
-        let result = match tokio::time::timeout(timeout, rx).await {
+        let answer = tokio::time::timeout(timeout, rx).await;
+        guard.armed = false;
+        let result = match answer {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(CallError::Exited("the process ended".into())),
             Err(_) => {
@@ -248,6 +259,22 @@ impl Running {
         let pending: Vec<_> = self.pending.lock().drain().collect();
         for (_, tx) in pending {
             let _ = tx.send(Err(CallError::Exited(why.to_string())));
+        }
+    }
+}
+
+struct Abandon<'a> {
+    running: &'a Arc<Running>,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(worker = %self.running.label, "extension call abandoned; killing the worker");
+            self.running.forget(self.id);
+            self.running.kill();
         }
     }
 }
