@@ -83,7 +83,7 @@ pub fn merge(base: &mut Value, over: Value) {
 }
 
 fn check(value: Value, origin: &str) -> Result<Config> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    let cfg: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let key = if path == "." {
             String::new()
@@ -91,7 +91,14 @@ fn check(value: Value, origin: &str) -> Result<Config> {
             format!(" at `{path}`")
         };
         anyhow!("config error in {origin}{key}: {}", e.inner())
-    })
+    })?;
+    if let Some(net) = &cfg.jail.network {
+        // The egress policy compiler names the key (`jail.network.rules[0].access: …`).
+        vis_proxy::policy::NetworkConfig::from_json_value(net.clone())
+            .and_then(|n| vis_proxy::policy::Policy::compile(&n))
+            .map_err(|e| anyhow!("config error in {origin}: {e}"))?;
+    }
+    Ok(cfg)
 }
 
 /// Loads and merges the layers for `project`.
@@ -154,6 +161,22 @@ mod tests {
         assert!(e.contains("proj/vis.yml"), "{e}");
         assert!(e.contains("providers.a"), "{e}");
         assert!(e.contains("modle"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_network_policy_is_an_error_naming_the_key_and_the_file() {
+        let d = tmp();
+        std::fs::write(
+            d.join("proj/vis.yml"),
+            "jail:\n  network:\n    rules:\n      - host: example.com\n        acces: read-only\n",
+        )
+        .unwrap();
+        let e = load(&d.join("home"), &d.join("proj"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("proj/vis.yml"), "{e}");
+        assert!(e.contains("jail.network.rules[0]"), "{e}");
+        assert!(e.contains("acces"), "{e}");
     }
 
     #[test]
