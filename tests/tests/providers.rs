@@ -400,3 +400,52 @@ async fn reload_keeps_the_last_good_config_and_applies_a_fixed_one() {
     assert_eq!(evs.last().unwrap().event, "turn.completed");
     assert_eq!(llm.requests().last().unwrap().body["model"], "m2");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_turn_shows_in_the_transcript_and_its_trace_by_engine_id() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::ToolCall {
+        name: "apropos".into(),
+        arguments: json!({"pattern": "x"}),
+        text_before: Some("Looking. ".into()),
+    });
+    llm.push(Script::Stall {
+        chunks: vec!["Halfway there. ".into()],
+    });
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let (_, t) = gw.submit(&sid, "work").await;
+    let tid = t["turn_id"].as_str().unwrap().to_string();
+    // wait for the second iteration to stream
+    let evs = sse.collect_until("iteration.completed", WAIT).await;
+    assert!(ev_types(&evs).contains(&"block.output"));
+    sse.collect_until("content.block.delta", WAIT).await;
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    let row = &tr["turns"][0];
+    assert_eq!(row["status"], "running", "{row}");
+    let its = row["iterations"].as_array().unwrap();
+    assert!(!its.is_empty(), "iterations so far are inlined: {row}");
+    let engine_id = row["id"].as_str().unwrap().to_string();
+    let (s, trace) = gw
+        .get(format!("/v1/sessions/{sid}/turns/{engine_id}/trace"))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::OK);
+    assert_eq!(
+        trace["iterations"].as_array().map(Vec::len),
+        Some(its.len()),
+        "{trace}"
+    );
+    assert!(trace["iterations"][0]["forms"]
+        .to_string()
+        .contains("apropos"));
+    if engine_id != tid {
+        let (_, by_gateway_id) = gw
+            .get(format!("/v1/sessions/{sid}/turns/{tid}/trace"))
+            .await;
+        assert_eq!(by_gateway_id["iterations"], json!([]));
+    }
+    let (_, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(soul["running_request"], "work");
+    assert!(soul["running_started_at"].is_i64(), "{soul}");
+}
