@@ -449,3 +449,68 @@ async fn a_running_turn_shows_in_the_transcript_and_its_trace_by_engine_id() {
     assert_eq!(soul["running_request"], "work");
     assert!(soul["running_started_at"].is_i64(), "{soul}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_is_a_failed_block_and_the_model_goes_on() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::tool_call("no_such_tool", json!({"a": 1})));
+    llm.push(Script::text(&["Recovered."]));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "try").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(evs.last().unwrap().event, "turn.completed");
+    let out = evs.iter().find(|e| e.event == "block.output").unwrap();
+    assert!(out.data["error"].is_string(), "{:?}", out.data);
+    let second = &llm.requests()[1].body;
+    let tool_msg = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .expect("the failure goes back to the model");
+    assert!(
+        tool_msg["content"].to_string().contains("no_such_tool"),
+        "{tool_msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_tool_calls_each_get_a_block_and_a_result() {
+    for anthropic_style in [false, true] {
+        let llm = FixtureLlm::start().await;
+        llm.push(Script::ToolCalls(vec![
+            ("apropos".into(), json!({"pattern": "a"})),
+            ("doc".into(), json!({"name": "b"})),
+        ]));
+        llm.push(Script::text(&["Both done."]));
+        let opts = if anthropic_style {
+            anthropic(&llm)
+        } else {
+            Opts::openai(&llm)
+        };
+        let gw = Gateway::start(opts).await;
+        let sid = gw.create_session().await;
+        let mut sse = gw.events(&sid, -1).await;
+        gw.submit(&sid, "two tools").await;
+        let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+        assert_eq!(
+            evs.last().unwrap().event,
+            "turn.completed",
+            "anthropic={anthropic_style}"
+        );
+        let outs: Vec<&Event> = evs.iter().filter(|e| e.event == "block.output").collect();
+        assert_eq!(outs.len(), 2, "anthropic={anthropic_style}");
+        assert_ne!(outs[0].data["block_id"], outs[1].data["block_id"]);
+        assert_ne!(outs[0].data["tool_call_id"], outs[1].data["tool_call_id"]);
+        let second = llm.requests()[1].body["messages"].to_string();
+        let n = if anthropic_style {
+            second.matches("\"tool_result\"").count()
+        } else {
+            second.matches("\"role\":\"tool\"").count()
+        };
+        assert_eq!(n, 2, "anthropic={anthropic_style}: {second}");
+    }
+}
