@@ -244,6 +244,10 @@ async fn deleting_a_session_with_a_running_turn_cancels_it_and_closes_its_stream
     assert_eq!(status["running_turns"], 0, "{status}");
     let (_, l) = gw.get("/v1/sessions").await;
     assert!(!l.to_string().contains(&sid));
+    assert!(
+        gw.events_since(&sid, 0).await.is_empty(),
+        "its events are deleted too"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,4 +370,61 @@ async fn a_session_created_with_a_title_keeps_it() {
         l.to_string().contains(v["id"].as_str().unwrap()),
         "titled sessions are listed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_sessions_with_many_turns_each_settle_with_exactly_one_terminal_per_turn() {
+    let gw = Gateway::start(Opts::default()).await;
+    let mut sids = Vec::new();
+    for _ in 0..12 {
+        sids.push(gw.create_session().await);
+    }
+    let mut streams = Vec::new();
+    for sid in &sids {
+        streams.push(gw.events(sid, 0).await);
+    }
+    let gwr = &gw;
+    let mut futs = Vec::new();
+    for sid in &sids {
+        for i in 0..6 {
+            futs.push(async move { gwr.submit(sid, &format!("/help {i}")).await });
+        }
+    }
+    for (s, v) in futures::future::join_all(futs).await {
+        assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    }
+    for (sid, sse) in sids.iter().zip(streams.iter_mut()) {
+        let mut done = 0;
+        let mut last = 0;
+        while done < 6 {
+            let e = sse
+                .next_event(WAIT)
+                .await
+                .unwrap_or_else(|| panic!("{sid}: only {done} completions"));
+            if let Some(s) = e.seq() {
+                assert!(s > last, "{sid}: seq {s} after {last}");
+                last = s;
+            }
+            assert!(e.data["session_id"] == sid.as_str() || e.event == "subscription.ready");
+            if e.event == "turn.completed" {
+                done += 1;
+            }
+            assert_ne!(e.event, "turn.failed", "{:?}", e.data);
+        }
+    }
+    for sid in &sids {
+        gw.wait_idle(sid).await;
+        let stored = gw.events_since(sid, 0).await;
+        let t = types(&stored);
+        assert_eq!(
+            t.iter().filter(|x| *x == "turn.started").count(),
+            6,
+            "{sid}"
+        );
+        assert_eq!(
+            t.iter().filter(|x| *x == "turn.completed").count(),
+            6,
+            "{sid}"
+        );
+    }
 }

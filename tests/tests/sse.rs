@@ -398,6 +398,17 @@ async fn a_cursor_older_than_retention_gets_a_stream_gap_before_the_replay() {
     assert_eq!(gap.data["session_id"], sid.as_str());
     let first = sse.next_event(WAIT).await.unwrap();
     assert_eq!(first.seq(), Some(to + 1));
+    // the multiplexed stream signals the gap per session too
+    let other = gw.create_session().await;
+    let mut m = gw.events_multi(&format!("{sid}:2,{other}:0")).await;
+    let evs = m.drain_for(Duration::from_millis(600)).await;
+    let gap = evs
+        .iter()
+        .find(|e| e.event == "stream.gap")
+        .expect("stream.gap on /v1/events");
+    assert_eq!(gap.data["session_id"], sid.as_str());
+    assert_eq!(gap.data["from"], 3);
+    assert_eq!(gap.data["to"], to);
     // a cursor inside retention has no gap
     let mut sse = gw.events(&sid, hw - 3).await;
     sse.next_event(WAIT).await.unwrap();
