@@ -338,3 +338,51 @@ async fn seq_of_an_unknown_but_valid_sid_is_not_a_404() {
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v, json!({"seq": 0}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_over_the_advertised_caps_are_400_invalid_attachment() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let path = format!("/v1/sessions/{sid}/turns");
+    let big = "A".repeat(26_214_400 / 3 * 4 + 400);
+    for (name, att) in [
+        (
+            "too big",
+            json!({"filename": "a.png", "media_type": "image/png", "base64": big}),
+        ),
+        (
+            "no data",
+            json!({"filename": "a.png", "media_type": "image/png"}),
+        ),
+    ] {
+        let (s, v) = gw
+            .post(&path, json!({"request": "/help", "attachments": [att]}))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{name}: {v}");
+        assert_eq!(error_type(&v), "invalid-attachment", "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "gateway bug (minor, §10 Q7): POST /turns accepts attachments whose media type is not advertised in /v1/capabilities and whose base64 does not decode"]
+async fn attachments_of_unadvertised_types_or_bad_base64_are_refused() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let path = format!("/v1/sessions/{sid}/turns");
+    for (name, att) in [
+        (
+            "type",
+            json!({"filename": "x.exe", "media_type": "application/x-msdownload", "base64": "AAAA"}),
+        ),
+        (
+            "base64",
+            json!({"filename": "a.png", "media_type": "image/png", "base64": "!!not base64!!"}),
+        ),
+    ] {
+        let (s, v) = gw
+            .post(&path, json!({"request": "/help", "attachments": [att]}))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{name}: {v}");
+        assert_eq!(error_type(&v), "invalid-attachment", "{name}");
+    }
+}
