@@ -488,3 +488,43 @@ async fn the_token_is_reused_across_restarts_and_a_token_file_flag_moves_it() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "gateway bug (security): the Vis home is created 0755 and vis.db / -wal / -shm 0644, so other local users can read every transcript and stored secret handle"]
+async fn the_database_is_private_to_the_gateway_user() {
+    let dirs = Dirs::new();
+    let home = dirs.base.path().join("fresh-home");
+    let mut cmd = std::process::Command::new(binary());
+    cmd.arg("--home").arg(&home);
+    cmd.args(["start", "--port", "0", "--root"])
+        .arg(dirs.root());
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY");
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !home.join("gateway.json").exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0)
+    };
+    let home_private = mode(&home) & 0o077 == 0;
+    let mut open = Vec::new();
+    for f in ["vis.db", "vis.db-wal", "vis.db-shm"] {
+        let p = home.join(f);
+        if p.exists() && mode(&p) & 0o077 != 0 && !home_private {
+            open.push(format!("{f} {:o}", mode(&p)));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        open.is_empty(),
+        "home {:o}, readable by others: {open:?}",
+        mode(&home)
+    );
+}
