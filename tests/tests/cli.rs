@@ -155,3 +155,44 @@ async fn a_bad_config_file_fails_the_start_with_the_key_and_file_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("vis.yml") && err.contains("modle"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_stop_answers_then_the_gateway_exits_cleanly() {
+    let dirs = Dirs::new();
+    let mut gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let (s, v) = gw.post_empty("/v1/admin/stop").await;
+    assert_eq!(s, reqwest::StatusCode::OK, "{v}");
+    assert_eq!(v["stopping"], true);
+    assert_eq!(v["status"]["status"], "running");
+    let mut child = gw.child.take().unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "did not stop");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status}");
+    assert!(!dirs.registry().exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_and_help_answer_without_a_home() {
+    let dirs = Dirs::new();
+    let (code, out, _) = run_cli(&dirs, &["--version"]).await;
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("vis-gateway "), "{out}");
+    let (code, out, _) = run_cli(&dirs, &["start", "--help"]).await;
+    assert_eq!(code, Some(0));
+    for flag in [
+        "--host",
+        "--port",
+        "--require-token",
+        "--token-file",
+        "--pair",
+        "--root",
+    ] {
+        assert!(out.contains(flag), "{flag}: {out}");
+    }
+}
