@@ -428,3 +428,57 @@ async fn many_sessions_with_many_turns_each_settle_with_exactly_one_terminal_per
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_racing_fast_turns_never_double_land_or_wedge_the_session() {
+    let llm = FixtureLlm::start().await;
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    for i in 0..25 {
+        let key = format!("companion:race{i}");
+        let req = if i % 2 == 0 {
+            format!("/help {i}")
+        } else {
+            format!("echo {i}")
+        };
+        let (s, t) = gw.submit_keyed(&sid, &req, &key).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{t}");
+        let (s, v) = if i % 3 == 0 {
+            gw.post(
+                &format!("/v1/sessions/{sid}/cancel-current"),
+                json!({"idempotency_key": key}),
+            )
+            .await
+        } else {
+            gw.post_empty(&format!(
+                "/v1/sessions/{sid}/turns/{}/cancel",
+                t["turn_id"].as_str().unwrap()
+            ))
+            .await
+        };
+        assert!(
+            s == StatusCode::ACCEPTED || s == StatusCode::CONFLICT,
+            "{s}: {v}"
+        );
+        sse.collect_until("context.updated", WAIT).await;
+    }
+    gw.wait_idle(&sid).await;
+    let stored = gw.events_since(&sid, 0).await;
+    let mut per_turn: std::collections::HashMap<String, (usize, usize)> = Default::default();
+    for e in &stored {
+        let tid = e["turn_id"].as_str().unwrap_or("").to_string();
+        let ty = e["type"].as_str().unwrap();
+        if ty == "turn.started" {
+            per_turn.entry(tid).or_default().0 += 1;
+        } else if TERMINALS.contains(&ty) {
+            per_turn.entry(tid).or_default().1 += 1;
+        }
+    }
+    assert_eq!(per_turn.len(), 25);
+    assert!(per_turn.values().all(|v| *v == (1, 1)), "{per_turn:?}");
+    // and the session still works
+    gw.submit(&sid, "/help").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(evs.last().unwrap().event, "turn.completed");
+}
