@@ -36,6 +36,8 @@ pub enum CallError {
     Python(WireError),
     /// The call did not answer in time; the worker was killed.
     Timeout(Duration),
+    /// The worker stayed busy with other calls for longer than the caller would wait.
+    Busy(Duration),
     /// The worker process died during the call (crash, `os._exit`).
     Exited(String),
     /// The worker could not be started.
@@ -52,6 +54,10 @@ impl CallError {
             CallError::Timeout(d) => format!(
                 "the extension call timed out after {:.1} s; its worker was stopped and \
                  the next call starts a fresh one",
+                d.as_secs_f64()
+            ),
+            CallError::Busy(d) => format!(
+                "the extension worker stayed busy with other calls for more than {:.1} s",
                 d.as_secs_f64()
             ),
             CallError::Exited(why) => format!(
@@ -74,6 +80,7 @@ impl CallError {
         match self {
             CallError::Python(e) => &e.kind,
             CallError::Timeout(_) => "Timeout",
+            CallError::Busy(_) => "Busy",
             CallError::Exited(_) => "WorkerExited",
             CallError::Start(_) => "WorkerStart",
             CallError::Unavailable(_) => "Unavailable",
@@ -307,6 +314,27 @@ impl WorkerClient {
     /// One serialized call: starts (or replaces) the process when needed.
     pub async fn call(&self, ctx: CallCtx, op: &str, payload: Value, timeout: Duration) -> Outcome {
         let _turn = self.serial.lock().await;
+        let running = self.ensure().await?;
+        let result = running.request(ctx, op, payload, timeout).await;
+        if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
+            self.discard(&running);
+        }
+        result
+    }
+
+    /// [`Self::call`] that gives up (without touching the worker) when the worker stays busy
+    /// with other calls for longer than `wait`.
+    pub async fn call_waiting_at_most(
+        &self,
+        ctx: CallCtx,
+        op: &str,
+        payload: Value,
+        timeout: Duration,
+        wait: Duration,
+    ) -> Outcome {
+        let Ok(_turn) = tokio::time::timeout(wait, self.serial.lock()).await else {
+            return Err(CallError::Busy(wait));
+        };
         let running = self.ensure().await?;
         let result = running.request(ctx, op, payload, timeout).await;
         if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {

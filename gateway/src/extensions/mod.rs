@@ -223,6 +223,7 @@ impl ToolError {
         let kind = match &e {
             CallError::Python(_) => "python",
             CallError::Timeout(_) => "timeout",
+            CallError::Busy(_) => "busy",
             CallError::Exited(_) => "worker-exited",
             CallError::Start(_) => "worker-start",
             CallError::Unavailable(_) => "unavailable",
@@ -1440,17 +1441,16 @@ impl ExtensionHost {
     /// Runs one filter in the registration worker. A raise or a timeout DENIES.
     pub async fn run_one_filter(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
         let payload = json!({"file": file_str(&filter.file), "index": filter.index, "ctx": ctx});
-        match self
+        let limit = self.inner.cfg.filter_timeout;
+        // The limit also bounds waiting for the registration worker (a slow provider
+        // callback must not stall egress); only a filter that is itself running when the
+        // time is up gets its worker killed.
+        let outcome = self
             .inner
             .registration
-            .call(
-                CallCtx::default(),
-                "run_filter",
-                payload,
-                self.inner.cfg.filter_timeout,
-            )
-            .await
-        {
+            .call_waiting_at_most(CallCtx::default(), "run_filter", payload, limit, limit)
+            .await;
+        match outcome {
             Ok(v) if v.get("blocked").and_then(Value::as_bool) == Some(true) => Verdict::Deny {
                 extension: filter.extension.clone(),
                 reason: v

@@ -1264,3 +1264,45 @@ async fn an_abandoned_call_stops_its_worker_and_the_next_call_runs_fresh() {
     assert_ne!(f.host.session_worker_pid("s"), first);
     f.host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filter_waiting_behind_a_slow_provider_callback_denies_in_time_without_killing_it() {
+    let f = fixture_with(|c| c.filter_timeout = Duration::from_millis(500));
+    f.global(
+        "slow.py",
+        r#"
+import time
+import blockether.vis.extension as vis
+def slow_status():
+    time.sleep(1.5)
+    return vis.ProviderStatus(is_authenticated=True)
+vis.register(vis.Extension(name="slow", description="d",
+    providers=[vis.Provider(id="slow", label="Slow", status_fn=slow_status)],
+    network_filters=[vis.NetworkFilter(lambda ctx: None)]))
+"#,
+    );
+    f.host.reload(None).await;
+    let pid = f.host.registration_worker_pid();
+    let host = f.host.clone();
+    let status = tokio::spawn(async move {
+        host.provider_call("slow", "slow", "status_fn", vec![])
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let ctx = json!({"phase": "http", "method": "GET", "host": "h.test", "port": 80,
+                     "path": "/", "headers": {}});
+    match f.host.run_filter(&ctx).await {
+        Verdict::Deny { kind, reason, .. } => {
+            assert_eq!(kind, "filter-error");
+            assert!(reason.contains("stayed busy"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_millis(1200));
+    let status = status.await.expect("join").expect("status still answers");
+    assert_eq!(status["is_authenticated"], true);
+    assert_eq!(f.host.registration_worker_pid(), pid);
+    assert_eq!(f.host.run_filter(&ctx).await, Verdict::Allow);
+    f.host.shutdown().await;
+}
