@@ -679,3 +679,456 @@ pub async fn run_cli(dirs: &Dirs, args: &[&str]) -> (Option<i32>, String, String
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
 }
+
+// ---------------------------------------------------------------------------------------------
+// Egress proxy helpers (sandbox children, local origins, Python servers).
+// ---------------------------------------------------------------------------------------------
+
+/// What a finished child process printed.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// Writes `<root>/vis.yml` with `jail.network` = `network`, then starts a gateway on it.
+pub async fn start_with_network(network: Value, opts: Opts) -> Gateway {
+    let dirs = Dirs::new();
+    write_network_policy(&dirs.root(), &network);
+    Gateway::start_in(dirs, opts).await
+}
+
+/// `<root>/vis.yml` = `jail: {network: <json>}` (JSON is a YAML flow mapping).
+pub fn write_network_policy(root: &Path, network: &Value) {
+    std::fs::write(
+        root.join("vis.yml"),
+        format!("jail: {{network: {network}}}\n"),
+    )
+    .unwrap();
+}
+
+/// The usual local policy: only loopback names are allowed.
+pub fn loopback_policy() -> Value {
+    json!({"allowed_domains": ["127.0.0.1", "localhost"]})
+}
+
+impl Gateway {
+    /// `POST /v1/sessions {root}` → the new sid.
+    pub async fn create_session_at(&self, root: &Path) -> String {
+        let (s, v) = self
+            .post("/v1/sessions", json!({"channel": "web", "root": root}))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["id"].as_str().expect("id").to_string()
+    }
+
+    /// `POST /v1/sandbox/env {session_id}` → the JSON answer (`env`, `proxy_port`, `cwd`).
+    pub async fn sandbox_env(&self, sid: &str) -> Value {
+        let (s, v) = self
+            .post("/v1/sandbox/env", json!({"session_id": sid}))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v
+    }
+
+    /// The egress proxy's port (from the sandbox env endpoint).
+    pub async fn proxy_port(&self, sid: &str) -> u16 {
+        self.sandbox_env(sid).await["proxy_port"]
+            .as_u64()
+            .expect("proxy_port") as u16
+    }
+
+    /// `vis-gateway exec --session SID -- argv…` (bounded, 20 s).
+    ///
+    /// Diagnostic: with `VIS_TEST_PROXY_USERINFO_WORKAROUND=1` the child's HTTP proxy URLs are
+    /// rewritten from `http://<token>@…` to `http://<token>:@…` first (Python requests, pip and
+    /// git send no proxy credentials for a userinfo without a `:`).
+    pub async fn exec(&self, sid: &str, argv: &[&str]) -> Ran {
+        let mut args = vec!["exec", "--session", sid, "--"];
+        if std::env::var_os("VIS_TEST_PROXY_USERINFO_WORKAROUND").is_some() {
+            args.extend_from_slice(&["sh", "-c", "for v in http_proxy https_proxy HTTP_PROXY HTTPS_PROXY; do eval \"export $v=\\$(printf %s \\\"\\$$v\\\" | sed s/@/:@/)\"; done; exec \"$@\"", "sh"]);
+        }
+        args.extend_from_slice(argv);
+        self.run_exec(&args).await
+    }
+
+    /// `vis-gateway exec --root <root> -- argv…` (a new session per call).
+    pub async fn exec_in_root(&self, argv: &[&str]) -> Ran {
+        let root = self.dirs.root().to_string_lossy().to_string();
+        let mut args = vec!["exec", "--root", root.as_str(), "--"];
+        args.extend_from_slice(argv);
+        self.run_exec(&args).await
+    }
+
+    async fn run_exec(&self, args: &[&str]) -> Ran {
+        let mut cmd = tokio::process::Command::from(command(&self.dirs, &Opts::default()));
+        cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
+        let out = tokio::time::timeout(Duration::from_secs(20), cmd.output())
+            .await
+            .unwrap_or_else(|_| panic!("exec {args:?} did not finish within 20 s"))
+            .expect("run vis-gateway exec");
+        Ran {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+        }
+    }
+
+    /// `GET /v1/sessions/:sid/egress` → the decisions (newest first).
+    pub async fn egress(&self, sid: &str) -> Vec<Value> {
+        let (s, v) = self.get(format!("/v1/sessions/{sid}/egress")).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v["decisions"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Polls `…/egress` until at least `n` decisions are stored (bounded).
+    pub async fn wait_egress(&self, sid: &str, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let d = self.egress(sid).await;
+            if d.len() >= n {
+                return d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} egress decisions within {WAIT:?}: {d:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Submits a turn and waits (SSE, bounded) for its terminal event.
+    pub async fn run_turn(&self, sid: &str, request: &str) -> (Vec<Event>, Event) {
+        let mut sse = self.events(sid, -1).await;
+        let (s, v) = self.submit(sid, request).await;
+        assert!(s.is_success(), "{s} {v}");
+        let evs = sse
+            .collect_until_any(TERMINALS, Duration::from_secs(15))
+            .await;
+        let last = evs.last().cloned().unwrap();
+        (evs, last)
+    }
+}
+
+/// One request as a local origin saw it.
+#[derive(Debug, Clone)]
+pub struct OriginRequest {
+    pub method: String,
+    pub path: String,
+    /// Lower-case names.
+    pub headers: Vec<(String, String)>,
+}
+
+impl OriginRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A plain-HTTP origin on 127.0.0.1 that answers every request with
+/// `200 origin-ok <METHOD> <path>` and records what it received.
+pub struct Origin {
+    pub port: u16,
+    seen: Arc<std::sync::Mutex<Vec<OriginRequest>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Origin {
+    pub async fn start() -> Origin {
+        use axum::extract::{Request, State};
+        type Seen = Arc<std::sync::Mutex<Vec<OriginRequest>>>;
+        async fn any(State(seen): State<Seen>, req: Request) -> String {
+            let path = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.to_string())
+                .unwrap_or_default();
+            let method = req.method().to_string();
+            let headers = req
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_string(),
+                        v.to_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            seen.lock().unwrap().push(OriginRequest {
+                method: method.clone(),
+                path: path.clone(),
+                headers,
+            });
+            format!("origin-ok {method} {path}\n")
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen: Seen = Arc::default();
+        let app = axum::Router::new().fallback(any).with_state(seen.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Origin { port, seen, task }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn requests(&self) -> Vec<OriginRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The absolute path of the Python interpreter the tests run (resolved once).
+pub fn python() -> String {
+    static P: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 is required for the egress tests");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    })
+    .clone()
+}
+
+/// A tiny Python server: `static DIR` (files), `tls CERT KEY` (a fixed answer over TLS),
+/// `git ROOT` (`git http-backend` as CGI). Prints its port on the first line.
+pub const SERVE_PY: &str = r#"
+import functools, http.server, os, socketserver, ssl, subprocess, sys
+
+mode = sys.argv[1]
+
+class Quiet:
+    def log_message(self, *a):
+        pass
+
+class Static(Quiet, http.server.SimpleHTTPRequestHandler):
+    pass
+
+class Hello(Quiet, http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def answer(self):
+        n = int(self.headers.get('Content-Length') or 0)
+        if n:
+            self.rfile.read(n)
+        body = ('tls-origin-ok %s %s\n' % (self.command, self.path)).encode()
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/plain')
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = answer
+
+class Git(Quiet, http.server.BaseHTTPRequestHandler):
+    def cgi(self):
+        path, _, query = self.path.partition('?')
+        n = int(self.headers.get('Content-Length') or 0)
+        body = self.rfile.read(n) if n else b''
+        env = dict(os.environ, GIT_PROJECT_ROOT=sys.argv[2], GIT_HTTP_EXPORT_ALL='1',
+                   REQUEST_METHOD=self.command, PATH_INFO=path, QUERY_STRING=query,
+                   CONTENT_TYPE=self.headers.get('Content-Type', ''),
+                   CONTENT_LENGTH=str(len(body)), REMOTE_ADDR='127.0.0.1')
+        if self.headers.get('Content-Encoding'):
+            env['HTTP_CONTENT_ENCODING'] = self.headers['Content-Encoding']
+        if self.headers.get('Git-Protocol'):
+            env['GIT_PROTOCOL'] = self.headers['Git-Protocol']
+        out = subprocess.run(['git', 'http-backend'], input=body, env=env,
+                             capture_output=True).stdout
+        sep = b'\r\n\r\n' if b'\r\n\r\n' in out else b'\n\n'
+        head, _, rest = out.partition(sep)
+        status, headers = 200, []
+        for line in head.decode().splitlines():
+            k, _, v = line.partition(':')
+            if k.lower() == 'status':
+                status = int(v.strip().split()[0])
+            elif k:
+                headers.append((k, v.strip()))
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header('Content-Length', str(len(rest)))
+        self.end_headers()
+        self.wfile.write(rest)
+    do_GET = do_POST = cgi
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+if mode == 'static':
+    handler = functools.partial(Static, directory=sys.argv[2])
+elif mode == 'tls':
+    handler = Hello
+else:
+    handler = Git
+srv = Server(('127.0.0.1', 0), handler)
+if mode == 'tls':
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+/// A running `SERVE_PY` server; killed on drop.
+pub struct PyServer {
+    pub port: u16,
+    child: Child,
+    _script: TempDir,
+}
+
+impl PyServer {
+    pub fn start(args: &[&str]) -> PyServer {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("serve.py");
+        std::fs::write(&script, SERVE_PY).unwrap();
+        let mut child = Command::new(python())
+            .arg(&script)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn python server");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("python server {args:?} did not start"));
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("python server {args:?} printed {line:?}"));
+        PyServer {
+            port,
+            child,
+            _script: dir,
+        }
+    }
+}
+
+impl Drop for PyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a command to completion and panics unless it succeeds.
+pub fn run_ok(program: &str, args: &[&str], cwd: &Path) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// A test CA and a leaf for `localhost` / `127.0.0.1` signed by it (openssl CLI).
+/// Returns (ca.pem, leaf.pem, leaf.key).
+pub fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |n: &str| dir.join(n).to_string_lossy().to_string();
+    run_ok(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &p("ca.key"),
+            "-out",
+            &p("ca.pem"),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=vis egress test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+        dir,
+    );
+    run_ok(
+        "openssl",
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &p("leaf.key"),
+            "-out",
+            &p("leaf.csr"),
+            "-subj",
+            "/CN=localhost",
+        ],
+        dir,
+    );
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    run_ok(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &p("leaf.csr"),
+            "-CA",
+            &p("ca.pem"),
+            "-CAkey",
+            &p("ca.key"),
+            "-CAcreateserial",
+            "-out",
+            &p("leaf.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            &p("leaf.ext"),
+        ],
+        dir,
+    );
+    (
+        dir.join("ca.pem"),
+        dir.join("leaf.pem"),
+        dir.join("leaf.key"),
+    )
+}

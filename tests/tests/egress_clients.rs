@@ -1,0 +1,357 @@
+//! Real clients (curl, Python requests/httpx, git, pip) run as sandbox children through
+//! `vis-gateway exec`: their traffic goes through the session's egress proxy.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_reaches_a_local_origin_and_gets_403_with_the_error_kind_for_a_denied_host() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+
+    let url = format!("{}/hello?x=1", origin.url());
+    let ok = gw.exec(&sid, &["curl", "-sS", "-i", &url]).await;
+    assert!(ok.ok(), "{ok:?}");
+    assert!(ok.stdout.starts_with("HTTP/1.1 200"), "{ok:?}");
+    assert!(ok.stdout.contains("origin-ok GET /hello?x=1"), "{ok:?}");
+    let seen = origin.requests();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].header("proxy-authorization").is_none(),
+        "the proxy token leaked to the origin: {seen:?}"
+    );
+
+    let denied = gw
+        .exec(&sid, &["curl", "-sS", "-i", "http://example.com/"])
+        .await;
+    assert!(denied.ok(), "{denied:?}");
+    let head = denied.stdout.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 403"), "{denied:?}");
+    assert!(
+        head.contains("x-vis-egress-error: blocked-by-allowlist"),
+        "{denied:?}"
+    );
+    assert!(
+        denied.stdout.contains("host not permitted: example.com"),
+        "{denied:?}"
+    );
+    assert_eq!(origin.requests().len(), 1);
+}
+
+#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_uses_the_proxy_from_the_environment() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let code = format!(
+        "import requests\n\
+         r = requests.get('{}/from-requests', timeout=10)\n\
+         print(r.status_code, r.text.strip())\n\
+         d = requests.get('http://example.com/', timeout=10)\n\
+         print(d.status_code, d.headers.get('X-Vis-Egress-Error'))\n",
+        origin.url()
+    );
+    let py = python();
+    let out = gw.exec(&sid, &[&py, "-c", &code]).await;
+    assert!(out.ok(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "200 origin-ok GET /from-requests",
+            "403 blocked-by-allowlist"
+        ],
+        "{out:?}"
+    );
+    assert_eq!(origin.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_httpx_uses_the_proxy_from_the_environment() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let code = format!(
+        "import httpx\n\
+         r = httpx.get('{}/from-httpx', timeout=10)\n\
+         print(r.status_code, r.text.strip())\n\
+         d = httpx.get('http://example.com/', timeout=10)\n\
+         print(d.status_code, d.headers.get('X-Vis-Egress-Error'))\n",
+        origin.url()
+    );
+    let py = python();
+    let out = gw.exec(&sid, &[&py, "-c", &code]).await;
+    assert!(out.ok(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["200 origin-ok GET /from-httpx", "403 blocked-by-allowlist"],
+        "{out:?}"
+    );
+    assert_eq!(origin.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_is_intercepted_and_verified_upstream_against_the_operator_ca() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, leaf, key) = test_pki(pki.path());
+    let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
+    // A read-only rule makes the proxy look inside TLS (decision P5).
+    let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
+                        "rules": [{"host": "localhost", "access": "read-only"}]});
+    let gw = start_with_network(
+        policy,
+        Opts::default().env("VIS_SYSTEM_CA_CERT", ca.to_str().unwrap()),
+    )
+    .await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let url = format!("https://localhost:{}/secure?q=1", tls.port);
+
+    let get = gw.exec(&sid, &["curl", "-sS", "-i", &url]).await;
+    assert!(get.ok(), "{get:?}");
+    assert!(
+        get.stdout.contains("tls-origin-ok GET /secure?q=1"),
+        "{get:?}"
+    );
+
+    let post = gw
+        .exec(&sid, &["curl", "-sS", "-i", "-X", "POST", "-d", "x", &url])
+        .await;
+    assert!(post.ok(), "{post:?}");
+    let lower = post.stdout.to_ascii_lowercase();
+    // The inner status line (HTTP/2 through ALPN `h2`, or HTTP/1.1).
+    assert!(
+        lower.contains("\r\nhttp/2 403") || lower.contains("\r\nhttp/1.1 403"),
+        "{post:?}"
+    );
+    assert!(
+        lower.contains("x-vis-egress-error: blocked-by-method-policy"),
+        "{post:?}"
+    );
+    assert!(!post.stdout.contains("tls-origin-ok"), "{post:?}");
+
+    // httpx trusts the gateway CA through SSL_CERT_FILE.
+    let code = format!(
+        "import httpx\nr = httpx.get('{url}', timeout=10)\nprint(r.status_code, r.text.strip())\n"
+    );
+    let py = python();
+    let out = gw.exec(&sid, &[&py, "-c", &code]).await;
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        "200 tls-origin-ok GET /secure?q=1",
+        "{out:?}"
+    );
+
+    let decisions = gw.wait_egress(&sid, 3).await;
+    let inner: Vec<_> = decisions
+        .iter()
+        .filter(|d| d["is_intercepted"] == json!(true))
+        .collect();
+    assert!(
+        inner
+            .iter()
+            .any(|d| d["decision"] == "allow" && d["method"] == "GET"),
+        "{decisions:?}"
+    );
+    assert!(
+        inner.iter().any(|d| d["decision"] == "deny"
+            && d["method"] == "POST"
+            && d["error_kind"] == "blocked-by-method-policy"),
+        "{decisions:?}"
+    );
+}
+
+#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_trusts_the_gateway_ca_for_intercepted_https() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, leaf, key) = test_pki(pki.path());
+    let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
+    let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
+                        "rules": [{"host": "localhost", "access": "read-only"}]});
+    let gw = start_with_network(
+        policy,
+        Opts::default().env("VIS_SYSTEM_CA_CERT", ca.to_str().unwrap()),
+    )
+    .await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let url = format!("https://localhost:{}/secure?q=1", tls.port);
+    // Python requests trusts the gateway CA through REQUESTS_CA_BUNDLE.
+    let code = format!(
+        "import requests\nr = requests.get('{url}', timeout=10)\nprint(r.status_code, r.text.strip())\n"
+    );
+    let py = python();
+    let out = gw.exec(&sid, &[&py, "-c", &code]).await;
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        "200 tls-origin-ok GET /secure?q=1",
+        "{out:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_origin_whose_ca_the_gateway_does_not_trust_is_refused() {
+    let pki = tempfile::tempdir().unwrap();
+    let (_ca, leaf, key) = test_pki(pki.path());
+    let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
+    let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
+                        "rules": [{"host": "localhost", "access": "read-only"}]});
+    // No VIS_SYSTEM_CA_CERT: upstream verification must fail.
+    let gw = start_with_network(policy, Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let url = format!("https://localhost:{}/secure", tls.port);
+    let out = gw.exec(&sid, &["curl", "-sS", "-i", &url]).await;
+    assert!(!out.stdout.contains("tls-origin-ok"), "{out:?}");
+}
+
+#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_clones_over_http_from_a_local_http_backend() {
+    let work = tempfile::tempdir().unwrap();
+    let srv_root = work.path().join("srv");
+    std::fs::create_dir_all(&srv_root).unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let git = |args: &[&str], cwd: &std::path::Path| run_ok("git", args, cwd);
+    git(&["init", "-q", "-b", "main", "."], &src);
+    std::fs::write(src.join("README.md"), "cloned through the egress proxy\n").unwrap();
+    git(&["add", "README.md"], &src);
+    git(
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "commit",
+            "-q",
+            "-m",
+            "first",
+        ],
+        &src,
+    );
+    git(
+        &["clone", "-q", "--bare", src.to_str().unwrap(), "repo.git"],
+        &srv_root,
+    );
+    let server = PyServer::start(&["git", srv_root.to_str().unwrap()]);
+
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let dest = work.path().join("clone");
+    let url = format!("http://127.0.0.1:{}/repo.git", server.port);
+    let out = gw
+        .exec(&sid, &["git", "clone", "-q", &url, dest.to_str().unwrap()])
+        .await;
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(dest.join("README.md")).unwrap(),
+        "cloned through the egress proxy\n"
+    );
+    let decisions = gw.wait_egress(&sid, 2).await;
+    assert!(
+        decisions.iter().all(|d| d["decision"] == "allow"),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["path"].as_str().unwrap_or("").contains("git-upload-pack")),
+        "{decisions:?}"
+    );
+}
+
+/// A minimal pure-Python wheel, built with the standard library only.
+const BUILD_WHEEL_PY: &str = r#"
+import base64, hashlib, sys, zipfile
+out = sys.argv[1]
+name, ver = 'vis_egress_probe', '0.1'
+files = {
+    'vis_egress_probe/__init__.py': 'VALUE = "installed through the egress proxy"\n',
+    f'{name}-{ver}.dist-info/METADATA': f'Metadata-Version: 2.1\nName: vis-egress-probe\nVersion: {ver}\n',
+    f'{name}-{ver}.dist-info/WHEEL': 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n',
+}
+record = []
+with zipfile.ZipFile(out, 'w') as z:
+    for path, text in files.items():
+        data = text.encode()
+        z.writestr(path, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()
+        record.append(f'{path},sha256={digest},{len(data)}')
+    record.append(f'{name}-{ver}.dist-info/RECORD,,')
+    z.writestr(f'{name}-{ver}.dist-info/RECORD', '\n'.join(record) + '\n')
+"#;
+
+#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pip_installs_a_package_from_a_local_index() {
+    let work = tempfile::tempdir().unwrap();
+    let index = work.path().join("index");
+    let pkg_dir = index.join("simple").join("vis-egress-probe");
+    std::fs::create_dir_all(&pkg_dir).unwrap();
+    let wheel_name = "vis_egress_probe-0.1-py3-none-any.whl";
+    let script = work.path().join("build_wheel.py");
+    std::fs::write(&script, BUILD_WHEEL_PY).unwrap();
+    run_ok(
+        &python(),
+        &[
+            script.to_str().unwrap(),
+            pkg_dir.join(wheel_name).to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    std::fs::write(
+        index.join("simple").join("index.html"),
+        "<html><body><a href=\"vis-egress-probe/\">vis-egress-probe</a></body></html>\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pkg_dir.join("index.html"),
+        format!("<html><body><a href=\"{wheel_name}\">{wheel_name}</a></body></html>\n"),
+    )
+    .unwrap();
+    let server = PyServer::start(&["static", index.to_str().unwrap()]);
+
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let target = work.path().join("site");
+    let index_url = format!("http://127.0.0.1:{}/simple/", server.port);
+    let py = python();
+    let out = gw
+        .exec(
+            &sid,
+            &[
+                &py,
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-cache-dir",
+                "--no-input",
+                "--index-url",
+                &index_url,
+                "--no-deps",
+                "--target",
+                target.to_str().unwrap(),
+                "vis-egress-probe",
+            ],
+        )
+        .await;
+    assert!(out.ok(), "{out:?}");
+    let installed =
+        std::fs::read_to_string(target.join("vis_egress_probe").join("__init__.py")).unwrap();
+    assert!(installed.contains("installed through the egress proxy"));
+    let decisions = gw.wait_egress(&sid, 2).await;
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["decision"] == "allow"
+                && d["path"].as_str().unwrap_or("").ends_with(".whl")),
+        "{decisions:?}"
+    );
+}
