@@ -238,58 +238,148 @@ async fn require_token_on_loopback_answers_401_without_and_200_with_either_carri
     assert_eq!(r.status(), StatusCode::OK);
 }
 
-/// Every route of the table, with concrete ids. `sse` marks streaming routes.
+/// Every gated route of the table as `(method, template)`; `{sid}` is a real session, the
+/// other ids are unknown UUIDs. Kept in step with the source by the coverage test below.
+const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/admin/status"),
+    ("GET", "/v1/sessions"),
+    ("POST", "/v1/sessions"),
+    ("GET", "/v1/sessions/{sid}"),
+    ("POST", "/v1/sessions/{sid}/release"),
+    ("GET", "/v1/sessions/{sid}/transcript"),
+    ("GET", "/v1/sessions/{sid}/model"),
+    ("GET", "/v1/sessions/{sid}/slashes"),
+    ("GET", "/v1/sessions/{sid}/egress"),
+    ("GET", "/v1/sessions/{sid}/artifacts"),
+    ("GET", "/v1/sessions/{sid}/turns"),
+    ("POST", "/v1/sessions/{sid}/turns"),
+    ("GET", "/v1/sessions/{sid}/turns/{tid}"),
+    ("PATCH", "/v1/sessions/{sid}/turns/{tid}"),
+    ("DELETE", "/v1/sessions/{sid}/turns/{tid}"),
+    ("POST", "/v1/sessions/{sid}/turns/{tid}/cancel"),
+    ("GET", "/v1/sessions/{sid}/turns/{tid}/trace"),
+    ("GET", "/v1/sessions/{sid}/turns/{tid}/attachments"),
+    ("POST", "/v1/sessions/{sid}/cancel-current"),
+    ("POST", "/v1/sessions/{sid}/resume-queue"),
+    ("POST", "/v1/sessions/{sid}/drain-queue"),
+    ("GET", "/v1/sessions/{sid}/events"),
+    ("GET", "/v1/events"),
+    ("GET", "/v1/sessions/{sid}/events-since"),
+    ("GET", "/v1/sessions/{sid}/seq"),
+    ("GET", "/v1/sessions/{sid}/human-input"),
+    ("GET", "/v1/sessions/{sid}/human-input/live"),
+    ("GET", "/v1/sessions/{sid}/human-input/live/{vid}/log/{nid}"),
+    (
+        "POST",
+        "/v1/sessions/{sid}/human-input/live/{vid}/actions/focus",
+    ),
+    (
+        "POST",
+        "/v1/sessions/{sid}/human-input/live/{vid}/actions/interrupt",
+    ),
+    (
+        "POST",
+        "/v1/sessions/{sid}/human-input/{rid}/actions/submit",
+    ),
+    (
+        "POST",
+        "/v1/sessions/{sid}/human-input/{rid}/actions/cancel",
+    ),
+    ("GET", "/v1/extensions"),
+    ("GET", "/v1/router"),
+    ("GET", "/v1/settings"),
+    ("GET", "/v1/settings/{id}"),
+    ("GET", "/v1/devices"),
+    ("GET", "/v1/fs"),
+    ("POST", "/v1/sandbox/env"),
+    ("DELETE", "/v1/sessions/{sid}"),
+];
+
+/// Routes checked elsewhere (open, token-only, or stopping the gateway).
+const SPECIAL: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/v1/capabilities"),
+    ("GET", "/metrics"),
+    ("POST", "/v1/admin/stop"),
+];
+
+fn fill(template: &str, sid: &str) -> String {
+    let path = template
+        .replace("{sid}", sid)
+        .replace("{tid}", "00000000-0000-4000-8000-000000000001")
+        .replace("{vid}", "00000000-0000-4000-8000-000000000002")
+        .replace("{rid}", "00000000-0000-4000-8000-000000000003")
+        .replace("{nid}", "n1")
+        .replace("{id}", "reasoning_level");
+    if path == "/v1/events" {
+        format!("/v1/events?sids={sid}")
+    } else {
+        path
+    }
+}
+
 fn route_table(sid: &str) -> Vec<(Method, String)> {
-    let t = "00000000-0000-4000-8000-000000000001";
-    let v = "00000000-0000-4000-8000-000000000002";
-    let s = |p: &str| format!("/v1/sessions/{sid}{p}");
-    vec![
-        (Method::GET, "/v1/admin/status".into()),
-        (Method::GET, "/v1/sessions".into()),
-        (Method::POST, "/v1/sessions".into()),
-        (Method::GET, s("")),
-        (Method::POST, s("/release")),
-        (Method::GET, s("/transcript")),
-        (Method::GET, s("/model")),
-        (Method::GET, s("/slashes")),
-        (Method::GET, s("/egress")),
-        (Method::GET, s("/artifacts")),
-        (Method::GET, s("/turns")),
-        (Method::POST, s("/turns")),
-        (Method::GET, s(&format!("/turns/{t}"))),
-        (Method::PATCH, s(&format!("/turns/{t}"))),
-        (Method::DELETE, s(&format!("/turns/{t}"))),
-        (Method::POST, s(&format!("/turns/{t}/cancel"))),
-        (Method::GET, s(&format!("/turns/{t}/trace"))),
-        (Method::GET, s(&format!("/turns/{t}/attachments"))),
-        (Method::POST, s("/cancel-current")),
-        (Method::POST, s("/resume-queue")),
-        (Method::POST, s("/drain-queue")),
-        (Method::GET, s("/events")),
-        (Method::GET, format!("/v1/events?sids={sid}")),
-        (Method::GET, s("/events-since")),
-        (Method::GET, s("/seq")),
-        (Method::GET, s("/human-input")),
-        (Method::GET, s("/human-input/live")),
-        (Method::GET, s(&format!("/human-input/live/{v}/log/n1"))),
-        (
-            Method::POST,
-            s(&format!("/human-input/live/{v}/actions/focus")),
-        ),
-        (
-            Method::POST,
-            s(&format!("/human-input/live/{v}/actions/interrupt")),
-        ),
-        (Method::POST, s(&format!("/human-input/{v}/actions/submit"))),
-        (Method::POST, s(&format!("/human-input/{v}/actions/cancel"))),
-        (Method::GET, "/v1/extensions".into()),
-        (Method::GET, "/v1/router".into()),
-        (Method::GET, "/v1/settings".into()),
-        (Method::GET, "/v1/settings/reasoning_level".into()),
-        (Method::GET, "/v1/devices".into()),
-        (Method::GET, "/v1/fs".into()),
-        (Method::DELETE, s("")),
-    ]
+    ROUTES
+        .iter()
+        .map(|(m, t)| (Method::from_bytes(m.as_bytes()).unwrap(), fill(t, sid)))
+        .collect()
+}
+
+/// `(METHOD, path)` pairs of every `.route(...)` in companion-api/src/routes/mod.rs.
+fn source_routes() -> Vec<(String, String)> {
+    let src = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../companion-api/src/routes/mod.rs"),
+    )
+    .expect("route table source");
+    let mut out = Vec::new();
+    let mut rest = src.as_str();
+    while let Some(i) = rest.find(".route(") {
+        rest = &rest[i + ".route(".len()..];
+        // the call's text up to its balanced closing paren
+        let mut depth = 1;
+        let mut end = 0;
+        for (j, c) in rest.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = j;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let call = &rest[..end];
+        let path = call.split('"').nth(1).unwrap_or("").to_string();
+        for verb in ["get", "post", "patch", "delete", "put"] {
+            let needle = format!("{verb}(");
+            let found = call.match_indices(&needle).any(|(k, _)| {
+                k == 0
+                    || !call.as_bytes()[k - 1].is_ascii_alphanumeric()
+                        && call.as_bytes()[k - 1] != b'_'
+            });
+            if found {
+                out.push((verb.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_route_walk_covers_every_route_of_the_source_table() {
+    let routes = source_routes();
+    assert!(routes.len() >= 40, "{routes:?}");
+    let known: Vec<(String, String)> = ROUTES
+        .iter()
+        .chain(SPECIAL)
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    let missing: Vec<_> = routes.iter().filter(|r| !known.contains(r)).collect();
+    assert!(missing.is_empty(), "add these to ROUTES: {missing:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
