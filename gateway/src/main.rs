@@ -44,6 +44,9 @@ enum Cmd {
     Exec(cli::client::ExecArgs),
     /// Run only the egress proxy, from a policy file.
     Proxy(cli::client::ProxyArgs),
+    /// Python extensions of the running gateway.
+    #[command(subcommand)]
+    Extension(cli::client::ExtensionCmd),
     /// Internal: an extension worker process (embedded CPython), driven by the gateway.
     #[command(hide = true)]
     Worker(extensions::worker::WorkerArgs),
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         Cmd::Pair => cli::client::pair(args.home),
         Cmd::Exec(a) => cli::client::exec(args.home, a),
         Cmd::Proxy(a) => cli::client::proxy(a),
+        Cmd::Extension(c) => cli::client::extension(args.home, c),
         Cmd::Worker(a) => extensions::worker::run(args.home, a),
     };
     match result {

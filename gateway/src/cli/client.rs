@@ -223,3 +223,101 @@ pub fn proxy(args: ProxyArgs) -> Result<ExitCode> {
     })?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ExtensionCmd {
+    /// List loaded extensions (with symbols, slash commands, hooks, filters, providers) and load failures.
+    List {
+        /// Include this project's extensions (default: the current directory).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// Print the raw JSON answer of `GET /v1/extensions`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `vis-gateway extension list`.
+pub fn extension(home: Option<PathBuf>, cmd: ExtensionCmd) -> Result<ExitCode> {
+    let ExtensionCmd::List { root, json } = cmd;
+    let home = Home::resolve(home)?;
+    let Some(reg) = running(&home) else {
+        bail!("no gateway is running for {}", home.dir.display())
+    };
+    let root = match root {
+        Some(r) => r,
+        None => std::env::current_dir()?,
+    };
+    let q: String = form_urlencoded::byte_serialize(root.to_string_lossy().as_bytes()).collect();
+    let (status, text) = request(&reg, "GET", &format!("/v1/extensions?root={q}"), "")?;
+    if status != 200 {
+        bail!("GET /v1/extensions answered {status}: {text}");
+    }
+    if json {
+        println!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    let empty = vec![];
+    let exts = v["extensions"].as_array().unwrap_or(&empty);
+    let failures = v["failures"].as_array().unwrap_or(&empty);
+    if exts.is_empty() && failures.is_empty() {
+        println!(
+            "no extensions (global: {}/extensions, project: {}/.vis/extensions)",
+            home.dir.display(),
+            root.display()
+        );
+    }
+    for e in exts {
+        let names = |k: &str, field: &str| -> String {
+            e[k].as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x[field].as_str().or(x.as_str()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
+        println!(
+            "{} ({}, {}){}",
+            e["name"].as_str().unwrap_or("?"),
+            e["scope"].as_str().unwrap_or("?"),
+            e["file"].as_str().unwrap_or("?"),
+            if e["is_stale"].as_bool() == Some(true) {
+                " [stale: last good version]"
+            } else {
+                ""
+            }
+        );
+        for (label, key, field) in [
+            ("symbols", "symbols", "name"),
+            ("slash commands", "slash_commands", "name"),
+            ("hooks", "op_hooks", "op"),
+            ("providers", "providers", "id"),
+        ] {
+            let list = names(key, field);
+            if !list.is_empty() {
+                println!("  {label}: {list}");
+            }
+        }
+    }
+    for f in failures {
+        println!(
+            "FAILED {}: {}",
+            f["file"].as_str().unwrap_or("?"),
+            f["error"]
+                .as_str()
+                .or(f["error"]["message"].as_str())
+                .unwrap_or("?")
+        );
+        if let Some(tb) = f["traceback"].as_str().or(f["error"]["traceback"].as_str()) {
+            println!("{}", tb.trim_end());
+        }
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -119,6 +119,10 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         env_usize("VIS_GATEWAY_EVENT_RING_MAX", 2000) as i64,
     )
     .await?;
+    let loaded = gw.extensions.reload(None).await;
+    for f in &loaded.failures {
+        tracing::warn!(file = %f.file.display(), error = %f.error.message, "extension failed to load");
+    }
     let recovered = gw.recover().await?;
     if recovered > 0 {
         tracing::warn!(
@@ -143,9 +147,15 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         } else {
             None
         };
-    let sandbox =
-        crate::sandbox::Sandbox::start(&home.dir, gw.bus.clone(), gw.store.clone(), vec![port])
-            .await?;
+    let filters = Arc::new(crate::engine::ext::HostFilters(gw.extensions.clone()));
+    let sandbox = crate::sandbox::Sandbox::start(
+        &home.dir,
+        gw.bus.clone(),
+        gw.store.clone(),
+        vec![port],
+        filters,
+    )
+    .await?;
     let proxy_port = sandbox.port();
     gw.set_sandbox(Arc::new(sandbox));
     tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");

@@ -146,6 +146,7 @@ impl Engine for Api {
         if let Some(sb) = g.sandbox.get() {
             sb.tokens.revoke(sid);
         }
+        g.extensions.stop_session(sid).await;
         let id = sid.to_string();
         let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
     }
@@ -316,8 +317,9 @@ impl Engine for Api {
     }
 
     async fn slashes(&self, sid: &str) -> ApiResult<Value> {
-        self.0.session(sid).await?;
-        Ok(self.0.slash_palette())
+        let shared = self.0.session(sid).await?;
+        let root = std::path::PathBuf::from(shared.lock().row.root.clone());
+        Ok(self.0.slash_palette(&root).await)
     }
 
     async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<Value> {
@@ -343,8 +345,11 @@ impl Engine for Api {
         Ok(json!({"decisions": decisions, "has_more": has_more, "next_before": next_before}))
     }
 
-    async fn extensions(&self, _root: Option<String>) -> ApiResult<Value> {
-        Ok(json!({"extensions": [], "failures": []}))
+    async fn extensions(&self, root: Option<String>) -> ApiResult<Value> {
+        let root = root
+            .filter(|r| !r.trim().is_empty())
+            .map(std::path::PathBuf::from);
+        Ok(self.0.extensions.list(root.as_deref()).await)
     }
 
     async fn router(&self) -> ApiResult<Value> {

@@ -140,7 +140,6 @@ impl Gateway {
         let now = now_ms();
         t.status = Status::Streaming;
         t.started_at = Some(now);
-        t.is_slash = self.is_slash(&t.request);
         let row = &mut st.row;
         row.turn_count += 1;
         row.modified_at = Some(now);
@@ -244,7 +243,7 @@ impl Gateway {
         let Ok(shared) = self.session(&l.sid).await else {
             return Terminal::Cancelled;
         };
-        let (request, model, root, is_slash) = {
+        let (request, model, root) = {
             let st = shared.lock();
             let Some(r) = &st.running else {
                 return Terminal::Cancelled;
@@ -253,10 +252,17 @@ impl Gateway {
                 r.turn.request.clone(),
                 r.turn.model.clone(),
                 st.row.root.clone(),
-                r.turn.is_slash,
             )
         };
-        if is_slash {
+        if self.is_slash(&request, std::path::Path::new(&root)).await {
+            if let Some(r) = shared
+                .lock()
+                .running
+                .as_mut()
+                .filter(|r| r.turn.tid == l.tid)
+            {
+                r.turn.is_slash = true;
+            }
             return self.run_slash(&l.sid, &l.tid, &request, &root).await;
         }
         let picked = self.providers.read().pick(model.as_deref());
@@ -268,6 +274,7 @@ impl Gateway {
         };
         let mut messages = self.history(&l.sid).await;
         messages.push(ChatMessage::User { text: request });
+        let (tools, prompts) = self.turn_tools(&l.sid, std::path::Path::new(&root)).await;
         let ctx = RunCtx {
             gw: self.clone(),
             sid: l.sid.clone(),
@@ -276,7 +283,7 @@ impl Gateway {
             progress: l.progress.clone(),
             cancel: l.cancel.clone(),
         };
-        match runner::run(&ctx, client, model, messages, self.tools()).await {
+        match runner::run(&ctx, client, model, messages, tools, &prompts).await {
             Outcome::Completed { content } => Terminal::Completed { content },
             Outcome::Failed { code, message } => Terminal::Failed {
                 code: code.into(),

@@ -7,6 +7,7 @@
 
 mod api;
 mod coalesce;
+pub mod ext;
 mod lifecycle;
 pub mod runner;
 mod slash;
@@ -17,11 +18,12 @@ pub use api::Api;
 
 use crate::bus::Bus;
 use crate::config::Config;
+use crate::extensions::{ExtensionHost, HostConfig, SessionCtx};
 use crate::home::Home;
 use crate::providers::Router;
 use crate::store::rows::{self, SessionRow};
 use crate::store::Store;
-use crate::tools::{Apropos, Catalog, Doc, EmptyCatalog, Tool};
+use crate::tools::Tool;
 use parking_lot::{Mutex, RwLock};
 use runner::Progress;
 use std::collections::{HashMap, VecDeque};
@@ -70,7 +72,8 @@ pub struct Gateway {
     pub default_root: PathBuf,
     pub config: RwLock<Config>,
     pub providers: RwLock<Router>,
-    pub catalog: Arc<dyn Catalog>,
+    /// The Python extension host (workers, catalog, hooks, filters).
+    pub extensions: ExtensionHost,
     pub extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
     sessions: Mutex<HashMap<String, Arc<Mutex<SessionState>>>>,
     permits: Arc<Semaphore>,
@@ -97,6 +100,18 @@ impl Gateway {
         let providers = Router::from_config(&config)?;
         let max_ord = store.call(rows::max_turn_ord).await?;
         let bus = Arc::new(Bus::new(store.clone(), retain));
+        let mut host_cfg = HostConfig::new(home.dir.clone());
+        let (home_dir, fallback_root) = (home.dir.clone(), default_root.clone());
+        host_cfg.environment = Arc::new(move |project: Option<&std::path::Path>| {
+            crate::config::load(&home_dir, project.unwrap_or(&fallback_root))
+                .map(|c| c.environment)
+                .unwrap_or_default()
+        });
+        let extensions = ExtensionHost::new(
+            host_cfg,
+            Arc::new(ext::SqliteState(store.clone())),
+            Arc::new(ext::BusEvents(bus.clone())),
+        );
         Ok(Arc::new(Gateway {
             store,
             bus,
@@ -104,7 +119,7 @@ impl Gateway {
             default_root,
             config: RwLock::new(config),
             providers: RwLock::new(providers),
-            catalog: Arc::new(EmptyCatalog),
+            extensions,
             extra_tools: RwLock::new(Vec::new()),
             sessions: Mutex::new(HashMap::new()),
             permits: Arc::new(Semaphore::new(concurrency)),
@@ -140,14 +155,53 @@ impl Gateway {
         self.next_ord.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Tools offered to a model turn.
-    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        let mut t: Vec<Arc<dyn Tool>> = vec![
-            Arc::new(Apropos(self.catalog.clone())),
-            Arc::new(Doc(self.catalog.clone())),
+    /// The extension host's view of a session.
+    pub fn session_ctx(sid: &str, root: &std::path::Path) -> SessionCtx {
+        SessionCtx {
+            id: sid.to_string(),
+            project_root: Some(root.to_path_buf()),
+            workspace_root: root.to_path_buf(),
+        }
+    }
+
+    /// Tools of a model turn and the extensions' prompt fragments: `apropos`/`doc`, the
+    /// active extensions' Symbols, and the built-ins (wrapped in the op hooks).
+    pub async fn turn_tools(
+        &self,
+        sid: &str,
+        root: &std::path::Path,
+    ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
+        let session = Self::session_ctx(sid, root);
+        let host = self.extensions.clone();
+        let extras = host.turn(&session, Some("web")).await;
+        let mut tools: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(ext::Apropos {
+                host: host.clone(),
+                session: session.clone(),
+            }),
+            Arc::new(ext::Doc {
+                host: host.clone(),
+                session: session.clone(),
+            }),
         ];
-        t.extend(self.extra_tools.read().iter().cloned());
-        t
+        for def in host.tools(&session).await {
+            if !extras.inactive.contains(&def.extension) {
+                tools.push(Arc::new(ext::ExtTool {
+                    host: host.clone(),
+                    def,
+                    session: session.clone(),
+                }));
+            }
+        }
+        for inner in self.extra_tools.read().iter() {
+            tools.push(Arc::new(ext::Hooked {
+                host: host.clone(),
+                inner: inner.clone(),
+                session: session.clone(),
+            }));
+        }
+        let prompts = extras.prompts.into_iter().map(|(_, p)| p).collect();
+        (tools, prompts)
     }
 
     pub fn loaded(&self) -> Vec<(String, Shared)> {
@@ -252,6 +306,7 @@ impl Gateway {
         while self.running_count() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+        self.extensions.shutdown().await;
         self.store.flush().await;
     }
 }

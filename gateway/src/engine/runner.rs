@@ -236,13 +236,19 @@ pub async fn run(
     model: String,
     mut messages: Vec<ChatMessage>,
     tools: Vec<Arc<dyn Tool>>,
+    prompts: &[String],
 ) -> Outcome {
     {
         let mut p = ctx.progress.lock();
         p.provider = Some(client.config().id.clone());
         p.model = Some(model.clone());
     }
-    let specs = tools.iter().map(|t| t.spec()).collect::<Vec<_>>();
+    let specs = tools
+        .iter()
+        .filter(|t| !t.is_hidden())
+        .map(|t| t.spec())
+        .collect::<Vec<_>>();
+    let system = system_prompt(prompts);
     for iteration in 1..=MAX_ITERATIONS {
         let t0 = Instant::now();
         let reason = if iteration == 1 {
@@ -257,7 +263,7 @@ pub async fn run(
         );
         let req = ChatRequest {
             model: model.clone(),
-            system: Some(system_prompt()),
+            system: Some(system.clone()),
             messages: messages.clone(),
             tools: specs.clone(),
             max_tokens: None,
@@ -338,8 +344,13 @@ pub async fn run(
     }
 }
 
-fn system_prompt() -> String {
-    "You are Vis, a coding agent working in the user's project through the tools you are given. \
+fn system_prompt(extension_prompts: &[String]) -> String {
+    let mut s = "You are Vis, a coding agent working in the user's project through the tools you are given. \
      Answer in Markdown. Use `apropos` and `doc` to discover extension symbols."
-        .to_string()
+        .to_string();
+    for p in extension_prompts {
+        s.push_str("\n\n");
+        s.push_str(p);
+    }
+    s
 }

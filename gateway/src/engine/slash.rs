@@ -1,10 +1,12 @@
 //! Slash commands (`/name args`): run locally, without a provider (§6.11, decision E8).
+//! Built-ins first, then the sandbox's, then the extensions' of the session's project.
 
 use super::lifecycle::Terminal;
 use super::turn::prose_block;
 use super::Gateway;
 use crate::bus::payload;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The built-in commands and their one-line docs.
@@ -23,6 +25,14 @@ pub const SANDBOX_BUILTINS: &[(&str, &str)] = &[
     ("net-probe", "Explain the egress verdict for a request without sending it: /net-probe [METHOD] <url | host:port>"),
 ];
 
+/// Commands the Companion implements itself; listed in the palette only.
+const CLIENT_NATIVE: &[(&str, &str)] = &[
+    ("help", "Show help"),
+    ("new-session", "Start a new session"),
+    ("sessions", "Browse sessions"),
+    ("clear", "Clear the view"),
+];
+
 /// Splits `/name rest` into `(name, rest)`.
 pub fn parse(request: &str) -> Option<(&str, &str)> {
     let body = request.trim().strip_prefix('/')?;
@@ -31,31 +41,44 @@ pub fn parse(request: &str) -> Option<(&str, &str)> {
 }
 
 impl Gateway {
-    /// Whether a request names a registered slash command.
-    pub fn is_slash(&self, request: &str) -> bool {
-        parse(request).is_some_and(|(name, _)| self.slash_names().iter().any(|(n, _)| n == name))
-    }
-
-    /// Every slash command with its doc.
-    pub fn slash_names(&self) -> Vec<(String, String)> {
-        BUILTINS
+    /// Every slash command of a project with its doc (built-ins shadow extensions).
+    pub async fn slash_names(&self, root: &Path) -> Vec<(String, String)> {
+        let mut names: Vec<(String, String)> = BUILTINS
             .iter()
             .map(|(n, d)| (n.to_string(), d.to_string()))
-            .collect()
+            .collect();
+        if self.sandbox.get().is_some() {
+            names.extend(
+                SANDBOX_BUILTINS
+                    .iter()
+                    .map(|(n, d)| (n.to_string(), d.to_string())),
+            );
+        }
+        for (n, d) in self.extensions.slashes(Some(root)).await {
+            let n = n.trim_start_matches('/').to_string();
+            if !names.iter().any(|(m, _)| *m == n) {
+                names.push((n, d));
+            }
+        }
+        names
     }
 
-    pub fn slash_palette(&self) -> Value {
+    /// Whether a request names a registered slash command of the project.
+    pub async fn is_slash(&self, request: &str, root: &Path) -> bool {
+        let Some((name, _)) = parse(request) else {
+            return false;
+        };
+        self.slash_names(root).await.iter().any(|(n, _)| n == name)
+    }
+
+    pub async fn slash_palette(&self, root: &Path) -> Value {
         let mut cmds: Vec<Value> = self
-            .slash_names()
+            .slash_names(root)
+            .await
             .into_iter()
             .map(|(n, d)| json!({"name": format!("/{n}"), "doc": d}))
             .collect();
-        for (n, d) in [
-            ("help", "Show help"),
-            ("new-session", "Start a new session"),
-            ("sessions", "Browse sessions"),
-            ("clear", "Clear the view"),
-        ] {
+        for (n, d) in CLIENT_NATIVE {
             if !cmds.iter().any(|c| c["name"] == format!("/{n}")) {
                 cmds.push(json!({"name": format!("/{n}"), "doc": d}));
             }
@@ -76,39 +99,32 @@ impl Gateway {
                 message: "not a slash command".into(),
             };
         };
-        self.bus.publish(sid, "chunk.slash", payload(json!({"turn_id": tid, "iteration": 1, "detail": format!("/{name} {args}").trim_end()})));
+        let detail = format!("/{name} {args}");
+        self.bus.publish(
+            sid,
+            "chunk.slash",
+            payload(json!({"turn_id": tid, "iteration": 1, "detail": detail.trim_end()})),
+        );
+        let project = Path::new(root);
         let result: Result<String, String> = match name {
             "help" => Ok(self
-                .slash_names()
+                .slash_names(project)
+                .await
                 .iter()
                 .map(|(n, d)| format!("- `/{n}` — {d}"))
                 .collect::<Vec<_>>()
                 .join("\n")),
-            "reload" => self.reload_config(root).await,
-            "extensions" => Ok("No extensions are loaded: the Python extension host is not part of this build yet.".to_string()),
-            "sh" => self.slash_sh(sid, args, root).await,
-            "net-probe" => self.slash_net_probe(sid, args, root).await,
-            other => Err(format!("unknown slash command /{other}")),
-        };
-        let (status, text) = match &result {
-            Ok(t) => ("ok", t.clone()),
-            Err(e) => ("error", e.clone()),
-        };
-        let form = json!({"tag": "user-slash", "code": request, "op": format!("slash/{name}"),
-            "result": {"slash/status": status, "slash/title": format!("/{name}"), "slash/reason": result.as_ref().err()}});
-        if let Some(shared) = self
-            .loaded()
-            .into_iter()
-            .find(|(k, _)| k == sid)
-            .map(|(_, v)| v)
-        {
-            if let Some(r) = &shared.lock().running {
-                r.progress.lock().iterations.push(json!({"id": format!("{tid}:1"), "position": 0, "thinking": "",
-                    "assistant_prose": text, "answer": text, "code": [request], "forms": [form], "duration_ms": 0,
-                    "cost_usd": 0.0, "error": result.as_ref().err(), "llm_selected": null, "llm_actual": null,
-                    "is_llm_fallback": false, "llm_routing_trace": []}));
+            "reload" => self.reload_all(project).await,
+            "extensions" => Ok(self.extensions.extensions_markdown(Some(project)).await),
+            "sh" => self.slash_sh(sid, args, project).await,
+            "net-probe" => self.slash_net_probe(sid, args, project).await,
+            other => {
+                self.extensions
+                    .run_slash(&Self::session_ctx(sid, project), other, args)
+                    .await
             }
-        }
+        };
+        self.record_slash_iteration(sid, tid, request, name, &result);
         match result {
             Ok(t) => Terminal::Completed {
                 content: vec![prose_block(format!("{tid}:assistant-prose:1"), &t)],
@@ -120,18 +136,44 @@ impl Gateway {
         }
     }
 
-    async fn slash_sh(&self, sid: &str, command: &str, root: &str) -> Result<String, String> {
+    /// The one synthetic iteration a slash turn keeps in the transcript (form tag `user-slash`).
+    fn record_slash_iteration(
+        &self,
+        sid: &str,
+        tid: &str,
+        request: &str,
+        name: &str,
+        result: &Result<String, String>,
+    ) {
+        let (status, text) = match result {
+            Ok(t) => ("ok", t.clone()),
+            Err(e) => ("error", e.clone()),
+        };
+        let form = json!({"tag": "user-slash", "code": request, "op": format!("slash/{name}"),
+            "result": {"slash/status": status, "slash/title": format!("/{name}"), "slash/reason": result.as_ref().err()}});
+        let Some((_, shared)) = self.loaded().into_iter().find(|(k, _)| k == sid) else {
+            return;
+        };
+        let st = shared.lock();
+        if let Some(r) = &st.running {
+            r.progress.lock().iterations.push(json!({"id": format!("{tid}:1"), "position": 0, "thinking": "",
+                "assistant_prose": text, "answer": text, "code": [request], "forms": [form], "duration_ms": 0,
+                "cost_usd": 0.0, "error": result.as_ref().err(), "llm_selected": null, "llm_actual": null,
+                "is_llm_fallback": false, "llm_routing_trace": []}));
+        }
+    }
+
+    async fn slash_sh(&self, sid: &str, command: &str, root: &Path) -> Result<String, String> {
         let sandbox = self.sandbox.get().ok_or("the sandbox is not running")?;
         if command.trim().is_empty() {
             return Err("usage: /sh <command>".into());
         }
-        let root = std::path::PathBuf::from(root);
-        let cfg = self.project_config(&root).await?;
-        let env = sandbox.child_env(sid, &root, &cfg);
+        let cfg = self.project_config(root).await?;
+        let env = sandbox.child_env(sid, root, &cfg);
         let cancel = tokio_util::sync::CancellationToken::new();
         let out = crate::sandbox::run::run(
             command,
-            &root,
+            root,
             &env,
             crate::sandbox::shell::DEFAULT_TIMEOUT,
             &cancel,
@@ -144,22 +186,31 @@ impl Gateway {
         ))
     }
 
-    async fn slash_net_probe(&self, sid: &str, args: &str, root: &str) -> Result<String, String> {
+    async fn slash_net_probe(&self, sid: &str, args: &str, root: &Path) -> Result<String, String> {
         let sandbox = self.sandbox.get().ok_or("the sandbox is not running")?;
-        let cfg = self.project_config(std::path::Path::new(root)).await?;
+        let cfg = self.project_config(root).await?;
         sandbox.probe(sid, &cfg, args).await
     }
 
+    /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).
+    pub async fn reload_all(&self, root: &Path) -> Result<String, String> {
+        let config = self.reload_config(root).await;
+        let report = self.extensions.reload(Some(root)).await;
+        match config {
+            Ok(c) => Ok(format!("{c}\n\n{}", report.summary())),
+            Err(e) => Err(format!("{e}\n\n{}", report.summary())),
+        }
+    }
+
     /// Re-reads the configuration layers and rebuilds the provider router; last good wins.
-    pub async fn reload_config(&self, root: &str) -> Result<String, String> {
-        let home = self.home.dir.clone();
-        let project = std::path::PathBuf::from(root);
-        let cfg = tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
+    pub async fn reload_config(&self, root: &Path) -> Result<String, String> {
+        let stay = "reload failed, the previous configuration stays active";
+        let cfg = self
+            .project_config(root)
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("reload failed, the previous configuration stays active: {e}"))?;
-        let router = crate::providers::Router::from_config(&cfg)
-            .map_err(|e| format!("reload failed, the previous configuration stays active: {e}"))?;
+            .map_err(|e| format!("{stay}: {e}"))?;
+        let router =
+            crate::providers::Router::from_config(&cfg).map_err(|e| format!("{stay}: {e}"))?;
         let n = router.clients.len();
         if let Some(sb) = self.sandbox.get() {
             sb.routes.refresh(&router.clients);

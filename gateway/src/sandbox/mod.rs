@@ -49,6 +49,7 @@ impl Sandbox {
         bus: Arc<Bus>,
         store: Store,
         reserved_ports: Vec<u16>,
+        filters: Arc<dyn vis_proxy::FilterSet>,
     ) -> Result<Sandbox> {
         let tokens = Arc::new(tokens::Tokens::default());
         let routes = Arc::new(credentials::ProviderRoutes::default());
@@ -60,7 +61,8 @@ impl Sandbox {
             Arc::new(tokens::TokenLookup(tokens.clone())),
             Arc::new(sink::EgressSink { bus, store }),
         )
-        .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())));
+        .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())))
+        .with_filters(filters);
         let proxy = Proxy::start(cfg, svc)
             .await
             .context("cannot start the egress proxy")?;

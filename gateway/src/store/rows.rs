@@ -258,6 +258,38 @@ pub fn egress_page(
     Ok(rows)
 }
 
+/// Extension state (decision E6), keyed by extension name; values are JSON text.
+pub fn state_get(c: &Connection, ext: &str, key: &str) -> StoreResult<Option<String>> {
+    Ok(
+        c.prepare_cached("SELECT value FROM extension_state WHERE extension = ?1 AND key = ?2")?
+            .query_row(params![ext, key], |r| r.get(0))
+            .optional()?,
+    )
+}
+
+pub fn state_put(c: &Connection, ext: &str, key: &str, value: &str) -> StoreResult<()> {
+    c.prepare_cached(
+        "INSERT OR REPLACE INTO extension_state (extension, key, value) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![ext, key, value])?;
+    Ok(())
+}
+
+pub fn state_delete(c: &Connection, ext: &str, key: &str) -> StoreResult<()> {
+    c.prepare_cached("DELETE FROM extension_state WHERE extension = ?1 AND key = ?2")?
+        .execute(params![ext, key])?;
+    Ok(())
+}
+
+pub fn state_keys(c: &Connection, ext: &str) -> StoreResult<Vec<String>> {
+    let mut st =
+        c.prepare_cached("SELECT key FROM extension_state WHERE extension = ?1 ORDER BY key")?;
+    let rows = st
+        .query_map([ext], |r| r.get(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

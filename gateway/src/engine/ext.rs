@@ -1,0 +1,229 @@
+//! Wiring of the Python extension host into the gateway: extension state in the store (E6),
+//! notifications and activity on the session stream (Q13), Symbols as turn tools (E9) with op
+//! hooks around every tool, and network filters for the proxy (P6).
+
+use crate::bus::{payload, Bus};
+use crate::extensions::{ExtensionHost, HostEvents, SessionCtx, StateStore, ToolDef};
+use crate::store::{rows, Store};
+use crate::tools::{Tool, ToolCtx, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use vis_providers::ToolSpec;
+
+/// `vis.state` in the gateway's database.
+pub struct SqliteState(pub Store);
+
+fn store_err(e: crate::store::StoreError) -> anyhow::Error {
+    anyhow::anyhow!(e.to_string())
+}
+
+#[async_trait]
+impl StateStore for SqliteState {
+    async fn get(&self, ext: &str, key: &str) -> anyhow::Result<Option<Value>> {
+        let (e, k) = (ext.to_string(), key.to_string());
+        let text = self
+            .0
+            .call(move |c| rows::state_get(c, &e, &k))
+            .await
+            .map_err(store_err)?;
+        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+    }
+    async fn put(&self, ext: &str, key: &str, value: Value) -> anyhow::Result<()> {
+        let (e, k, v) = (ext.to_string(), key.to_string(), value.to_string());
+        self.0
+            .call(move |c| rows::state_put(c, &e, &k, &v))
+            .await
+            .map_err(store_err)
+    }
+    async fn delete(&self, ext: &str, key: &str) -> anyhow::Result<()> {
+        let (e, k) = (ext.to_string(), key.to_string());
+        self.0
+            .call(move |c| rows::state_delete(c, &e, &k))
+            .await
+            .map_err(store_err)
+    }
+    async fn keys(&self, ext: &str) -> anyhow::Result<Vec<String>> {
+        let e = ext.to_string();
+        self.0
+            .call(move |c| rows::state_keys(c, &e))
+            .await
+            .map_err(store_err)
+    }
+}
+
+/// `vis.notify` → a live `notification` event; `publish_activity` → a live `activity` event.
+pub struct BusEvents(pub Arc<Bus>);
+
+impl HostEvents for BusEvents {
+    fn notify(&self, session_id: Option<&str>, extension: &str, text: &str, level: &str) {
+        tracing::info!(target: "vis::extension", extension, level, "{text}");
+        if let Some(sid) = session_id {
+            let now = crate::engine::now_ms();
+            self.0.publish(
+                sid,
+                "notification",
+                payload(
+                    json!({"id": uuid::Uuid::new_v4().to_string(), "text": text, "level": level,
+                    "created_at": now, "until": now + 3000, "extension": extension}),
+                ),
+            );
+        }
+    }
+
+    fn activity(&self, session_id: Option<&str>, extension: &str, presentation: Value) -> bool {
+        let Some(sid) = session_id else { return false };
+        self.0.publish(
+            sid,
+            "activity",
+            payload(
+                json!({"activity": "tool", "extension": extension, "presentation": presentation}),
+            ),
+        );
+        true
+    }
+}
+
+/// One extension Symbol member as a turn tool.
+pub struct ExtTool {
+    pub host: ExtensionHost,
+    pub def: ToolDef,
+    pub session: SessionCtx,
+}
+
+#[async_trait]
+impl Tool for ExtTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.def.name.clone(),
+            description: self.def.description.clone(),
+            parameters: self.def.parameters.clone(),
+        }
+    }
+    fn is_hidden(&self) -> bool {
+        self.def.is_hidden
+    }
+    async fn call(&self, _ctx: &ToolCtx, args: Value) -> ToolOutput {
+        match self
+            .host
+            .call_tool(&self.session, &self.def.name, args)
+            .await
+        {
+            Ok(r) => ToolOutput::ok(r.text),
+            Err(e) => {
+                let mut msg = e.message.clone();
+                if let Some(h) = &e.hint {
+                    msg.push_str(&format!("\n{h}"));
+                }
+                if let Some(tb) = &e.traceback {
+                    msg.push_str(&format!("\n{tb}"));
+                }
+                ToolOutput::fail(msg)
+            }
+        }
+    }
+}
+
+/// A built-in tool wrapped in the extensions' op hooks (before-hooks may block it).
+pub struct Hooked {
+    pub host: ExtensionHost,
+    pub inner: Arc<dyn Tool>,
+    pub session: SessionCtx,
+}
+
+#[async_trait]
+impl Tool for Hooked {
+    fn spec(&self) -> ToolSpec {
+        self.inner.spec()
+    }
+    async fn call(&self, ctx: &ToolCtx, args: Value) -> ToolOutput {
+        let op = self.inner.spec().name;
+        if let Err(e) = self
+            .host
+            .before_hooks(&self.session, &op, std::slice::from_ref(&args))
+            .await
+        {
+            let mut msg = e.message;
+            if let Some(h) = e.hint {
+                msg.push_str(&format!("\n{h}"));
+            }
+            return ToolOutput::fail(msg);
+        }
+        let out = self.inner.call(ctx, args.clone()).await;
+        self.host
+            .after_hooks(&self.session, &op, &[args], &out.result)
+            .await;
+        out
+    }
+}
+
+/// `apropos(pattern)` over the session's catalogue (E9).
+pub struct Apropos {
+    pub host: ExtensionHost,
+    pub session: SessionCtx,
+}
+
+#[async_trait]
+impl Tool for Apropos {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "apropos".into(),
+            description: "List the available symbols whose name or summary matches the pattern."
+                .into(),
+            parameters: json!({"type": "object", "properties": {"pattern": {"type": "string", "description": "text or regular expression to look for"}},
+                "required": ["pattern"]}),
+        }
+    }
+    async fn call(&self, _ctx: &ToolCtx, args: Value) -> ToolOutput {
+        let Some(pattern) = args.get("pattern").and_then(|p| p.as_str()) else {
+            return ToolOutput::fail("apropos needs a string `pattern`");
+        };
+        match self.host.apropos(&self.session, pattern).await {
+            Err(e) => ToolOutput::fail(e),
+            Ok(hits) if hits.is_empty() => ToolOutput::ok(format!("no symbols match {pattern:?}")),
+            Ok(hits) => ToolOutput::ok(
+                hits.iter()
+                    .map(|e| format!("{} — {}", e.name, e.summary))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+        }
+    }
+}
+
+/// `doc(name)`: the documentation and contract of one symbol (E9).
+pub struct Doc {
+    pub host: ExtensionHost,
+    pub session: SessionCtx,
+}
+
+#[async_trait]
+impl Tool for Doc {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "doc".into(),
+            description:
+                "Show the documentation and contract of one symbol by its full dotted name.".into(),
+            parameters: json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+        }
+    }
+    async fn call(&self, _ctx: &ToolCtx, args: Value) -> ToolOutput {
+        let Some(name) = args.get("name").and_then(|p| p.as_str()) else {
+            return ToolOutput::fail("doc needs a string `name`");
+        };
+        match self.host.doc(&self.session, name).await {
+            Ok(text) => ToolOutput::ok(text),
+            Err(e) => ToolOutput::fail(e),
+        }
+    }
+}
+
+/// The proxy's view of the extensions' network filters (re-read on every decision, so a
+/// reload takes effect at once).
+pub struct HostFilters(pub ExtensionHost);
+
+impl vis_proxy::FilterSet for HostFilters {
+    fn filters(&self, _principal: &vis_proxy::Principal) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
+        self.0.network_filters()
+    }
+}
