@@ -245,6 +245,7 @@ async fn live_only_events_never_appear_in_a_replay_but_consume_a_seq() {
     let sid = gw.create_session().await;
     let mut live = gw.events(&sid, -1).await;
     let (_, t) = gw.submit(&sid, "long").await;
+    let mut seen = live.collect_until("content.block.delta", WAIT).await;
     let (_, q1) = gw.submit(&sid, "q1").await;
     let (_, q2) = gw.submit(&sid, "q2").await;
     gw.patch(
@@ -260,7 +261,7 @@ async fn live_only_events_never_appear_in_a_replay_but_consume_a_seq() {
         q2["turn_id"].as_str().unwrap()
     ))
     .await;
-    let seen = live.collect_until("turn.queued.deleted", WAIT).await;
+    seen.extend(live.collect_until("turn.queued.deleted", WAIT).await);
     let t_seen = ev_types(&seen);
     for ty in [
         "turn.queued",
