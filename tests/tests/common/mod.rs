@@ -1132,3 +1132,75 @@ pub fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
         dir.join("leaf.key"),
     )
 }
+
+/// `base64(<token>:)` for `Proxy-Authorization: Basic …`.
+pub fn basic_token(token: &str) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let data = format!("{token}:").into_bytes();
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Sends raw bytes to the proxy on 127.0.0.1:`port` and returns the answer's head and its
+/// `Content-Length` body (bounded: 10 s).
+pub async fn raw_proxy(port: u16, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to the proxy");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + len {
+                    buf.truncate(end + 4 + len);
+                    break;
+                }
+            }
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        String::from_utf8_lossy(&buf).to_string()
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .expect("the proxy did not answer within 10 s")
+}
+
+/// The proxy token of a session (the user part of its `HTTP_PROXY`).
+pub async fn session_token(gw: &Gateway, sid: &str) -> String {
+    let v = gw.sandbox_env(sid).await;
+    let url = v["env"]["HTTP_PROXY"]
+        .as_str()
+        .expect("HTTP_PROXY")
+        .to_string();
+    url.strip_prefix("http://")
+        .and_then(|r| r.split(['@', ':']).next())
+        .expect("a token in HTTP_PROXY")
+        .to_string()
+}
