@@ -52,6 +52,7 @@ async fn the_first_session_scenario_pairs_lists_opens_sends_and_settles() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(r.headers()["etag"].to_str().unwrap(), etag);
     assert!(r.bytes().await.unwrap().is_empty());
 
     // 5. create
