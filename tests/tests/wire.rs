@@ -193,3 +193,83 @@ async fn the_soul_and_turn_records_carry_their_documented_fields() {
         assert!(list.get(k).is_some(), "list lacks {k}: {list}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_transcript_row_carries_the_documented_fields() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::text(&["An answer."]));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let (_, t) = gw.submit(&sid, "question").await;
+    sse.collect_until("context.updated", WAIT).await;
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    let row = &tr["turns"][0];
+    let mut missing = Vec::new();
+    for k in [
+        "id",
+        "user_request",
+        "status",
+        "content",
+        "iterations",
+        "created_at",
+        "duration_ms",
+        "iteration_count",
+        "input_tokens",
+        "input_regular_tokens",
+        "input_cache_write_tokens",
+        "input_cache_read_tokens",
+        "output_tokens",
+        "output_reasoning_tokens",
+        "total_cost",
+        "model",
+        "provider",
+    ] {
+        if row.get(k).is_none() {
+            missing.push(k);
+        }
+    }
+    assert!(missing.is_empty(), "missing {missing:?}: {row}");
+    assert_eq!(row["status"], "success");
+    assert_eq!(row["user_request"], "question");
+    assert!(row["input_tokens"].as_u64().unwrap() > 0, "{row}");
+    assert!(row["output_tokens"].as_u64().unwrap() > 0, "{row}");
+    let it = &row["iterations"][0];
+    for k in [
+        "id",
+        "position",
+        "thinking",
+        "assistant_prose",
+        "answer",
+        "code",
+        "forms",
+        "duration_ms",
+        "cost_usd",
+        "error",
+        "llm_selected",
+        "llm_actual",
+        "is_llm_fallback",
+        "llm_routing_trace",
+    ] {
+        assert!(it.get(k).is_some(), "iteration lacks {k}: {it}");
+    }
+    // the TurnRecord after the terminal
+    let tid = t["turn_id"].as_str().unwrap();
+    let (_, rec) = gw.get(format!("/v1/sessions/{sid}/turns/{tid}")).await;
+    for k in [
+        "engine_turn_id",
+        "provider",
+        "tokens",
+        "cost",
+        "iteration_count",
+        "duration_ms",
+        "utilization",
+        "error",
+        "completed_at",
+        "is_needs_input",
+    ] {
+        assert!(rec.get(k).is_some(), "TurnRecord lacks {k}: {rec}");
+    }
+    assert_eq!(rec["engine_turn_id"], row["id"]);
+    assert_eq!(rec["provider"], "openai");
+}
