@@ -355,3 +355,40 @@ async fn the_recovered_terminal_closes_blocks_left_open_by_the_crash() {
         assert!(closed, "block {id} never completed: {:?}", types(&stored));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_stays_paused_across_a_restart_until_resumed() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Slow {
+        chunks: vec!["x".into(); 20],
+        delay_ms: 40,
+    });
+    llm.push(Script::error(400, "nope"));
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "ok").await;
+    gw.submit(&sid, "fails").await;
+    let (_, held) = gw.submit(&sid, "/help held").await;
+    let held = held["turn_id"].as_str().unwrap().to_string();
+    sse.collect_until("queue.paused", Duration::from_secs(15))
+        .await;
+    drop(sse);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let gw = gw.restart_after_kill().await;
+    let (_, l) = gw
+        .get(format!("/v1/sessions/{sid}/turns?status=queued"))
+        .await;
+    assert_eq!(l["turns"][0]["turn_id"], held.as_str(), "{l}");
+    let (_, d) = gw
+        .post_empty(&format!("/v1/sessions/{sid}/drain-queue"))
+        .await;
+    assert_eq!(d, serde_json::json!({"turn": null}), "still paused");
+    let mut sse = gw.events(&sid, -1).await;
+    let (_, r) = gw
+        .post_empty(&format!("/v1/sessions/{sid}/resume-queue"))
+        .await;
+    assert_eq!(r["turn"]["turn_id"], held.as_str(), "{r}");
+    let evs = sse.collect_until("turn.completed", WAIT).await;
+    assert!(ev_types(&evs).contains(&"queue.resumed"));
+}
