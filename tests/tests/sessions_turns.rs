@@ -879,3 +879,22 @@ async fn a_key_of_a_deleted_queued_turn_can_be_submitted_again() {
     assert!(s == StatusCode::ACCEPTED, "POST /turns answered {s}: {v}");
     assert_eq!(v["status"], "queued");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclaimed_slash_name_runs_as_a_normal_model_turn() {
+    let llm = FixtureLlm::start().await;
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "/notacommand please").await;
+    let evs = sse.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(evs.last().unwrap().event, "turn.completed");
+    assert!(!ev_types(&evs).contains(&"chunk.slash"));
+    assert_eq!(llm.request_count(), 1);
+    assert!(evs
+        .last()
+        .unwrap()
+        .data
+        .to_string()
+        .contains("You said: /notacommand please"));
+}
