@@ -261,6 +261,32 @@ async fn an_https_origin_whose_ca_the_gateway_does_not_trust_is_refused() {
     let url = format!("https://localhost:{}/secure", tls.port);
     let out = gw.exec(&sid, &["curl", "-sS", "-i", &url]).await;
     assert!(!out.stdout.contains("tls-origin-ok"), "{out:?}");
+    assert!(out.stdout.contains("upstream error: "), "{out:?}");
+    assert!(out.stdout.contains("UnknownIssuer"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_origin_whose_certificate_names_another_host_is_refused() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, leaf, key) = test_pki_for(pki.path(), "DNS:localhost");
+    let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
+    let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
+                        "rules": [{"host": "127.0.0.1", "access": "read-only"},
+                                  {"host": "localhost", "access": "read-only"}]});
+    let gw = start_with_network(
+        policy,
+        Opts::default().env("VIS_SYSTEM_CA_CERT", ca.to_str().unwrap()),
+    )
+    .await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    // The leaf names only `localhost`: by that name it verifies, by the address it does not.
+    let good = format!("https://localhost:{}/named", tls.port);
+    let ok = gw.exec(&sid, &["curl", "-sS", &good]).await;
+    assert_eq!(ok.stdout, "tls-origin-ok GET /named\n", "{ok:?}");
+    let bad = format!("https://127.0.0.1:{}/address", tls.port);
+    let out = gw.exec(&sid, &["curl", "-sS", "-i", &bad]).await;
+    assert!(!out.stdout.contains("tls-origin-ok"), "{out:?}");
+    assert!(out.stdout.contains("upstream error: "), "{out:?}");
 }
 
 #[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]

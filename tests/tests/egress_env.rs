@@ -203,6 +203,35 @@ async fn provider_keys_are_phantoms_that_only_the_provider_route_turns_into_the_
     );
     assert_eq!(call.stdout, "200", "{call:?}");
 
+    // The phantom sent through the proxy straight to the provider's own host is swapped too.
+    llm.push(Script::text(&["direct"]));
+    let direct = gw
+        .exec(
+            &sid,
+            &[
+                "sh",
+                "-c",
+                "curl -sS -o /dev/null -w '%{http_code}' \"$1\" \
+                 -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d \"$2\"",
+                "sh",
+                &format!("{}/chat/completions", llm.openai_base_url()),
+                &body,
+            ],
+        )
+        .await;
+    assert_eq!(direct.stdout, "200", "{direct:?}");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert_eq!(
+        reqs[1].header("authorization"),
+        Some(format!("Bearer {REAL_KEY}").as_str())
+    );
+    assert!(
+        reqs.iter()
+            .all(|r| r.headers.iter().all(|(_, v)| !v.contains(&phantom))),
+        "the phantom reached the provider"
+    );
+
     // The phantom sent to any other host is refused before it leaves.
     let leak = gw
         .exec(
@@ -219,14 +248,21 @@ async fn provider_keys_are_phantoms_that_only_the_provider_route_turns_into_the_
     assert!(leak.ok(), "{leak:?}");
     assert!(leak.stdout.starts_with("HTTP/1.1 403"), "{leak:?}");
     assert!(origin.requests().is_empty(), "{:?}", origin.requests());
-    let decisions = gw.wait_egress(&sid, 2).await;
+    let decisions = gw.wait_egress(&sid, 3).await;
     let deny = &decisions[0];
     assert_eq!(deny["decision"], "deny", "{decisions:?}");
     assert_eq!(deny["host"], "localhost", "{deny}");
     assert_eq!(deny["decided_by"]["kind"], "credential", "{deny}");
-    let routed = &decisions[1];
-    assert_eq!(routed["decision"], "allow", "{decisions:?}");
-    assert_eq!(routed["provider"], "openai", "{routed}");
+    assert!(
+        decisions[1..]
+            .iter()
+            .all(|d| d["decision"] == "allow" && d["provider"] == "openai"),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions.iter().any(|d| d["lane"] == "provider"),
+        "{decisions:?}"
+    );
     for d in &decisions {
         assert!(!d.to_string().contains(REAL_KEY), "{d}");
     }

@@ -1056,6 +1056,11 @@ pub fn run_ok(program: &str, args: &[&str], cwd: &Path) -> String {
 /// A test CA and a leaf for `localhost` / `127.0.0.1` signed by it (openssl CLI).
 /// Returns (ca.pem, leaf.pem, leaf.key).
 pub fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    test_pki_for(dir, "DNS:localhost,IP:127.0.0.1")
+}
+
+/// Like [`test_pki`], with the leaf's `subjectAltName` value given.
+pub fn test_pki_for(dir: &Path, san: &str) -> (PathBuf, PathBuf, PathBuf) {
     let p = |n: &str| dir.join(n).to_string_lossy().to_string();
     run_ok(
         "openssl",
@@ -1102,7 +1107,7 @@ pub fn test_pki(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     );
     std::fs::write(
         dir.join("leaf.ext"),
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName={san}\n"),
     )
     .unwrap();
     run_ok(
