@@ -120,6 +120,16 @@ fn deny(shared: &Shared, job: &Job, d: Denial) -> Response<ProxyBody> {
     d.to_response()
 }
 
+/// Reads what is left of a request body that will not be forwarded, bounded in size and
+/// time, so that an HTTP/2 client sees a clean answer instead of a reset stream racing it.
+async fn settle_body(body: Incoming, version: Version, wait: std::time::Duration) {
+    if version != Version::HTTP_2 {
+        return; // HTTP/1.1: hyper drains or closes the connection itself
+    }
+    let limited = http_body_util::Limited::new(body, FILTER_BODY_LIMIT as usize);
+    let _ = tokio::time::timeout(wait, limited.collect()).await;
+}
+
 fn content_length(h: &HeaderMap) -> Option<u64> {
     h.get(header::CONTENT_LENGTH)?
         .to_str()
@@ -156,7 +166,12 @@ pub(crate) async fn forward(
     };
     let allowed = match verdict {
         Ok(a) => a,
-        Err(d) => return deny(&shared, &job, d),
+        Err(d) => {
+            let version = req.version();
+            let response = deny(&shared, &job, d);
+            settle_body(req.into_body(), version, shared.cfg.head_timeout).await;
+            return response;
+        }
     };
 
     // Request filters (body pre-read only when filters exist and the body is small).
@@ -198,7 +213,11 @@ pub(crate) async fn forward(
             status: None,
         };
         if let Err(d) = run_filters(&filters, &ctx, shared.cfg.filter_timeout).await {
-            return deny(&shared, &job, d.with_rule(allowed.rule_host.clone()));
+            let response = deny(&shared, &job, d.with_rule(allowed.rule_host.clone()));
+            if let Some(body) = stream_body.take() {
+                settle_body(body, parts.version, shared.cfg.head_timeout).await;
+            }
+            return response;
         }
     }
 
