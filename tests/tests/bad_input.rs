@@ -422,3 +422,24 @@ async fn a_submit_within_the_advertised_attachment_caps_is_not_refused_as_too_la
         .await;
     assert_eq!(s, StatusCode::ACCEPTED, "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_on_a_project_with_a_broken_config_is_refused_with_the_key_named() {
+    let gw = Gateway::start(Opts::default()).await;
+    let proj = gw.dirs.base.path().join("broken-project");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::write(proj.join("vis.yml"), "default_modle: x\n").unwrap();
+    let (s, v) = gw
+        .post(
+            "/v1/sessions",
+            json!({"channel": "web", "root": proj.display().to_string()}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    error_type(&v);
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("default_modle") && msg.contains("vis.yml"),
+        "{msg}"
+    );
+}

@@ -482,9 +482,13 @@ async fn a_second_start_on_the_same_home_fails_with_already_running() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("a gateway is already running"), "{err}");
-    // the first one still serves
+    // the first one still serves, and its registry is untouched
     let (s, _) = gw.get("/healthz").await;
     assert_eq!(s, StatusCode::OK);
+    let reg: Value =
+        serde_json::from_str(&std::fs::read_to_string(gw.dirs.registry()).unwrap()).unwrap();
+    assert_eq!(reg["pid"], gw.pid());
+    assert_eq!(reg["port"], gw.port);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
