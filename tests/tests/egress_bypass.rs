@@ -437,3 +437,76 @@ async fn two_live_sessions_each_get_their_own_policy() {
     assert_eq!(gw.wait_egress(&a, 1).await[0]["decision"], "allow");
     assert_eq!(gw.wait_egress(&b, 1).await[0]["decision"], "deny");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_on_a_kept_alive_connection_is_judged_on_its_own() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let origin = Origin::start().await;
+    let policy = json!({"allowed_domains": ["127.0.0.1"],
+                        "rules": [{"host": "127.0.0.1", "access": "read-only"}]});
+    let gw = start_with_network(policy, Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let (proxy, token) = (gw.proxy_port(&sid).await, session_token(&gw, &sid).await);
+    let auth = basic_token(&token);
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", proxy))
+        .await
+        .unwrap();
+    let mut conn = BufReader::new(stream);
+
+    async fn response(conn: &mut BufReader<tokio::net::TcpStream>) -> (String, String) {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            let n = tokio::time::timeout(WAIT, conn.read_line(&mut line))
+                .await
+                .expect("a response head")
+                .unwrap();
+            assert!(n > 0, "the connection closed early: {head}");
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
+        let len = head
+            .to_ascii_lowercase()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap())
+            })
+            .expect("content-length");
+        let mut body = vec![0; len];
+        conn.read_exact(&mut body).await.unwrap();
+        (head, String::from_utf8_lossy(&body).to_string())
+    }
+
+    let o = origin.url();
+    conn.get_mut()
+        .write_all(format!("GET {o}/first HTTP/1.1\r\nHost: 127.0.0.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (head, body) = response(&mut conn).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "origin-ok GET /first\n");
+
+    conn.get_mut()
+        .write_all(format!("DELETE {o}/second HTTP/1.1\r\nHost: 127.0.0.1\r\nProxy-Authorization: Basic {auth}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (head, body) = response(&mut conn).await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("x-vis-egress-error: blocked-by-method-policy"),
+        "{head}"
+    );
+    assert_eq!(
+        body,
+        format!("method DELETE /second not allowed for host 127.0.0.1\n")
+    );
+    assert_eq!(
+        origin.requests().len(),
+        1,
+        "the denied request never reached the origin"
+    );
+}

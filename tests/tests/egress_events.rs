@@ -207,3 +207,67 @@ async fn net_probe_reports_a_method_denial_on_a_read_only_host() {
     );
     assert!(md.contains("FINAL: DENY"), "{md}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_egress_list_pages_backwards_by_seq() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let script = format!(
+        "for p in one two three; do curl -sS -o /dev/null {}/$p; done",
+        origin.url()
+    );
+    let out = gw.exec(&sid, &["sh", "-c", &script]).await;
+    assert!(out.ok(), "{out:?}");
+    let all = gw.wait_egress(&sid, 3).await;
+    let paths: Vec<&str> = all.iter().map(|d| d["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["/three", "/two", "/one"]);
+
+    let (s, page) = gw.get(format!("/v1/sessions/{sid}/egress?limit=2")).await;
+    assert_eq!(s, reqwest::StatusCode::OK, "{page}");
+    assert_eq!(page["decisions"].as_array().unwrap().len(), 2, "{page}");
+    assert_eq!(page["has_more"], true, "{page}");
+    assert_eq!(page["decisions"][0]["path"], "/three");
+    let before = page["next_before"].as_i64().expect("next_before");
+    assert_eq!(before, page["decisions"][1]["seq"].as_i64().unwrap());
+
+    let (s, rest) = gw
+        .get(format!("/v1/sessions/{sid}/egress?limit=2&before={before}"))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::OK, "{rest}");
+    let rest_paths: Vec<&str> = rest["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(rest_paths, ["/one"], "{rest}");
+    assert_eq!(rest["has_more"], false, "{rest}");
+    assert!(rest["next_before"].is_null(), "{rest}");
+
+    let (s, v) = gw.get("/v1/sessions/no-such-session/egress").await;
+    assert_eq!(s, reqwest::StatusCode::NOT_FOUND, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_probe_understands_host_port_targets_and_explains_its_usage() {
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let (_, done) = gw.run_turn(&sid, "/net-probe localhost:5432").await;
+    let md = done.data.to_string();
+    assert!(md.contains("Target: SOCKS localhost:5432"), "{md}");
+    assert!(md.contains("FINAL: ALLOW"), "{md}");
+    let (_, done) = gw.run_turn(&sid, "/net-probe example.org:443").await;
+    let md = done.data.to_string();
+    assert!(
+        md.contains("FINAL: DENY — host not permitted: example.org"),
+        "{md}"
+    );
+    let (_, done) = gw.run_turn(&sid, "/net-probe").await;
+    let md = done.data.to_string();
+    assert!(
+        md.contains("Usage: /net-probe [METHOD] <url | host[:port]>"),
+        "{md}"
+    );
+    assert!(gw.egress(&sid).await.is_empty());
+}
