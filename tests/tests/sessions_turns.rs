@@ -393,6 +393,11 @@ async fn a_user_cancel_lands_turn_cancelled_with_a_notice_block() {
         let evs = sse.collect_until_any(TERMINALS, WAIT).await;
         let term = evs.last().unwrap();
         assert_eq!(term.event, "turn.cancelled", "round {i}: {:?}", term.data);
+        assert!(
+            !ev_types(&evs).contains(&"iteration.error"),
+            "a user cancel is not a provider error: {:?}",
+            ev_types(&evs)
+        );
         assert_eq!(term.data["status"], "cancelled");
         sse.collect_until("context.updated", WAIT).await;
         let (_, rec) = gw.get(format!("/v1/sessions/{sid}/turns/{tid}")).await;
