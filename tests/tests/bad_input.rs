@@ -87,6 +87,9 @@ async fn non_integer_windows_are_400_invalid_window() {
         format!("/v1/sessions/{sid}/transcript?limit=-2"),
         "/v1/sessions?limit=abc".to_string(),
         "/v1/sessions?after=zzz".to_string(),
+        format!("/v1/sessions/{sid}/egress?limit=abc"),
+        format!("/v1/sessions/{sid}/egress?limit=0"),
+        format!("/v1/sessions/{sid}/egress?before=x"),
     ] {
         let (s, v) = gw.get(&q).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {v}");
