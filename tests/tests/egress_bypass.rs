@@ -502,7 +502,7 @@ async fn each_request_on_a_kept_alive_connection_is_judged_on_its_own() {
     );
     assert_eq!(
         body,
-        format!("method DELETE /second not allowed for host 127.0.0.1\n")
+        "method DELETE /second not allowed for host 127.0.0.1\n"
     );
     assert_eq!(
         origin.requests().len(),
