@@ -177,8 +177,16 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
         .as_str()
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
-    let (program, rest) = args
-        .command
+    // `jail.enabled: true`: the gateway hands back the jail's argv prefix (P10 kernel wall).
+    let jail: Vec<String> = match v.get("jail").filter(|j| !j.is_null()) {
+        Some(j) => serde_json::from_value(j["argv_prefix"].clone())?,
+        None => Vec::new(),
+    };
+    let argv: Vec<String> = jail
+        .into_iter()
+        .chain(args.command.iter().cloned())
+        .collect();
+    let (program, rest) = argv
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("no command given"))?;
     let status = std::process::Command::new(program)

@@ -400,7 +400,14 @@ impl Engine for Api {
             .await
             .map_err(|e| ApiError::bad_request("invalid-config", e))?;
         let env = sandbox.child_env(&sid, &root, &cfg);
-        Ok(json!({"session_id": sid, "cwd": root, "env": env, "proxy_port": sandbox.port()}))
+        // `jail.enabled: true`: the caller must run `argv_prefix + command` (fail closed).
+        let jail = sandbox
+            .jail_prefix(&root, &cfg)
+            .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "jail-unavailable", e))?
+            .map(|p| json!({"argv_prefix": p}));
+        Ok(
+            json!({"session_id": sid, "cwd": root, "env": env, "proxy_port": sandbox.port(), "jail": jail}),
+        )
     }
 
     fn request_stop(&self) {

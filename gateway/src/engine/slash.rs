@@ -170,11 +170,13 @@ impl Gateway {
         }
         let cfg = self.project_config(root).await?;
         let env = sandbox.child_env(sid, root, &cfg);
+        let jail = sandbox.jail_prefix(root, &cfg)?;
         let cancel = tokio_util::sync::CancellationToken::new();
-        let out = crate::sandbox::run::run(
+        let out = crate::sandbox::run::run_with(
             command,
             root,
             &env,
+            jail.as_deref(),
             crate::sandbox::shell::DEFAULT_TIMEOUT,
             &cancel,
         )

@@ -4,6 +4,7 @@
 
 pub mod credentials;
 pub mod env;
+pub mod jail;
 pub mod run;
 pub mod shell;
 pub mod sink;
@@ -107,6 +108,29 @@ impl Sandbox {
             ca_bundle: self.ca_bundle.clone(),
         };
         env::child_env(std::env::vars(), &project, &proxy)
+    }
+
+    /// The jail's argv prefix when the session's config asks for it (`jail.enabled: true`),
+    /// `None` when it does not, or why this host cannot enforce it (fail closed: the caller
+    /// must not run the child). Blocks on a trial run the first time.
+    pub fn jail_prefix(&self, root: &Path, cfg: &Config) -> Result<Option<Vec<String>>, String> {
+        if cfg.jail.enabled != Some(true) {
+            return Ok(None);
+        }
+        let home = self.ca_bundle.parent().and_then(|ca| ca.parent());
+        let log_file = home.map(|h| h.join("logs")).and_then(|logs| {
+            std::fs::create_dir_all(&logs).ok()?;
+            Some(logs.join("pasta.log"))
+        });
+        let spec = jail::JailSpec {
+            proxy_port: self.port(),
+            root: root.to_path_buf(),
+            hide: home.map(Path::to_path_buf).into_iter().collect(),
+            expose_ro: vec![self.ca_bundle.clone()],
+            as_root: jail::running_as_root(),
+            log_file,
+        };
+        jail::prepare(&spec).map(Some)
     }
 
     /// `/net-probe` for a session: host gate, SSRF class and filters, no socket opened.

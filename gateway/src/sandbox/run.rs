@@ -47,7 +47,8 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
-/// Runs `command` with `sh -c`.
+/// Runs `command` with `sh -c` (no jail).
+#[allow(dead_code)] // the unjailed form, for callers outside a session's config
 pub async fn run(
     command: &str,
     root: &Path,
@@ -55,9 +56,27 @@ pub async fn run(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> std::io::Result<RunOutput> {
-    let mut child = tokio::process::Command::new("/bin/sh")
-        .arg("-c")
-        .arg(command)
+    run_with(command, root, env, None, timeout, cancel).await
+}
+
+/// Runs `command` with `sh -c`, inside the jail when `jail` (the argv prefix from
+/// `Sandbox::jail_prefix`) is given.
+pub async fn run_with(
+    command: &str,
+    root: &Path,
+    env: &BTreeMap<String, String>,
+    jail: Option<&[String]>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> std::io::Result<RunOutput> {
+    let mut argv: Vec<&str> = jail
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    argv.extend(["/bin/sh", "-c", command]);
+    let mut child = tokio::process::Command::new(argv[0])
+        .args(&argv[1..])
         .env_clear()
         .envs(env)
         .current_dir(root)
@@ -96,6 +115,9 @@ pub async fn run(
     }
     result.stdout = out.await.unwrap_or_default();
     result.stderr = err.await.unwrap_or_default();
+    if jail.is_some() {
+        result.stderr = super::jail::strip_pasta_noise(&result.stderr);
+    }
     Ok(result)
 }
 
@@ -148,5 +170,51 @@ mod tests {
             t0.elapsed() < Duration::from_secs(10),
             "the background sleep must not keep the pipes open"
         );
+    }
+
+    #[tokio::test]
+    async fn a_jailed_command_is_killed_with_its_group_and_its_stderr_is_clean() {
+        if super::super::jail::find_binaries().is_err() {
+            eprintln!("skipped: pasta/bwrap not installed");
+            return;
+        }
+        let root = std::env::temp_dir().canonicalize().unwrap();
+        let spec = super::super::jail::JailSpec {
+            proxy_port: 9,
+            root: root.clone(),
+            hide: vec![],
+            expose_ro: vec![],
+            as_root: super::super::jail::running_as_root(),
+            log_file: None,
+        };
+        let prefix = super::super::jail::prepare(&spec).expect("the jail works here");
+        let env: BTreeMap<String, String> =
+            [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
+        let out = run_with(
+            "echo in; echo err >&2; cat /proc/net/route | wc -l",
+            &root,
+            &env,
+            Some(&prefix),
+            Duration::from_secs(20),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+        assert_eq!(out.stdout, "in\n1\n", "no route but the header line");
+        assert_eq!(out.stderr, "err\n");
+        let t0 = std::time::Instant::now();
+        let out = run_with(
+            "sleep 30 & sleep 30; echo never",
+            &root,
+            &env,
+            Some(&prefix),
+            Duration::from_millis(1500),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert!(out.timed_out && !out.stdout.contains("never"));
+        assert!(t0.elapsed() < Duration::from_secs(10));
     }
 }

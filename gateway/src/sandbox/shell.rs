@@ -73,7 +73,20 @@ impl Tool for ShellTool {
             Err(e) => return ToolOutput::fail(format!("cannot run: {e}")),
         };
         let env = self.sandbox.child_env(&ctx.session_id, &ctx.root, &cfg);
-        match super::run::run(command, &ctx.root, &env, timeout, &ctx.cancel).await {
+        let jail = match self.sandbox.jail_prefix(&ctx.root, &cfg) {
+            Ok(j) => j,
+            Err(e) => return ToolOutput::fail(e),
+        };
+        match super::run::run_with(
+            command,
+            &ctx.root,
+            &env,
+            jail.as_deref(),
+            timeout,
+            &ctx.cancel,
+        )
+        .await
+        {
             Err(e) => ToolOutput::fail(format!("cannot start the command: {e}")),
             Ok(out) => {
                 let text = describe(&out);
