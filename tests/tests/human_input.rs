@@ -1,0 +1,284 @@
+//! Human input end to end (companion-api §6.9, C23–C29): an extension slash command calls
+//! `vis.ask` / `vis.live` / `vis.shell` in the session worker, and the HTTP routes and the
+//! session stream answer and observe it.
+
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const EXT: &str = r#"
+import blockether.vis.extension as vis
+
+def no_bad(value):
+    return "no bad names" if value == "bad" else None
+
+def ask(ctx):
+    a = vis.ask("Deploy?", [
+        vis.row(vis.plaintext("name", is_required=True, validate=no_bad), vis.password("token")),
+        vis.select("env", ["dev", "prod"]),
+        vis.multiselect("regions", ["eu", "us", "ap"]),
+        vis.checkbox("sure"),
+        vis.slider("n", min=0, max=10, step=1),
+    ], is_cancellable=False, timeout_ms=15000)
+    if not a:
+        return vis.ok(f"refused: {a.reason}")
+    tok = a["token"]
+    return vis.ok(f"hello {a['name']} env={a['env']} regions={a['regions']} sure={a['sure']} "
+                  f"n={a['n']!r} handle={tok.startswith('vis-secret:')} secret={vis.reveal(tok)}")
+
+def ask_soft(ctx):
+    a = vis.ask("Continue?", [vis.plaintext("why")], timeout_ms=15000)
+    return vis.ok("yes" if a else f"refused: {a.reason}")
+
+def watch(ctx):
+    with vis.live("Job", [vis.status("st", "starting"), vis.output("out")]) as view:
+        view.node("st").set("running", tone="running")
+        for i in range(5):
+            view.node("out").write(f"line {i}")
+    return vis.ok(f"watched {view.id}")
+
+def sh(ctx):
+    r = vis.shell({"command": "echo hi; echo err >&2"})
+    return vis.ok(f"status={r['status']} exit={r['exit']} out={r['out'].split()}")
+
+def fetch(ctx):
+    r = vis.shell({"command": "curl -s -o /dev/null -w '%{http_code}' http://denied.example/x"})
+    return vis.ok(f"code={r['out']}")
+
+vis.register(vis.Extension(name="hi", description="human input",
+    slash_commands=[vis.SlashCommand("askme", ask), vis.SlashCommand("asksoft", ask_soft),
+                    vis.SlashCommand("watch", watch), vis.SlashCommand("shhi", sh),
+                    vis.SlashCommand("fetch", fetch)]))
+"#;
+
+async fn start() -> Gateway {
+    let dirs = Dirs::new();
+    std::fs::create_dir_all(dirs.home().join("extensions")).unwrap();
+    std::fs::write(dirs.home().join("extensions/hi.py"), EXT).unwrap();
+    write_network_policy(&dirs.root(), &loopback_policy());
+    Gateway::start_in(dirs, Opts::default()).await
+}
+
+/// Polls `GET …/human-input` until one request is pending; returns it.
+async fn pending(gw: &Gateway, sid: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (s, v) = gw.get(format!("/v1/sessions/{sid}/human-input")).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        if let Some(r) = v["requests"].as_array().and_then(|a| a.first()) {
+            return r.clone();
+        }
+        assert!(Instant::now() < deadline, "no pending request: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The stored `turn.completed` / `turn.failed` of the session as text.
+async fn terminal_text(gw: &Gateway, sid: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let evs = gw.events_since(sid, 0).await;
+        if let Some(e) = evs
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "turn.completed" || e["type"] == "turn.failed")
+        {
+            return e.to_string();
+        }
+        assert!(Instant::now() < deadline, "no terminal: {:?}", types(&evs));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_from_a_slash_command_is_listed_validated_answered_and_closed() {
+    let gw = start().await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let (s, v) = gw.submit(&sid, "/askme").await;
+    assert!(s.is_success(), "{v}");
+    let req = pending(&gw, &sid).await;
+    let rid = req["id"].as_str().expect("id").to_string();
+    assert_eq!(req["title"], "Deploy?");
+    assert_eq!(req["is_cancellable"], false);
+    assert_eq!(req["submit_label"], "Submit");
+    assert_eq!(req["session_id"], json!(sid));
+    let evs = gw.wait_stored(&sid, "human_input.request").await;
+    let ev = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.request")
+        .unwrap();
+    assert_eq!(ev["request"]["id"], json!(rid));
+    let (_, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(soul["is_awaiting_input"], true, "{soul}");
+
+    let submit = format!("/v1/sessions/{sid}/human-input/{rid}/actions/submit");
+    let (s, v) = gw.post(&submit, json!({"values": {"n": 11}})).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["is_accepted"], false, "{v}");
+    assert_eq!(v["errors"]["name"], "is required", "{v}");
+    assert!(v["errors"]["n"].is_string(), "out of range: {v}");
+    let (_, v) = gw.post(&submit, json!({"values": {"name": "bad"}})).await;
+    assert_eq!(
+        v["errors"]["name"], "no bad names",
+        "the extension's validator ran: {v}"
+    );
+    let (s, v) = gw.post(&submit, json!({"values": "nope"})).await;
+    assert_eq!(
+        (s, error_type(&v)),
+        (StatusCode::BAD_REQUEST, "bad-request".into())
+    );
+    let (s, v) = gw
+        .post_empty(&format!(
+            "/v1/sessions/{sid}/human-input/{rid}/actions/cancel"
+        ))
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(error_type(&v), "human-input-not-cancellable");
+    assert_eq!(pending(&gw, &sid).await["id"], json!(rid), "still pending");
+
+    let values = json!({"name": "Ann", "token": "s3cr3t", "env": "prod",
+        "regions": ["us", "eu"], "sure": "on", "n": "3"});
+    let (s, v) = gw.post(&submit, json!({"values": values})).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["is_accepted"], true, "{v}");
+    let evs = gw.wait_stored(&sid, "human_input.close").await;
+    let close = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.close")
+        .unwrap();
+    assert_eq!(close["request_id"], json!(rid));
+    assert_eq!(close["reason"], "submitted");
+    let text = terminal_text(&gw, &sid).await;
+    assert!(
+        text.contains(
+            "hello Ann env=prod regions=['eu', 'us'] sure=True n=3 handle=True secret=s3cr3t"
+        ),
+        "{text}"
+    );
+    assert!(
+        !evs.iter().any(|e| e.to_string().contains("s3cr3t")),
+        "the secret is never on the stream"
+    );
+    let (_, v) = gw.post(&submit, json!({"values": values})).await;
+    assert_eq!(v["is_accepted"], false, "late submit: {v}");
+    let (_, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
+    assert_eq!(soul["is_awaiting_input"], false);
+    let (s, v) = gw
+        .post(
+            &format!(
+                "/v1/sessions/{sid}/human-input/{}/actions/submit",
+                uuid::Uuid::new_v4()
+            ),
+            json!({"values": {}}),
+        )
+        .await;
+    assert_eq!(
+        (s, error_type(&v)),
+        (StatusCode::NOT_FOUND, "human-input-not-found".into())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_form_answers_the_extension_with_reason_cancelled() {
+    let gw = start().await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    gw.submit(&sid, "/asksoft").await;
+    let rid = pending(&gw, &sid).await["id"].as_str().unwrap().to_string();
+    let (s, v) = gw
+        .post_empty(&format!(
+            "/v1/sessions/{sid}/human-input/{rid}/actions/cancel"
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["is_cancelled"], true);
+    let text = terminal_text(&gw, &sid).await;
+    assert!(text.contains("refused: cancelled"), "{text}");
+    let evs = gw.events_since(&sid, 0).await;
+    let close = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.close")
+        .unwrap();
+    assert_eq!(close["reason"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_view_opens_patches_and_closes_and_its_log_stays_readable() {
+    let gw = start().await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    gw.submit(&sid, "/watch").await;
+    let text = terminal_text(&gw, &sid).await;
+    assert!(text.contains("watched "), "{text}");
+    let evs = gw.wait_stored(&sid, "human_input.live.close").await;
+    let kinds = types(&evs);
+    let open = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.live.open")
+        .unwrap();
+    let vid = open["view_id"].as_str().unwrap().to_string();
+    assert_eq!(open["view"]["title"], "Job");
+    let patches: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e["type"] == "human_input.live.patch")
+        .collect();
+    assert!(!patches.is_empty(), "{kinds:?}");
+    assert!(
+        patches.len() < 6,
+        "six pushes within 100 ms are coalesced: {kinds:?}"
+    );
+    let last = patches.last().unwrap();
+    assert_eq!(last["patch"]["view_id"], json!(vid));
+    assert!(last["first_seq"].as_u64() <= last["patch"]["seq"].as_u64());
+    let close = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.live.close")
+        .unwrap();
+    assert_eq!(close["result"]["reason"], "completed");
+    assert_eq!(close["result"]["is_completed"], true);
+    let (_, v) = gw.get(format!("/v1/sessions/{sid}/human-input/live")).await;
+    assert_eq!(v["views"], json!([]), "closed views are not listed");
+    let (s, v) = gw
+        .get(format!(
+            "/v1/sessions/{sid}/human-input/live/{vid}/log/out?from=1&limit=2"
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["total"], 5);
+    assert_eq!(v["lines"], json!(["line 1", "line 2"]));
+    let (s, v) = gw
+        .get(format!(
+            "/v1/sessions/{sid}/human-input/live/not-a-uuid/log/out"
+        ))
+        .await;
+    assert_eq!(
+        (s, error_type(&v)),
+        (StatusCode::NOT_FOUND, "live-view-not-found".into())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extension_shell_runs_in_the_session_sandbox_and_its_egress_is_decided() {
+    let gw = start().await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let mut sse = gw.events(&sid, -1).await;
+    gw.submit(&sid, "/shhi").await;
+    let text = terminal_text(&gw, &sid).await;
+    assert!(
+        text.contains("status=exited exit=0 out=['hi', 'err']"),
+        "{text}"
+    );
+    gw.wait_idle(&sid).await;
+    gw.submit(&sid, "/fetch").await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let decision = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = sse.next_event(left).await.expect("an egress.decision");
+        if e.ty() == "egress.decision" {
+            break e.data;
+        }
+    };
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["host"], "denied.example", "{decision}");
+}
