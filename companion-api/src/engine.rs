@@ -98,7 +98,7 @@ pub struct Stats {
 /// The gateway as seen by the HTTP layer.
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
-    fn stats(&self) -> Stats;
+    async fn stats(&self) -> Stats;
 
     // Sessions
     async fn create_session(&self, req: CreateSession) -> ApiResult<Value>;

@@ -39,6 +39,8 @@ pub struct ApiConfig {
     /// Stable gateway id (16 hex).
     pub gateway_id: String,
     pub managed: bool,
+    /// Extra browser origins allowed on a bind without a token (`VIS_GATEWAY_CORS_ORIGINS`).
+    pub cors_origins: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -59,5 +61,5 @@ pub fn app(engine: Arc<dyn Engine>, cfg: ApiConfig) -> Router {
             middleware::auth::layer,
         ))
         .layer(axum::middleware::from_fn(middleware::protocol::layer))
-        .layer(axum::middleware::from_fn(middleware::cors::layer))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::cors::layer))
 }

@@ -14,6 +14,26 @@ use tower::ServiceExt;
 #[derive(Clone)]
 pub struct ConnKill(pub CancellationToken);
 
+/// `/v1/sessions/` is routed as `/v1/sessions` (§2: stripping is acceptable).
+fn strip_trailing_slash<B>(req: &mut Request<B>) {
+    let path = req.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+        let pq = match req.uri().query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
+        };
+        let mut parts = req.uri().clone().into_parts();
+        if let Ok(p) = pq.parse() {
+            parts.path_and_query = Some(p);
+            if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+                *req.uri_mut() = uri;
+            }
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` fires; open connections are dropped then.
 pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationToken) {
     loop {
@@ -37,6 +57,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
             let conn_kill = kill.clone();
             let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                 req.extensions_mut().insert(ConnKill(conn_kill.clone()));
+                strip_trailing_slash(&mut req);
                 router.clone().oneshot(req.map(axum::body::Body::new))
             });
             let mut builder = hyper::server::conn::http1::Builder::new();

@@ -41,7 +41,6 @@ async fn curl_reaches_a_local_origin_and_gets_403_with_the_error_kind_for_a_deni
     assert_eq!(origin.requests().len(), 1);
 }
 
-#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_requests_uses_the_proxy_from_the_environment() {
     let origin = Origin::start().await;
@@ -175,7 +174,6 @@ async fn https_is_intercepted_and_verified_upstream_against_the_operator_ca() {
     );
 }
 
-#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_requests_trusts_the_gateway_ca_for_intercepted_https() {
     let pki = tempfile::tempdir().unwrap();
@@ -252,7 +250,6 @@ async fn denied_plain_http_posts_with_a_body_always_get_a_clean_403() {
     assert!(origin.requests().is_empty());
 }
 
-#[ignore = "gateway bug (intermittent): a denied intercepted HTTP/1.1 request with a 64 KiB body is answered without reading the body and the connection is closed, so curl sometimes fails with `curl: (55) Send failure: Broken pipe` instead of reporting the 403"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denied_http1_posts_with_a_body_inside_interception_always_get_a_clean_403() {
     let lines = denied_posts_inside_interception("http1.1").await;
@@ -306,7 +303,6 @@ async fn an_https_origin_whose_certificate_names_another_host_is_refused() {
     assert!(out.stdout.contains("upstream error: "), "{out:?}");
 }
 
-#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn git_clones_over_http_from_a_local_http_backend() {
     let work = tempfile::tempdir().unwrap();
@@ -383,7 +379,6 @@ with zipfile.ZipFile(out, 'w') as z:
     z.writestr(f'{name}-{ver}.dist-info/RECORD', '\n'.join(record) + '\n')
 "#;
 
-#[ignore = "gateway bug: the child proxy URL http://<token>@127.0.0.1:<port> has no `:` in its userinfo, so Python requests/pip send no Proxy-Authorization (407) and git prompts for a proxy password; http://<token>:@… works"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pip_installs_a_package_from_a_local_index() {
     let work = tempfile::tempdir().unwrap();

@@ -584,7 +584,6 @@ async fn the_token_is_reused_across_restarts_and_a_token_file_flag_moves_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "gateway bug (security): the Vis home is created 0755 and vis.db / -wal / -shm 0644, so other local users can read every transcript and stored secret handle"]
 async fn the_database_is_private_to_the_gateway_user() {
     let dirs = Dirs::new();
     let home = dirs.base.path().join("fresh-home");

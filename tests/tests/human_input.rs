@@ -48,10 +48,14 @@ def fetch(ctx):
     r = vis.shell({"command": "curl -s -o /dev/null -w '%{http_code}' http://denied.example/x"})
     return vis.ok(f"code={r['out']}")
 
+def jhi(ctx):
+    r = vis.jailed_shell_session({"command": ["printf", "%s|", "a b", "c"]})
+    return vis.ok(f"jailed out={r['out']} status={r['status']}")
+
 vis.register(vis.Extension(name="hi", description="human input",
     slash_commands=[vis.SlashCommand("askme", ask), vis.SlashCommand("asksoft", ask_soft),
                     vis.SlashCommand("watch", watch), vis.SlashCommand("shhi", sh),
-                    vis.SlashCommand("fetch", fetch)]))
+                    vis.SlashCommand("fetch", fetch), vis.SlashCommand("jhi", jhi)]))
 "#;
 
 async fn start() -> Gateway {
@@ -281,4 +285,39 @@ async fn an_extension_shell_runs_in_the_session_sandbox_and_its_egress_is_decide
     };
     assert_eq!(decision["decision"], "deny", "{decision}");
     assert_eq!(decision["host"], "denied.example", "{decision}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_the_turn_settles_its_pending_form_as_cancelled() {
+    let gw = start().await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let (_, t) = gw.submit(&sid, "/asksoft").await;
+    let tid = t["turn_id"].as_str().expect("turn_id").to_string();
+    let rid = pending(&gw, &sid).await["id"].as_str().unwrap().to_string();
+    let (s, v) = gw
+        .post_empty(&format!("/v1/sessions/{sid}/turns/{tid}/cancel"))
+        .await;
+    assert!(s.is_success(), "{v}");
+    let evs = gw.wait_stored(&sid, "human_input.close").await;
+    let close = evs.iter().find(|e| e["type"] == "human_input.close").unwrap();
+    assert_eq!(close["request_id"], json!(rid));
+    assert_eq!(close["reason"], "cancelled");
+    let (_, v) = gw.get(format!("/v1/sessions/{sid}/human-input")).await;
+    assert_eq!(v["requests"], json!([]));
+    let (_, v) = gw
+        .post(
+            &format!("/v1/sessions/{sid}/human-input/{rid}/actions/submit"),
+            json!({"values": {"why": "late"}}),
+        )
+        .await;
+    assert_eq!(v["is_accepted"], false, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jailed_session_shell_takes_an_argv_list() {
+    let gw = start().await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    gw.submit(&sid, "/jhi").await;
+    let text = terminal_text(&gw, &sid).await;
+    assert!(text.contains("jailed out=a b|c| status=exited"), "{text}");
 }

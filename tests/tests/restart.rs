@@ -252,7 +252,6 @@ async fn stored_turns_are_listed_and_served_after_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "gateway bug: a clean stop (SIGTERM) cancels the running turn like a user cancel, so every queued turn is swept and deleted; after the restart the backlog is gone"]
 async fn a_clean_stop_keeps_the_queued_turns_of_a_busy_session() {
     let llm = FixtureLlm::start().await;
     llm.push(stall());
@@ -329,7 +328,6 @@ async fn a_start_on_a_busy_port_fails_with_a_bind_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "gateway bug: after a crash the recovered turn.failed does not close the blocks that were open (no content.block.completed for the streaming prose block)"]
 async fn the_recovered_terminal_closes_blocks_left_open_by_the_crash() {
     let llm = FixtureLlm::start().await;
     llm.push(stall());

@@ -52,8 +52,29 @@ fn sse_response(
     resp
 }
 
-fn kill_token(kill: Option<Extension<ConnKill>>) -> CancellationToken {
-    kill.map(|Extension(k)| k.0).unwrap_or_default()
+/// The connection's kill switch; with `X-Vis-Client-Pid`, also fired once that local process
+/// is gone (checked every second, §4.1).
+fn kill_token(kill: Option<Extension<ConnKill>>, headers: &HeaderMap) -> CancellationToken {
+    let token = kill.map(|Extension(k)| k.0).unwrap_or_default();
+    let pid = headers.get("x-vis-client-pid").and_then(|v| v.to_str().ok()).and_then(|s| s.trim().parse::<i32>().ok());
+    if let Some(pid) = pid.filter(|p| *p > 0) {
+        let t = token.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = t.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                // SAFETY: signal 0 only checks that the process exists.
+                if unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                    t.cancel();
+                    return;
+                }
+            }
+        });
+    }
+    token
 }
 
 pub async fn session_stream(
@@ -63,7 +84,7 @@ pub async fn session_stream(
     headers: HeaderMap,
     kill: Option<Extension<ConnKill>>,
 ) -> ApiResult<Response> {
-    let kill = kill_token(kill);
+    let kill = kill_token(kill, &headers);
     let sub = st
         .engine
         .subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone())
@@ -97,7 +118,7 @@ pub async fn multiplexed(
     headers: HeaderMap,
     kill: Option<Extension<ConnKill>>,
 ) -> ApiResult<Response> {
-    let kill = kill_token(kill);
+    let kill = kill_token(kill, &headers);
     let mut wanted = parse_sids(q.get("sids").map(String::as_str).unwrap_or(""));
     let mut seen = std::collections::HashSet::new();
     wanted.retain(|(sid, _)| seen.insert(sid.clone()));
@@ -106,7 +127,7 @@ pub async fn multiplexed(
     let mut pending = Vec::new();
     for (sid, c) in wanted {
         // Existence check first, so Last-Event-ID applies only when exactly one sid is valid.
-        if st.engine.seq(&sid).await.is_ok() {
+        if st.engine.get_session(&sid, false).await.is_ok() {
             pending.push((sid, c));
         }
     }

@@ -9,20 +9,21 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-fn status_map(state: &AppState, status: &str) -> Value {
-    let s = state.engine.stats();
+async fn status_map(state: &AppState, status: &str) -> Value {
+    let s = state.engine.stats().await;
+    let sse = crate::serve_stats::sse_clients();
     let c = &state.cfg;
     json!({
         "status": status, "id": c.gateway_id, "protocol": protocol_block(), "pid": std::process::id(),
         "host": c.host, "port": c.port, "db": s.db, "require_token": c.require_token, "managed": c.managed,
-        "clients": 0, "client_leases": 0, "sse_clients": 0, "client_registrations_total": 0,
+        "clients": sse, "client_leases": 0, "sse_clients": sse, "client_registrations_total": 0,
         "client_releases_total": 0, "client_replacements_total": 0, "client_leases_reaped_total": 0,
         "running_turns": s.turns_running,
     })
 }
 
 pub async fn healthz(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
-    let mut m = status_map(&state, "ok");
+    let mut m = status_map(&state, "ok").await;
     let matched = headers
         .get("x-vis-gateway-secret")
         .and_then(|v| v.to_str().ok())
@@ -32,12 +33,12 @@ pub async fn healthz(State(state): State<AppState>, headers: HeaderMap) -> Json<
 }
 
 pub async fn admin_status(State(state): State<AppState>) -> Json<Value> {
-    Json(status_map(&state, "running"))
+    Json(status_map(&state, "running").await)
 }
 
 pub async fn admin_stop(State(state): State<AppState>) -> Json<Value> {
     state.engine.request_stop();
-    Json(json!({"stopping": true, "status": status_map(&state, "running")}))
+    Json(json!({"stopping": true, "status": status_map(&state, "running").await}))
 }
 
 pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
@@ -66,8 +67,8 @@ pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> 
 }
 
 /// `(name, kind, value)` rows of the metrics answer.
-fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
-    let s = state.engine.stats();
+async fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
+    let s = state.engine.stats().await;
     let rss = crate::serve_stats::rss_bytes() as f64;
     vec![
         (
@@ -112,6 +113,10 @@ fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
             s.replay_events_retained as f64,
         ),
         ("vis_process_rss_bytes", "gauge", rss),
+        ("vis_gateway_client_registrations_total", "counter", 0.0),
+        ("vis_gateway_client_releases_total", "counter", 0.0),
+        ("vis_gateway_client_replacements_total", "counter", 0.0),
+        ("vis_gateway_client_leases_reaped_total", "counter", 0.0),
         ("vis_gateway_client_leases", "gauge", 0.0),
         (
             "vis_gateway_sse_clients",
@@ -122,7 +127,7 @@ fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
 }
 
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let rows = series(&state);
+    let rows = series(&state).await;
     let wants_json = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

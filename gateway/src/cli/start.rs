@@ -182,9 +182,15 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         host: bind_host.clone(),
         port,
         addresses: urls.clone(),
-        max_body_bytes: env_usize("VIS_GATEWAY_MAX_BODY_BYTES", 64 * 1024 * 1024),
+        max_body_bytes: env_usize("VIS_GATEWAY_MAX_BODY_BYTES", crate::engine::MAX_TURN_BODY_BYTES),
         gateway_id,
         managed: false,
+        cors_origins: std::env::var("VIS_GATEWAY_CORS_ORIGINS")
+            .unwrap_or_default()
+            .split(',')
+            .map(|o| o.trim().trim_end_matches('/').to_string())
+            .filter(|o| !o.is_empty())
+            .collect(),
     };
     let app = vis_companion_api::app(Arc::new(Api(gw.clone())), cfg);
     let shutdown = CancellationToken::new();

@@ -36,14 +36,33 @@ fn live_view_not_found(vid: &str) -> ApiError {
     .with("view_id", vid)
 }
 
+/// Human-input errors as API errors (`id`: the request or view id of the route).
+fn hi_error(e: super::human_input::HiError, id: &str) -> ApiError {
+    use super::human_input::HiError;
+    match e {
+        HiError::RequestNotFound => human_input_not_found(id),
+        HiError::ViewNotFound => live_view_not_found(id),
+        HiError::NotCancellable => ApiError::new(
+            StatusCode::CONFLICT,
+            "human-input-not-cancellable",
+            format!("request {id} cannot be cancelled"),
+        )
+        .with("request_id", id),
+        HiError::InvalidFocus(m) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid-live-focus", m).with("view_id", id)
+        }
+    }
+}
+
 fn store_err(e: crate::store::StoreError) -> ApiError {
     ApiError::engine(e.to_string())
 }
 
 #[async_trait]
 impl Engine for Api {
-    fn stats(&self) -> Stats {
+    async fn stats(&self) -> Stats {
         let g = &self.0;
+        let retained = g.store.call(rows::count_events).await.unwrap_or(0).max(0) as u64;
         let loaded = g.loaded();
         let (mut running, mut queued) = (0, 0);
         for (_, s) in &loaded {
@@ -62,7 +81,7 @@ impl Engine for Api {
             tokens_input: g.counters.tokens_in.load(Ordering::Relaxed),
             tokens_output: g.counters.tokens_out.load(Ordering::Relaxed),
             concurrency_limit: g.concurrency as u64,
-            replay_events_retained: 0,
+            replay_events_retained: retained,
             db: Some(g.store.path().display().to_string()),
         }
     }
@@ -260,60 +279,85 @@ impl Engine for Api {
     }
 
     async fn seq(&self, sid: &str) -> ApiResult<i64> {
-        self.0.session(sid).await?;
-        self.0
-            .bus
-            .high_water(sid)
-            .ok_or_else(|| ApiError::session_not_found(sid))
+        // C21: 404 only for an unparsable sid; a valid unknown one has seen nothing yet.
+        if self.0.session(sid).await.is_err() {
+            return if uuid::Uuid::parse_str(sid).is_ok() { Ok(0) } else { Err(ApiError::session_not_found(sid)) };
+        }
+        self.0.bus.high_water(sid).ok_or_else(|| ApiError::session_not_found(sid))
     }
 
     async fn human_input(&self, sid: &str) -> ApiResult<Value> {
         self.0.session(sid).await?;
-        Ok(json!({"requests": []}))
+        Ok(self.0.human_input.list(sid))
     }
 
     async fn human_input_submit(
         &self,
         sid: &str,
         rid: &str,
-        _values: Map<String, Value>,
+        values: Map<String, Value>,
     ) -> ApiResult<Value> {
         self.0.session(sid).await?;
-        Err(human_input_not_found(rid))
+        self.0
+            .human_input
+            .submit(sid, rid, values)
+            .await
+            .map_err(|e| hi_error(e, rid))
     }
 
     async fn human_input_cancel(&self, sid: &str, rid: &str) -> ApiResult<Value> {
         self.0.session(sid).await?;
-        Err(human_input_not_found(rid))
+        self.0
+            .human_input
+            .cancel(sid, rid)
+            .map_err(|e| hi_error(e, rid))
     }
 
     async fn live_views(&self, sid: &str) -> ApiResult<Value> {
         self.0.session(sid).await?;
-        Ok(json!({"views": []}))
+        Ok(self.0.human_input.live_views(sid))
     }
 
     async fn live_log(
         &self,
-        _sid: &str,
+        sid: &str,
         vid: &str,
-        _nid: &str,
-        _from: usize,
-        _limit: usize,
+        nid: &str,
+        from: usize,
+        limit: usize,
     ) -> ApiResult<Value> {
-        Err(live_view_not_found(vid))
+        if uuid::Uuid::parse_str(vid).is_err() {
+            return Err(live_view_not_found(vid));
+        }
+        self.0
+            .human_input
+            .live_log(sid, vid, nid, from, limit)
+            .map_err(|e| hi_error(e, vid))
     }
 
-    async fn live_focus(&self, _sid: &str, vid: &str, _body: Value) -> ApiResult<Value> {
-        Err(live_view_not_found(vid))
+    async fn live_focus(&self, sid: &str, vid: &str, body: Value) -> ApiResult<Value> {
+        if uuid::Uuid::parse_str(vid).is_err() {
+            return Err(live_view_not_found(vid));
+        }
+        self.0
+            .human_input
+            .live_focus(sid, vid, &body)
+            .map_err(|e| hi_error(e, vid))
     }
 
     async fn live_interrupt(
         &self,
-        _sid: &str,
+        sid: &str,
         vid: &str,
-        _note: Option<String>,
+        note: Option<String>,
     ) -> ApiResult<Value> {
-        Err(live_view_not_found(vid))
+        if uuid::Uuid::parse_str(vid).is_err() {
+            return Err(live_view_not_found(vid));
+        }
+        self.0
+            .human_input
+            .live_interrupt(sid, vid, note)
+            .map_err(|e| hi_error(e, vid))
     }
 
     async fn slashes(&self, sid: &str) -> ApiResult<Value> {

@@ -229,11 +229,14 @@ impl Gateway {
             Some(_permit) => {
                 self.counters.executing.fetch_add(1, Ordering::Relaxed);
                 let t = tokio::select! {
-                    t = self.execute(&l) => t,
+                    biased;
                     _ = l.cancel.cancelled() => Terminal::Cancelled,
+                    t = self.execute(&l) => t,
                 };
                 self.counters.executing.fetch_sub(1, Ordering::Relaxed);
-                t
+                // A cancel that raced the work's own ending (e.g. the provider stream reporting
+                // the cancellation as an error) is still a cancel.
+                if l.cancel.is_cancelled() { Terminal::Cancelled } else { t }
             }
         };
         self.finish(&l.sid, &l.tid, terminal);
@@ -442,6 +445,10 @@ impl Gateway {
     /// turns queued before it and sets the cancel floor.
     fn queue_policy(self: &Arc<Self>, st: &mut SessionState, t: &Turn) -> Option<Launch> {
         let sid = t.sid.clone();
+        if self.stopping.load(Ordering::Relaxed) {
+            // A gateway stop is not a user cancel: queued turns stay stored for the next start.
+            return None;
+        }
         match t.status {
             Status::Failed => {
                 if !st.queue.is_empty() {
@@ -462,6 +469,9 @@ impl Gateway {
                     .partition(|q| q.queued_at.unwrap_or(0) < floor);
                 st.queue = kept.into();
                 for q in swept {
+                    if let Some(k) = &q.idempotency_key {
+                        st.keys.remove(k);
+                    }
                     let q_tid = q.tid.clone();
                     self.store.submit("turn-delete", move |c| {
                         crate::store::rows::delete_turn(c, &q_tid)
@@ -641,7 +651,9 @@ impl Gateway {
         {
             let mut st = shared.lock();
             if let Some(i) = st.queue.iter().position(|q| q.tid == tid) {
-                st.queue.remove(i);
+                if let Some(k) = st.queue.remove(i).and_then(|q| q.idempotency_key) {
+                    st.keys.remove(&k);
+                }
                 let t = tid.to_string();
                 self.store.submit("turn-delete", move |c| {
                     crate::store::rows::delete_turn(c, &t)
@@ -716,6 +728,12 @@ impl Gateway {
             let Ok(shared) = self.session(&t.sid).await else {
                 continue;
             };
+            let (sid, tid) = (t.sid.clone(), t.tid.clone());
+            let open_blocks = self
+                .store
+                .call(move |c| crate::store::rows::open_blocks(c, &sid, &tid))
+                .await
+                .unwrap_or_default();
             let launch = {
                 let mut st = shared.lock();
                 let run = Running {
@@ -724,6 +742,7 @@ impl Gateway {
                     started_seq: 0,
                     progress: Arc::new(Mutex::new(Progress {
                         iterations: t.iterations.clone(),
+                        open_blocks,
                         ..Default::default()
                     })),
                 };
@@ -759,33 +778,31 @@ fn not_queued(tid: &str, status: &str) -> ApiError {
 
 const MAX_FILES: usize = 8;
 const MAX_FILE_BYTES: usize = 26_214_400;
+/// The media types `/v1/capabilities` advertises.
+pub const MEDIA_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp", "image/bmp"];
 
-/// Enforces the advertised attachment caps (§10 Q7) and keeps the inline uploads.
+/// Enforces the advertised attachment caps and media types (§10 Q7) and keeps the uploads.
 fn check_attachments(req: &SubmitTurn) -> ApiResult<Vec<Value>> {
-    let Some(atts) = &req.attachments else {
-        return Ok(vec![]);
-    };
+    use base64::Engine as _;
+    let bad = |m: String| ApiError::bad_request("invalid-attachment", m);
+    let Some(atts) = &req.attachments else { return Ok(vec![]) };
     if atts.len() > MAX_FILES {
-        return Err(ApiError::bad_request(
-            "invalid-attachment",
-            format!("at most {MAX_FILES} attachments per turn"),
-        ));
+        return Err(bad(format!("at most {MAX_FILES} attachments per turn")));
     }
     let mut out = Vec::new();
     for (i, a) in atts.iter().enumerate() {
-        let Some(b64) = a.base64.as_deref() else {
-            return Err(ApiError::bad_request(
-                "invalid-attachment",
-                format!("attachment {i} has no base64 data"),
-            ));
-        };
-        if b64.len() / 4 * 3 > MAX_FILE_BYTES {
-            return Err(ApiError::bad_request(
-                "invalid-attachment",
-                format!("attachment {i} exceeds {MAX_FILE_BYTES} bytes"),
-            ));
+        let Some(b64) = a.base64.as_deref() else { return Err(bad(format!("attachment {i} has no base64 data"))) };
+        let media = a.media_type.as_deref().unwrap_or("");
+        if !MEDIA_TYPES.contains(&media) {
+            return Err(bad(format!("attachment {i} has media type {media:?}; accepted: {}", MEDIA_TYPES.join(", "))));
         }
-        out.push(json!({"filename": a.filename, "media_type": a.media_type, "base64": b64}));
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|e| bad(format!("attachment {i} is not valid base64: {e}")))?;
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(bad(format!("attachment {i} exceeds {MAX_FILE_BYTES} bytes")));
+        }
+        out.push(json!({"filename": a.filename, "media_type": media, "base64": b64}));
     }
     Ok(out)
 }

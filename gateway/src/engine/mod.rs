@@ -8,6 +8,7 @@
 mod api;
 mod coalesce;
 pub mod ext;
+pub mod human_input;
 mod lifecycle;
 pub mod runner;
 mod slash;
@@ -34,6 +35,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use turn::Turn;
 use vis_companion_api::{ApiError, ApiResult};
+
+/// The largest turn request the advertised attachment caps allow: 8 files of 25 MiB, base64
+/// encoded (4/3), plus 1 MiB for the rest of the body.
+pub const MAX_TURN_BODY_BYTES: usize = 8 * 26_214_400 / 3 * 4 + (1 << 20);
 
 pub fn now_ms() -> i64 {
     vis_companion_api::sse::now_ms()
@@ -82,8 +87,12 @@ pub struct Gateway {
     next_ord: AtomicI64,
     /// Fired by `POST /v1/admin/stop`.
     pub stop: CancellationToken,
+    /// Set while the gateway shuts down: terminals land, queues stay as they are.
+    pub stopping: std::sync::atomic::AtomicBool,
     /// The egress proxy and child runner, once started.
     pub sandbox: std::sync::OnceLock<Arc<crate::sandbox::Sandbox>>,
+    /// Pending `vis.ask` forms, live views, secrets and extension shells (§6.9).
+    pub human_input: Arc<human_input::HumanInput>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -107,12 +116,16 @@ impl Gateway {
                 .map(|c| c.environment)
                 .unwrap_or_default()
         });
+        // The host serves its ask/live/shell doors through `human_input`, which reaches the
+        // gateway through a weak reference bound right after the `Arc<Gateway>` exists.
+        let human_input = human_input::HumanInput::new(bus.clone());
         let extensions = ExtensionHost::new(
             host_cfg,
             Arc::new(ext::SqliteState(store.clone())),
             Arc::new(ext::BusEvents(bus.clone())),
+            human_input.clone(),
         );
-        Ok(Arc::new(Gateway {
+        let gw = Arc::new(Gateway {
             store,
             bus,
             home,
@@ -127,8 +140,12 @@ impl Gateway {
             counters: Counters::default(),
             next_ord: AtomicI64::new(max_ord + 1),
             stop: CancellationToken::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             sandbox: std::sync::OnceLock::new(),
-        }))
+            human_input,
+        });
+        gw.human_input.bind(&gw);
+        Ok(gw)
     }
 
     /// Installs the sandbox: adds the `shell` tool and the `/sh` and `/net-probe` commands.
@@ -297,6 +314,7 @@ impl Gateway {
 
     /// Cancels every running turn and waits (bounded) for their terminals.
     pub async fn shutdown(&self, wait: std::time::Duration) {
+        self.stopping.store(true, Ordering::Relaxed);
         for (_, s) in self.loaded() {
             if let Some(r) = &s.lock().running {
                 r.cancel.cancel();

@@ -271,6 +271,10 @@ pub async fn run(
         let (thinking, prose, calls) = match stream_once(ctx, &client, &req, iteration).await {
             Ok(r) => r,
             Err(e) => {
+                if matches!(e, ProviderError::Cancelled) || ctx.cancel.is_cancelled() {
+                    // A user cancel, not a provider failure: the worker lands turn.cancelled.
+                    return Outcome::Failed { code: "turn_cancelled", message: "cancelled".into() };
+                }
                 let (code, cause) = match &e {
                     ProviderError::Stalled => ("provider_stream_stalled", "stalled"),
                     ProviderError::Http { .. } => ("provider_error", "http"),

@@ -27,7 +27,14 @@ pub fn live_of(st: &SessionState) -> Live {
     }
 }
 
-const TRANSCRIPT_PAGE_MAX_BYTES: usize = 2 * 1024 * 1024;
+/// Byte cap of a windowed transcript page (`VIS_GATEWAY_TRANSCRIPT_PAGE_MAX_BYTES`, default 2 MiB).
+fn transcript_page_max_bytes() -> usize {
+    std::env::var("VIS_GATEWAY_TRANSCRIPT_PAGE_MAX_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(2 * 1024 * 1024)
+}
 
 impl Gateway {
     pub fn soul(&self, row: &SessionRow, live: &Live) -> Value {
@@ -43,7 +50,7 @@ impl Gateway {
             "id": row.id, "channel": row.channel, "title": row.title, "external_id": row.external_id, "owner_id": row.owner_id,
             "model": model, "created_at": row.created_at, "modified_at": row.modified_at, "last_active_at": row.last_active_at,
             "turn_count": row.turn_count, "project_id": null, "project_name": null, "project_position": null,
-            "favorite_rank": row.favorite_rank, "status": status, "live": live.running.is_some(), "is_awaiting_input": false,
+            "favorite_rank": row.favorite_rank, "status": status, "live": live.running.is_some(), "is_awaiting_input": self.human_input.is_awaiting(&row.id),
             "current_turn_id": live.running.as_ref().map(|r| &r.0), "server_time_ms": now_ms(),
         });
         let m = s.as_object_mut().expect("json! object");
@@ -188,7 +195,7 @@ impl Gateway {
             .filter(|t| t.status != Status::Queued)
             .map(Turn::transcript_row)
             .collect();
-        Ok(window(rows, limit, offset, TRANSCRIPT_PAGE_MAX_BYTES))
+        Ok(window(rows, limit, offset, transcript_page_max_bytes()))
     }
 }
 

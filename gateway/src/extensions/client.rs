@@ -183,6 +183,17 @@ pub struct Running {
     kill: Mutex<Option<oneshot::Sender<()>>>,
     /// Files that failed to load in THIS process (file → error).
     failures: Mutex<HashMap<PathBuf, WireError>>,
+    /// Doors waiting for a human ([`Running::hold`]): requests do not time out meanwhile.
+    holds: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Keeps a worker's requests from timing out while it lives ([`Running::hold`]).
+pub struct Hold(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Running {
@@ -192,6 +203,13 @@ impl Running {
 
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// While the guard lives (a door waits for a human: `vis.ask`, a live view's `state`
+    /// wait), the requests of this worker do not time out; the timer restarts afterwards.
+    pub fn hold(&self) -> Hold {
+        self.holds.fetch_add(1, Ordering::SeqCst);
+        Hold(self.holds.clone())
     }
 
     pub fn load_failure(&self, file: &std::path::Path) -> Option<WireError> {
@@ -233,7 +251,13 @@ impl Running {
             self.forget(id);
             return Err(CallError::Exited("its input pipe is closed".into()));
         }
-        let answer = tokio::time::timeout(timeout, rx).await;
+        let mut rx = rx;
+        let answer = loop {
+            match tokio::time::timeout(timeout, &mut rx).await {
+                Err(_) if self.holds.load(Ordering::SeqCst) > 0 => continue,
+                other => break other,
+            }
+        };
         guard.armed = false;
         let result = match answer {
             Ok(Ok(outcome)) => outcome,
@@ -521,6 +545,7 @@ fn spawn(
         doomed: AtomicBool::new(false),
         kill: Mutex::new(Some(kill_tx)),
         failures: Mutex::new(HashMap::new()),
+        holds: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     });
     tracing::debug!(worker = %spec.label, pid, "extension worker started");
 

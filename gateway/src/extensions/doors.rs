@@ -1,23 +1,56 @@
 //! Host doors the gateway answers (§10.2): state, log, notify, activity, declare_env and
 //! `vis.fs` (confined to the session's workspace, `fs_access` gates consulted, failing
-//! closed). Doors not served yet answer "`<op>` is not available in this gateway build yet".
+//! closed). `request_input`, `live`, the secrets and the shell family go to the host's
+//! [`super::HumanDoors`] (the gateway's human-input module); a host without one answers
+//! "`<op>` is not available in this gateway build yet".
 
 use super::client::{CallCtx, DoorError, Running};
-use super::{env, file_str, Inner, SessionCtx};
+use super::{env, file_str, DoorWorker, Inner, SessionCtx};
+use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{json, Value};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-const NOT_YET: &[&str] = &[
-    "shell",
-    "jailed_shell",
-    "jailed_shell_session",
-    "request_input",
-    "live",
-    "reveal_secret",
-    "forget_secret",
-];
+/// The calling worker as [`super::HumanDoors`] sees it: callbacks run as nested requests
+/// in the context of the call the door serves.
+struct CallingWorker {
+    running: Arc<Running>,
+    ctx: CallCtx,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl DoorWorker for CallingWorker {
+    async fn callback(&self, callable: &Value, args: Vec<Value>) -> Result<Value, String> {
+        let Some(id) = callable.get("id").and_then(Value::as_str) else {
+            return Err("the callable did not cross to the gateway (no callback id)".into());
+        };
+        let payload = json!({"id": id, "args": args});
+        // Spawned: a caller that goes away (an HTTP client disconnecting) must not abandon
+        // the nested request, which would kill the worker.
+        let (running, ctx, timeout) = (self.running.clone(), self.ctx.clone(), self.timeout);
+        tokio::spawn(async move { running.request(ctx, "callback", payload, timeout).await })
+            .await
+            .map_err(|e| format!("callback task failed: {e}"))?
+            .map_err(|e| e.message())
+    }
+    fn is_alive(&self) -> bool {
+        self.running.is_alive()
+    }
+    fn hold(&self) -> Box<dyn Send + Sync> {
+        Box::new(self.running.hold())
+    }
+}
+
+fn session_of(ctx: &CallCtx) -> Option<SessionCtx> {
+    Some(SessionCtx {
+        id: ctx.session_id.clone()?,
+        project_root: ctx.project_root.clone(),
+        workspace_root: ctx.workspace_root.clone()?,
+    })
+}
 
 fn str_field<'a>(payload: &'a Value, key: &str) -> Result<&'a str, DoorError> {
     payload
@@ -155,10 +188,43 @@ pub(super) async fn answer(
             Ok(json!(resolved))
         }
         op if op.starts_with("fs_") => fs_door(host, &worker, &ctx, op, &payload).await,
-        op if NOT_YET.contains(&op) => Err(DoorError::typed(
-            "NotImplementedError",
-            format!("{op} is not available in this gateway build yet"),
-        )),
+        "request_input" | "live" | "shell" | "jailed_shell" | "jailed_shell_session" => {
+            let session = session_of(&ctx);
+            let caller: Arc<dyn DoorWorker> = Arc::new(CallingWorker {
+                running: worker,
+                ctx: ctx.clone(),
+                timeout: host.cfg.hook_timeout,
+            });
+            if op != "live" && op != "request_input" {
+                let opts = payload.get("opts").cloned().unwrap_or(Value::Null);
+                host.human
+                    .shell(op, session.as_ref(), &ext_label, opts, caller)
+                    .await
+            } else if op == "live" {
+                let envelope = payload.get("envelope").cloned().unwrap_or(Value::Null);
+                host.human
+                    .live(session.as_ref(), &ext_label, envelope, caller)
+                    .await
+            } else {
+                host.human
+                    .request_input(session.as_ref(), &ext_label, payload, caller)
+                    .await
+            }
+        }
+        "reveal_secret" => {
+            let handle = str_field(&payload, "handle")?;
+            Ok(host
+                .human
+                .reveal_secret(ctx.session_id.as_deref(), handle)
+                .map(Value::String)
+                .unwrap_or(Value::Null))
+        }
+        "forget_secret" => {
+            let handle = str_field(&payload, "handle")?;
+            Ok(Value::Bool(
+                host.human.forget_secret(ctx.session_id.as_deref(), handle),
+            ))
+        }
         other => Err(DoorError::new(format!("unknown host operation '{other}'"))),
     }
 }

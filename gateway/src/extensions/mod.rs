@@ -70,6 +70,109 @@ pub trait HostEvents: Send + Sync + 'static {
     fn activity(&self, session_id: Option<&str>, extension: &str, presentation: Value) -> bool;
 }
 
+/// The worker that called a human-facing door, as that door sees it.
+#[async_trait]
+pub trait DoorWorker: Send + Sync + 'static {
+    /// Calls a Python callable that crossed in the door payload (its wire form
+    /// `{"__vis_callback__": name, "id": …}`) with `args`, as a nested request served while
+    /// the door is pending. Errors are messages.
+    async fn callback(&self, callable: &Value, args: Vec<Value>) -> Result<Value, String>;
+    /// `false` once the worker process has ended (its call was abandoned, timed out or the
+    /// session was disposed): nobody is waiting for the door's answer any more.
+    fn is_alive(&self) -> bool;
+    /// While the returned guard lives, the request the door serves does not time out (a
+    /// human is answering).
+    fn hold(&self) -> Box<dyn Send + Sync>;
+}
+
+/// The doors that reach the human or the session's sandbox: `request_input` (`vis.ask`),
+/// `live`, `reveal_secret` / `forget_secret` and the shell family. The gateway implements
+/// it; [`NoHumanDoors`] answers "not available".
+#[async_trait]
+pub trait HumanDoors: Send + Sync + 'static {
+    /// `vis.ask`: the door payload (`request`, `validators`, `run_validator`); answers
+    /// `{status, values, request_id, reason}`.
+    async fn request_input(
+        &self,
+        session: Option<&SessionCtx>,
+        extension: &str,
+        payload: Value,
+        worker: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError>;
+    /// `vis.live`: one envelope (`op`: open, patch, state, close).
+    async fn live(
+        &self,
+        session: Option<&SessionCtx>,
+        extension: &str,
+        envelope: Value,
+        worker: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError>;
+    /// `shell`, `jailed_shell` or `jailed_shell_session` (`door`) with the SDK's `opts`;
+    /// answers a shell record.
+    async fn shell(
+        &self,
+        door: &str,
+        session: Option<&SessionCtx>,
+        extension: &str,
+        opts: Value,
+        worker: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError>;
+    /// Plaintext of a `vis-secret:` handle, `None` when unknown.
+    fn reveal_secret(&self, session_id: Option<&str>, handle: &str) -> Option<String>;
+    /// Drops a handle; `true` when it existed.
+    fn forget_secret(&self, session_id: Option<&str>, handle: &str) -> bool;
+}
+
+/// [`HumanDoors`] of a host without a gateway behind it: every door answers
+/// "`<op>` is not available in this gateway build yet".
+#[derive(Default)]
+pub struct NoHumanDoors;
+
+fn not_available(op: &str) -> client::DoorError {
+    client::DoorError::typed(
+        "NotImplementedError",
+        format!("{op} is not available in this gateway build yet"),
+    )
+}
+
+#[async_trait]
+impl HumanDoors for NoHumanDoors {
+    async fn request_input(
+        &self,
+        _: Option<&SessionCtx>,
+        _: &str,
+        _: Value,
+        _: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError> {
+        Err(not_available("request_input"))
+    }
+    async fn live(
+        &self,
+        _: Option<&SessionCtx>,
+        _: &str,
+        _: Value,
+        _: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError> {
+        Err(not_available("live"))
+    }
+    async fn shell(
+        &self,
+        door: &str,
+        _: Option<&SessionCtx>,
+        _: &str,
+        _: Value,
+        _: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError> {
+        Err(not_available(door))
+    }
+    fn reveal_secret(&self, _: Option<&str>, _: &str) -> Option<String> {
+        None
+    }
+    fn forget_secret(&self, _: Option<&str>, _: &str) -> bool {
+        false
+    }
+}
+
 /// An in-memory [`StateStore`] (tests, and a gateway without a database).
 #[derive(Default)]
 pub struct MemoryState {
@@ -502,6 +605,7 @@ struct Inner {
     cfg: HostConfig,
     state: Arc<dyn StateStore>,
     events: Arc<dyn HostEvents>,
+    human: Arc<dyn HumanDoors>,
     registry: RwLock<Registry>,
     registration: WorkerClient,
     sessions: Mutex<HashMap<String, Arc<SessionWorker>>>,
@@ -620,11 +724,13 @@ fn file_str(p: &Path) -> String {
 }
 
 impl ExtensionHost {
-    /// Creates the host. No process starts until the first load or call.
+    /// Creates the host. No process starts until the first load or call. `human` serves
+    /// the ask / live / secret / shell doors ([`NoHumanDoors`] refuses them).
     pub fn new(
         cfg: HostConfig,
         state: Arc<dyn StateStore>,
         events: Arc<dyn HostEvents>,
+        human: Arc<dyn HumanDoors>,
     ) -> ExtensionHost {
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
             let spec = WorkerSpec {
@@ -640,6 +746,7 @@ impl ExtensionHost {
                 cfg,
                 state,
                 events,
+                human,
                 registry: RwLock::new(Registry::default()),
                 sessions: Mutex::new(HashMap::new()),
                 reload_lock: tokio::sync::Mutex::new(()),

@@ -76,7 +76,12 @@ fn fixture_with(tune: impl FnOnce(&mut HostConfig)) -> Fixture {
     tune(&mut cfg);
     let state = Arc::new(MemoryState::default());
     let events = Arc::new(RecordingEvents::default());
-    let host = ExtensionHost::new(cfg, state.clone(), events.clone());
+    let host = ExtensionHost::new(
+        cfg,
+        state.clone(),
+        events.clone(),
+        Arc::new(NoHumanDoors),
+    );
     Fixture {
         root,
         home,

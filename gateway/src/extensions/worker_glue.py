@@ -9,6 +9,7 @@ import __future__
 import base64
 import builtins
 import contextvars
+import itertools
 import json
 import os
 import sys
@@ -53,11 +54,31 @@ def _dec(obj):
     return obj
 
 
+# Callables that crossed in a pending door call (``vis.ask``'s ``run_validator``), by id;
+# the gateway calls them back with the ``callback`` request while the door is pending.
+_CALLBACKS = {}
+_CALLBACK_IDS = itertools.count(1)
+
+
 class _Bridge:
     """The object the SDK calls for every host door (``_host.set_bridge``)."""
 
     def call(self, op, payload):
-        answer = json.loads(_door(op, json.dumps(payload, default=_enc)), object_hook=_dec)
+        ids = []
+
+        def enc(value):
+            if callable(value) and not isinstance(value, type):
+                cid = f"cb{next(_CALLBACK_IDS)}"
+                _CALLBACKS[cid] = value
+                ids.append(cid)
+                return {"__vis_callback__": getattr(value, "__name__", "callable"), "id": cid}
+            return _enc(value)
+
+        try:
+            answer = json.loads(_door(op, json.dumps(payload, default=enc)), object_hook=_dec)
+        finally:
+            for cid in ids:
+                _CALLBACKS.pop(cid, None)
         if answer.get("ok"):
             return answer.get("value")
         cls = _ERROR_TYPES.get(answer.get("error_type") or "", RuntimeError)
@@ -270,6 +291,14 @@ def op_turn(p):
     raise LookupError(f"unknown per-turn callable {which!r}")
 
 
+def op_callback(p):
+    """Calls a callable of a pending door call (``{"id", "args"}``)."""
+    fn = _CALLBACKS.get(p.get("id"))
+    if fn is None:
+        raise LookupError("the door call that passed this callable has ended")
+    return _runtime.to_portable(fn(*(p.get("args") or [])))
+
+
 def op_ping(p):
     return {"pid": os.getpid(), "python": sys.version.split()[0],
             "executable": sys.executable, "loaded": sorted(EXTS)}
@@ -285,4 +314,5 @@ OPS = {
     "provider": op_provider,
     "turn": op_turn,
     "ping": op_ping,
+    "callback": op_callback,
 }

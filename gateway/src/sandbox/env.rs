@@ -114,8 +114,8 @@ pub fn child_env(
         .filter(|(k, _)| PASSTHROUGH.contains(&k.as_str()) || k.starts_with("LC_"))
         .collect();
     env.extend(project.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let http = format!("http://{}@127.0.0.1:{}", proxy.token, proxy.port);
-    let socks = format!("socks5h://{}@127.0.0.1:{}", proxy.token, proxy.port);
+    let http = format!("http://{}:@127.0.0.1:{}", proxy.token, proxy.port);
+    let socks = format!("socks5h://{}:@127.0.0.1:{}", proxy.token, proxy.port);
     for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
         env.insert(k.into(), http.clone());
     }
@@ -168,8 +168,8 @@ mod tests {
     #[test]
     fn the_child_gets_every_proxy_and_ca_variable() {
         let env = child_env(Vec::<(String, String)>::new(), &BTreeMap::new(), &proxy());
-        assert_eq!(env["HTTPS_PROXY"], "http://tok@127.0.0.1:4000");
-        assert_eq!(env["all_proxy"], "socks5h://tok@127.0.0.1:4000");
+        assert_eq!(env["HTTPS_PROXY"], "http://tok:@127.0.0.1:4000");
+        assert_eq!(env["all_proxy"], "socks5h://tok:@127.0.0.1:4000");
         assert_eq!(env["NO_PROXY"], "");
         for k in CA_VARS {
             assert_eq!(env[*k], "/h/ca.pem");

@@ -45,6 +45,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrations::apply(&conn)?;
+        restrict(path);
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("vis-store".into())
@@ -93,6 +94,16 @@ impl Store {
     /// Waits until every job queued before this call has run.
     pub async fn flush(&self) {
         let _ = self.call(|_| Ok(())).await;
+    }
+}
+
+/// The database and its WAL files are readable by the owner only.
+fn restrict(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
     }
 }
 

@@ -258,6 +258,28 @@ pub fn egress_page(
     Ok(rows)
 }
 
+/// Content blocks of a turn that the journal shows opened but never completed.
+pub fn open_blocks(c: &Connection, sid: &str, tid: &str) -> StoreResult<Vec<String>> {
+    let mut st = c.prepare_cached(
+        "SELECT type, COALESCE(json_extract(data, '$.block.id'), json_extract(data, '$.block_id')) FROM events \
+         WHERE sid = ?1 AND type IN ('content.block.started', 'content.block.completed') \
+         AND json_extract(data, '$.turn_id') = ?2 ORDER BY seq",
+    )?;
+    let rows = st
+        .query_map(params![sid, tid], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut open: Vec<String> = Vec::new();
+    for (kind, id) in rows {
+        let Some(id) = id else { continue };
+        if kind == "content.block.started" {
+            open.push(id);
+        } else {
+            open.retain(|o| *o != id);
+        }
+    }
+    Ok(open)
+}
+
 /// Extension state (decision E6), keyed by extension name; values are JSON text.
 pub fn state_get(c: &Connection, ext: &str, key: &str) -> StoreResult<Option<String>> {
     Ok(
