@@ -48,6 +48,21 @@ def fetch(ctx):
     r = vis.shell({"command": "curl -s -o /dev/null -w '%{http_code}' http://denied.example/x"})
     return vis.ok(f"code={r['out']}")
 
+def job(ctx):
+    view = vis.live("Long job", [
+        vis.table("t", [vis.table_column("a")],
+                  rows=[vis.table_row("r1", {"a": 1}), vis.table_row("r2", {"a": 2})]),
+        vis.output("out")])
+    try:
+        for i in range(300):
+            view.node("out").write(f"tick {i}")
+            view.sleep(0.05)
+    except vis.Interrupted as e:
+        view.close("interrupted")
+        return vis.ok(f"interrupted note={e.note}")
+    view.close("completed")
+    return vis.ok("ran out")
+
 def jhi(ctx):
     r = vis.jailed_shell_session({"command": ["printf", "%s|", "a b", "c"]})
     return vis.ok(f"jailed out={r['out']} status={r['status']}")
@@ -55,7 +70,8 @@ def jhi(ctx):
 vis.register(vis.Extension(name="hi", description="human input",
     slash_commands=[vis.SlashCommand("askme", ask), vis.SlashCommand("asksoft", ask_soft),
                     vis.SlashCommand("watch", watch), vis.SlashCommand("shhi", sh),
-                    vis.SlashCommand("fetch", fetch), vis.SlashCommand("jhi", jhi)]))
+                    vis.SlashCommand("fetch", fetch), vis.SlashCommand("jhi", jhi),
+                    vis.SlashCommand("job", job)]))
 "#;
 
 async fn start() -> Gateway {
@@ -320,4 +336,52 @@ async fn a_jailed_session_shell_takes_an_argv_list() {
     gw.submit(&sid, "/jhi").await;
     let text = terminal_text(&gw, &sid).await;
     assert!(text.contains("jailed out=a b|c| status=exited"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_human_focuses_and_interrupts_a_live_view_and_the_extension_learns_it() {
+    let gw = start().await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    gw.submit(&sid, "/job").await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let vid = loop {
+        let (_, v) = gw.get(format!("/v1/sessions/{sid}/human-input/live")).await;
+        if let Some(id) = v["views"][0]["id"].as_str() {
+            assert_eq!(v["views"][0]["title"], "Long job");
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no live view: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let base = format!("/v1/sessions/{sid}/human-input/live/{vid}/actions");
+    let (s, v) = gw
+        .post(&format!("{base}/focus"), json!({"node_id": "t", "item_ids": ["r2"]}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"focused_ids": ["r2"], "node_id": "t", "view_id": vid}));
+    for bad in [
+        json!({"node_id": "t", "item_ids": ["zz"]}),
+        json!({"node_id": "nope", "item_ids": []}),
+        json!({"item_ids": ["r1"]}),
+        json!({"node_id": "t", "item_ids": "r1"}),
+    ] {
+        let (s, v) = gw.post(&format!("{base}/focus"), bad.clone()).await;
+        assert_eq!((s, error_type(&v)), (StatusCode::BAD_REQUEST, "invalid-live-focus".into()), "{bad}");
+    }
+    let (s, v) = gw
+        .post(&format!("{base}/interrupt"), json!({"note": "enough"}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"is_interrupted": true, "view_id": vid}));
+    let text = terminal_text(&gw, &sid).await;
+    assert!(text.contains("interrupted note=enough"), "{text}");
+    let evs = gw.wait_stored(&sid, "human_input.live.close").await;
+    let close = evs.iter().find(|e| e["type"] == "human_input.live.close").unwrap();
+    assert_eq!(close["result"]["reason"], "interrupted", "{close}");
+    assert_eq!(close["result"]["is_from_human"], true);
+    assert_eq!(close["result"]["note"], "enough");
+    let (s, v) = gw
+        .post(&format!("/v1/sessions/{sid}/human-input/live/{}/actions/interrupt", uuid::Uuid::new_v4()), json!({}))
+        .await;
+    assert_eq!((s, error_type(&v)), (StatusCode::NOT_FOUND, "live-view-not-found".into()));
 }
