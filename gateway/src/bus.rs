@@ -75,9 +75,6 @@ impl Bus {
         self.channels.lock().get(sid).cloned()
     }
 
-    pub fn is_open(&self, sid: &str) -> bool {
-        self.channels.lock().contains_key(sid)
-    }
 
     /// Sessions with an open channel.
     pub fn open_sessions(&self) -> Vec<String> {
@@ -93,10 +90,6 @@ impl Bus {
         self.channel(sid).map(|c| c.lock().seq)
     }
 
-    pub fn sink_count(&self) -> usize {
-        let chans: Vec<_> = self.channels.lock().values().cloned().collect();
-        chans.iter().map(|c| c.lock().sinks.len()).sum()
-    }
 
     /// Publishes one event; returns its seq (0 if the session has no channel).
     pub fn publish(&self, sid: &str, kind: &str, payload: Map<String, Value>) -> i64 {

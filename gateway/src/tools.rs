@@ -9,7 +9,6 @@ use vis_providers::ToolSpec;
 #[derive(Debug, Clone)]
 pub struct ToolCtx {
     pub session_id: String,
-    pub turn_id: String,
     pub root: std::path::PathBuf,
     pub cancel: tokio_util::sync::CancellationToken,
 }

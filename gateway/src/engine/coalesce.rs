@@ -51,9 +51,6 @@ fn closes_sentence(tail: &str) -> bool {
 }
 
 impl Coalescer {
-    pub fn is_open(&self) -> bool {
-        self.opened
-    }
 
     pub fn text(&self) -> &str {
         &self.full

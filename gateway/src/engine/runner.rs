@@ -199,7 +199,6 @@ async fn run_tool(
             Ok(args) => {
                 let tctx = ToolCtx {
                     session_id: ctx.sid.clone(),
-                    turn_id: ctx.tid.clone(),
                     root: ctx.root.clone(),
                     cancel: ctx.cancel.clone(),
                 };

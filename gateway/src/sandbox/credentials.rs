@@ -56,8 +56,6 @@ pub fn env_stem(id: &str, dialect: &Dialect) -> String {
 pub struct Routed {
     pub cred: ProviderCredential,
     pub stem: String,
-    /// What the child's SDK appends to the base URL (Anthropic SDKs add `/v1/...` themselves).
-    pub strip_v1: bool,
 }
 
 /// Phantoms are minted once per provider and secret, for the life of the process.
@@ -96,7 +94,6 @@ impl ProviderRoutes {
                     base_url: Some(base),
                 },
                 stem: env_stem(id, &cfg.dialect),
-                strip_v1: anthropic,
             });
         }
         *self.routed.write() = next;

@@ -340,10 +340,7 @@ mod tests {
             insert_event(&c, "s", seq, "x", Some("{}"), 32).unwrap();
         }
         let (trimmed, rows) = events_between(&c, "s", 0, 100).unwrap();
-        assert!(
-            trimmed >= 100 - 32 - 2 && trimmed < 100 - 32 + 2,
-            "trimmed {trimmed}"
-        );
+        assert!((100 - 32 - 2..100 - 32 + 2).contains(&trimmed), "trimmed {trimmed}");
         assert_eq!(rows.first().unwrap().0, trimmed + 1);
         assert_eq!(rows.last().unwrap().0, 100);
     }
