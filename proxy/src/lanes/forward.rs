@@ -121,11 +121,9 @@ fn deny(shared: &Shared, job: &Job, d: Denial) -> Response<ProxyBody> {
 }
 
 /// Reads what is left of a request body that will not be forwarded, bounded in size and
-/// time, so that an HTTP/2 client sees a clean answer instead of a reset stream racing it.
-async fn settle_body(body: Incoming, version: Version, wait: std::time::Duration) {
-    if version != Version::HTTP_2 {
-        return; // HTTP/1.1: hyper drains or closes the connection itself
-    }
+/// time, so that the client sees a clean answer instead of a reset stream (HTTP/2) or a
+/// closed socket it is still writing to (HTTP/1.1) racing the denial.
+async fn settle_body(body: Incoming, _version: Version, wait: std::time::Duration) {
     let limited = http_body_util::Limited::new(body, FILTER_BODY_LIMIT as usize);
     let _ = tokio::time::timeout(wait, limited.collect()).await;
 }
