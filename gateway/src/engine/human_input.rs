@@ -448,7 +448,6 @@ impl HumanInput {
 
     /// Drops everything of a deleted session (pending forms settle `undeliverable`, open
     /// views close `undeliverable`, background children are killed).
-    #[allow(dead_code)] // for session deletion (the lead wires it)
     pub fn drop_session(&self, sid: &str) {
         let (pending, views) = {
             let map = self.sessions.lock();
@@ -1959,6 +1958,10 @@ impl HumanDoors for HumanInput {
     fn forget_secret(&self, session_id: Option<&str>, handle: &str) -> bool {
         self.forget(session_id, handle)
     }
+
+    fn session_disposed(&self, session_id: &str) {
+        self.drop_session(session_id);
+    }
 }
 
 #[cfg(test)]
@@ -2397,6 +2400,33 @@ mod tests {
             (r["offset"].as_u64(), r["next_offset"].as_u64()),
             (Some(1), Some(2))
         );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn disposing_a_session_settles_its_forms_and_closes_its_views() {
+        let (hi, bus, dir) = fixture();
+        let h = hi.clone();
+        let door = tokio::spawn(async move {
+            h.ask(&session(), "ext", ask_payload(json!({})), worker())
+                .await
+        });
+        pending_id(&hi).await;
+        let env = json!({"op": "open", "title": "J", "nodes": [{"type": "log", "id": "l"}]});
+        hi.live_door(Some(&session()), "ext", env, worker())
+            .await
+            .expect("open");
+        let before = bus.high_water("s").unwrap();
+        hi.session_disposed("s");
+        let a = door.await.expect("join").expect("answer");
+        assert_eq!(a["reason"], "undeliverable");
+        assert_eq!(
+            bus.high_water("s").unwrap(),
+            before + 2,
+            "close + live.close"
+        );
+        assert!(!hi.is_awaiting("s"));
+        assert_eq!(hi.live_views("s")["views"], json!([]));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -10,7 +10,7 @@
 //! [`ExtensionHost::reload`] only.
 //!
 //! ```ignore
-//! let host = ExtensionHost::new(HostConfig::new(home), state_store, host_events)?;
+//! let host = ExtensionHost::new(HostConfig::new(home), state_store, host_events, human_doors);
 //! host.reload(None).await;                       // global extensions, at start
 //! let tools = host.tools(&session).await;        // ensures the session's project is loaded
 //! let out = host.call_tool(&session, "todo__add", json!({"text": "x"})).await;
@@ -121,6 +121,9 @@ pub trait HumanDoors: Send + Sync + 'static {
     fn reveal_secret(&self, session_id: Option<&str>, handle: &str) -> Option<String>;
     /// Drops a handle; `true` when it existed.
     fn forget_secret(&self, session_id: Option<&str>, handle: &str) -> bool;
+    /// The session is being disposed ([`ExtensionHost::stop_session`]): settle its forms,
+    /// close its views, stop its children, drop its secrets.
+    fn session_disposed(&self, _session_id: &str) {}
 }
 
 /// [`HumanDoors`] of a host without a gateway behind it: every door answers
@@ -1040,6 +1043,7 @@ impl ExtensionHost {
 
     /// Stops a session's worker (session disposal). The registration worker keeps running.
     pub async fn stop_session(&self, session_id: &str) {
+        self.inner.human.session_disposed(session_id);
         let w = self.inner.sessions.lock().remove(session_id);
         if let Some(w) = w {
             w.client.stop().await;
