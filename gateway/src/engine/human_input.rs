@@ -1778,7 +1778,7 @@ impl HumanInput {
             .get("stdin")
             .and_then(Value::as_str)
             .map(str::to_string);
-        tracing::info!(target: "vis::extension", extension, door, session = %key, "{command}");
+        tracing::debug!(target: "vis::extension", extension, door, session = %key, "{command}");
         // `run` waits (bounded by `timeout_secs`, default 120 s); `background` returns at once.
         let timeout_secs = match op {
             "run" => Some(timeout_secs.unwrap_or(SHELL_DEFAULT_TIMEOUT_SECS)),

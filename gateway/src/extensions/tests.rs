@@ -1311,3 +1311,90 @@ vis.register(vis.Extension(name="slow", description="d",
     assert_eq!(f.host.run_filter(&ctx).await, Verdict::Allow);
     f.host.shutdown().await;
 }
+
+/// A human-doors double: answers `vis.ask` after the call timeout (holding the worker), with
+/// the verdict of the form's own validator for "bad" as the value.
+struct SlowHuman;
+
+#[async_trait]
+impl HumanDoors for SlowHuman {
+    async fn request_input(
+        &self,
+        session: Option<&SessionCtx>,
+        _: &str,
+        payload: Value,
+        worker: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError> {
+        assert!(session.is_some(), "a tool call has a session");
+        let _hold = worker.hold();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let verdict = worker
+            .callback(
+                &payload["run_validator"],
+                vec![json!("name"), json!("bad"), json!({"name": "bad"})],
+            )
+            .await
+            .map_err(client::DoorError::new)?;
+        Ok(json!({"status": "submitted", "values": {"name": verdict}, "request_id": "r1"}))
+    }
+    async fn live(
+        &self,
+        _: Option<&SessionCtx>,
+        _: &str,
+        _: Value,
+        _: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError> {
+        Err(client::DoorError::new("no live"))
+    }
+    async fn shell(
+        &self,
+        _: &str,
+        _: Option<&SessionCtx>,
+        _: &str,
+        _: Value,
+        _: Arc<dyn DoorWorker>,
+    ) -> Result<Value, client::DoorError> {
+        Err(client::DoorError::new("no shell"))
+    }
+    fn reveal_secret(&self, _: Option<&str>, handle: &str) -> Option<String> {
+        Some(format!("plain of {handle}"))
+    }
+    fn forget_secret(&self, _: Option<&str>, _: &str) -> bool {
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_outlives_the_call_timeout_and_its_validator_runs_in_the_worker() {
+    let base = fixture_with(|c| c.call_timeout = Duration::from_secs(1));
+    let mut cfg = HostConfig::new(&base.home);
+    cfg.worker_exe = worker_exe();
+    cfg.call_timeout = Duration::from_secs(1);
+    let host = ExtensionHost::new(
+        cfg,
+        Arc::new(MemoryState::default()),
+        Arc::new(RecordingEvents::default()),
+        Arc::new(SlowHuman),
+    );
+    base.global(
+        "asker.py",
+        r#"
+import blockether.vis.extension as vis
+def no_bad(v):
+    return "no bad names" if v == "bad" else None
+def asker() -> str:
+    """Ask the human."""
+    a = vis.ask("T", [vis.plaintext("name", validate=no_bad)])
+    return f"{a.is_submitted}:{a['name']}:{vis.reveal('vis-secret:x')}"
+vis.register(vis.Extension(name="asker", alias="asker", description="d", symbols=[vis.Symbol(asker)]))
+"#,
+    );
+    let report = host.reload(None).await;
+    assert!(report.failures.is_empty(), "{}", report.summary());
+    let out = host
+        .call_tool(&base.session("s"), "asker", json!({}))
+        .await
+        .expect("no timeout while the human answers");
+    assert_eq!(out.text, "True:no bad names:plain of vis-secret:x");
+    host.shutdown().await;
+}
