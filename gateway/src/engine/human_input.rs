@@ -1736,10 +1736,18 @@ impl HumanInput {
                 s.id.clone(),
                 s.project_root.clone().unwrap_or_else(|| root.clone()),
             )),
-            None if is_jailed => Some((format!("ext:{extension}"), gw.default_root.clone())),
+            // A fresh principal (and proxy token) per spawn, revoked when the child ends.
+            None if is_jailed => Some((
+                format!("ext:{extension}:{}", uuid::Uuid::new_v4()),
+                gw.default_root.clone(),
+            )),
             None => None,
         };
         let mut jail: Vec<String> = Vec::new();
+        let spawn_token = principal
+            .as_ref()
+            .filter(|_| session.is_none())
+            .map(|(pid, _)| pid.clone());
         let mut env = match principal {
             Some((pid, project)) => {
                 // Re-read at each spawn; an invalid configuration refuses (fail closed).
@@ -1784,7 +1792,17 @@ impl HumanInput {
             "run" => Some(timeout_secs.unwrap_or(SHELL_DEFAULT_TIMEOUT_SECS)),
             _ => timeout_secs,
         };
-        let p = spawn_proc(&command, &cwd, &env, &jail, timeout_secs, stdin.as_deref())
+        let spawned = spawn_proc(&command, &cwd, &env, &jail, timeout_secs, stdin.as_deref());
+        if let (Some(pid), Some(sandbox)) = (spawn_token, gw.sandbox.get().cloned()) {
+            let done = spawned.as_ref().ok().map(|p| p.done.clone());
+            tokio::spawn(async move {
+                if let Some(mut done) = done {
+                    let _ = done.wait_for(|d| *d).await;
+                }
+                sandbox.tokens.revoke(&pid);
+            });
+        }
+        let p = spawned
             .map_err(|e| DoorError::typed("OSError", format!("cannot start the command: {e}")))?;
         if op == "run" {
             let _hold = worker.hold();
