@@ -103,7 +103,8 @@ fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
 
 // -- origin --------------------------------------------------------------------------
 
-const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok";
+const RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok";
 
 async fn origin(addr: SocketAddr) -> Result<()> {
     let listener = TcpListener::bind(addr).await?;
@@ -217,7 +218,8 @@ async fn connection(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let Ok((mut send, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+        let Ok((mut send, conn)) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
         else {
             errors += 1;
             continue;
@@ -283,7 +285,8 @@ impl Worker {
             match v["t"].as_str() {
                 Some("response") if v["id"] == id => return Ok(v),
                 Some("door") => {
-                    let reply = json!({"t": "door_reply", "id": v["id"], "ok": true, "value": null});
+                    let reply =
+                        json!({"t": "door_reply", "id": v["id"], "ok": true, "value": null});
                     writeln!(self.stdin, "{reply}")?;
                     self.stdin.flush()?;
                 }
