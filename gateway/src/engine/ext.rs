@@ -227,3 +227,82 @@ impl vis_proxy::FilterSet for HostFilters {
         self.0.network_filters()
     }
 }
+
+impl crate::engine::Gateway {
+    /// A `vis.Provider` of the project's extensions as a turn's provider: used when the
+    /// request names it (`<provider id>/<model>`) or when no provider is configured. The
+    /// credential comes from its `get_token_fn` (after configuration and environment, which
+    /// the configured router already covers); endpoint and model from the credential or the
+    /// provider's preset.
+    pub async fn extension_provider(
+        &self,
+        root: &std::path::Path,
+        model: Option<&str>,
+    ) -> Option<(Arc<vis_providers::Client>, String)> {
+        let (want_id, want_model) = match model.and_then(|m| m.split_once('/')) {
+            Some((p, m)) => (Some(p), Some(m)),
+            None => (None, model),
+        };
+        let infos = self.extensions.providers(Some(root)).await;
+        let info = infos.iter().find(|i| want_id.is_none_or(|w| w == i.id))?;
+        let cred = match self
+            .extensions
+            .provider_token(&info.extension, &info.id)
+            .await
+        {
+            Ok(Some(c)) => c,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(provider = %info.id, extension = %info.extension, error = %e, "get_token_fn failed");
+                return None;
+            }
+        };
+        let text = |v: &Value, k: &str| {
+            v.get(k)
+                .and_then(|x| x.as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        let token = text(&cred, "token")?;
+        let base_url = text(&cred, "api_url").or_else(|| text(&info.preset, "base_url"))?;
+        let style = text(&cred, "api_style")
+            .or_else(|| text(&info.preset, "api_style"))
+            .unwrap_or_else(|| "openai".into());
+        let dialect = if style.contains("anthropic") {
+            vis_providers::Dialect::Anthropic
+        } else {
+            vis_providers::Dialect::OpenAiChat
+        };
+        let model = want_model.map(str::to_string).or_else(|| {
+            info.preset
+                .get("default_models")
+                .and_then(|m| m.get(0))
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        })?;
+        let headers = cred
+            .get("llm_headers")
+            .and_then(|h| h.as_object())
+            .map(|h| {
+                h.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut cfg = vis_providers::ProviderConfig::new(
+            info.id.clone(),
+            dialect,
+            base_url.trim_end_matches('/').to_string(),
+            model.clone(),
+        );
+        cfg.api_key = Some(token);
+        cfg.extra_headers = headers;
+        match vis_providers::Client::new(cfg) {
+            Ok(c) => Some((Arc::new(c), model)),
+            Err(e) => {
+                tracing::warn!(provider = %info.id, error = %e, "extension provider unusable");
+                None
+            }
+        }
+    }
+}

@@ -236,7 +236,11 @@ impl Gateway {
                 self.counters.executing.fetch_sub(1, Ordering::Relaxed);
                 // A cancel that raced the work's own ending (e.g. the provider stream reporting
                 // the cancellation as an error) is still a cancel.
-                if l.cancel.is_cancelled() { Terminal::Cancelled } else { t }
+                if l.cancel.is_cancelled() {
+                    Terminal::Cancelled
+                } else {
+                    t
+                }
             }
         };
         self.finish(&l.sid, &l.tid, terminal);
@@ -268,7 +272,19 @@ impl Gateway {
             }
             return self.run_slash(&l.sid, &l.tid, &request, &root).await;
         }
-        let picked = self.providers.read().pick(model.as_deref());
+        let configured = self.providers.read().pick(model.as_deref());
+        let names_configured = configured.is_some()
+            && model
+                .as_deref()
+                .and_then(|m| m.split_once('/'))
+                .is_none_or(|(p, _)| self.providers.read().clients.contains_key(p));
+        let picked = if names_configured {
+            configured
+        } else {
+            self.extension_provider(std::path::Path::new(&root), model.as_deref())
+                .await
+                .or(configured)
+        };
         let Some((client, model)) = picked else {
             return Terminal::Failed {
                 code: "no_provider".into(),
@@ -779,28 +795,43 @@ fn not_queued(tid: &str, status: &str) -> ApiError {
 const MAX_FILES: usize = 8;
 const MAX_FILE_BYTES: usize = 26_214_400;
 /// The media types `/v1/capabilities` advertises.
-pub const MEDIA_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp", "image/bmp"];
+pub const MEDIA_TYPES: &[&str] = &[
+    "image/jpeg",
+    "image/png",
+    "image/gif",
+    "image/webp",
+    "image/bmp",
+];
 
 /// Enforces the advertised attachment caps and media types (§10 Q7) and keeps the uploads.
 fn check_attachments(req: &SubmitTurn) -> ApiResult<Vec<Value>> {
     use base64::Engine as _;
     let bad = |m: String| ApiError::bad_request("invalid-attachment", m);
-    let Some(atts) = &req.attachments else { return Ok(vec![]) };
+    let Some(atts) = &req.attachments else {
+        return Ok(vec![]);
+    };
     if atts.len() > MAX_FILES {
         return Err(bad(format!("at most {MAX_FILES} attachments per turn")));
     }
     let mut out = Vec::new();
     for (i, a) in atts.iter().enumerate() {
-        let Some(b64) = a.base64.as_deref() else { return Err(bad(format!("attachment {i} has no base64 data"))) };
+        let Some(b64) = a.base64.as_deref() else {
+            return Err(bad(format!("attachment {i} has no base64 data")));
+        };
         let media = a.media_type.as_deref().unwrap_or("");
         if !MEDIA_TYPES.contains(&media) {
-            return Err(bad(format!("attachment {i} has media type {media:?}; accepted: {}", MEDIA_TYPES.join(", "))));
+            return Err(bad(format!(
+                "attachment {i} has media type {media:?}; accepted: {}",
+                MEDIA_TYPES.join(", ")
+            )));
         }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
             .map_err(|e| bad(format!("attachment {i} is not valid base64: {e}")))?;
         if bytes.len() > MAX_FILE_BYTES {
-            return Err(bad(format!("attachment {i} exceeds {MAX_FILE_BYTES} bytes")));
+            return Err(bad(format!(
+                "attachment {i} exceeds {MAX_FILE_BYTES} bytes"
+            )));
         }
         out.push(json!({"filename": a.filename, "media_type": media, "base64": b64}));
     }
