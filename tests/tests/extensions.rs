@@ -1,0 +1,637 @@
+//! Python extensions end to end: the real gateway loads real extension files from a temporary
+//! home (`<home>/extensions/*.py`) and project (`<root>/.vis/extensions/*.py`), lists them,
+//! offers their Symbols to the model, runs their op hooks, `fs_access` gates and network
+//! filters, keeps their state and survives broken files and killed workers.
+
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Writes `<home>/extensions/<name>`.
+fn global_ext(dirs: &Dirs, name: &str, src: &str) {
+    let d = dirs.home().join("extensions");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join(name), src).unwrap();
+}
+
+/// Writes `<root>/.vis/extensions/<name>`.
+fn project_ext(root: &Path, name: &str, src: &str) {
+    let d = root.join(".vis/extensions");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join(name), src).unwrap();
+}
+
+/// `GET /v1/extensions?root=<root>`.
+async fn extensions(gw: &Gateway, root: &Path) -> Value {
+    let (s, v) = gw
+        .get(format!("/v1/extensions?root={}", root.display()))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    v
+}
+
+/// Runs one turn (e.g. a slash command) and returns every event of it as one string, plus the
+/// terminal event's type.
+async fn turn_text(gw: &Gateway, sid: &str, request: &str) -> (String, String) {
+    let (evs, last) = gw.run_turn(sid, request).await;
+    let text = evs
+        .iter()
+        .map(|e| e.data.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    (text, last.event)
+}
+
+/// The first `block.output` of the events (panics if none).
+fn first_output(evs: &[Event]) -> Value {
+    evs.iter()
+        .find(|e| e.event == "block.output")
+        .unwrap_or_else(|| panic!("no block.output: {:?}", ev_types(evs)))
+        .data
+        .clone()
+}
+
+/// The tool names the model was offered in one recorded request (OpenAI or Anthropic shape).
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t["function"]["name"].as_str().or(t["name"].as_str()))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+const GREETER: &str = r#"
+import blockether.vis.extension as vis
+
+class Greeter:
+    def hello(self, name: str) -> str:
+        """Greet someone by name."""
+        return f"hello-from-ext {name}"
+
+def hi(ctx):
+    return vis.ok("hi from greeter")
+
+vis.register(vis.Extension(
+    name="greeter", alias="greet", description="Says hello.",
+    symbols=[vis.Symbol(Greeter(), name="greet")],
+    slash_commands=[vis.SlashCommand("hi", hi, doc="Say hi.")],
+))
+"#;
+
+const RAISES_AT_IMPORT: &str = r#"
+import blockether.vis.extension as vis
+
+def explode():
+    raise RuntimeError("kaboom at import")
+
+explode()
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_good_extension_is_listed_with_its_symbols_and_slash_while_broken_files_are_reported_as_failures(
+) {
+    let dirs = Dirs::new();
+    global_ext(&dirs, "greeter.py", GREETER);
+    global_ext(&dirs, "raises.py", RAISES_AT_IMPORT);
+    global_ext(&dirs, "syntax.py", "def (:\n    pass\n");
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+
+    let list = extensions(&gw, &dirs.root()).await;
+    let exts = list["extensions"].as_array().expect("extensions");
+    assert_eq!(exts.len(), 1, "{list}");
+    let ext = &exts[0];
+    assert_eq!(ext["name"], "greeter", "{ext}");
+    assert_eq!(ext["scope"], "global", "{ext}");
+    assert_eq!(ext["is_stale"], false, "{ext}");
+    assert_eq!(ext["symbols"][0]["name"], "greet.hello", "{ext}");
+    assert_eq!(ext["symbols"][0]["tool_name"], "greet__hello", "{ext}");
+    assert_eq!(ext["slash_commands"][0]["name"], "hi", "{ext}");
+
+    let failures = list["failures"].as_array().expect("failures");
+    assert_eq!(failures.len(), 2, "{list}");
+    let raises = failures
+        .iter()
+        .find(|f| f["file"].as_str().unwrap_or("").ends_with("raises.py"))
+        .unwrap_or_else(|| panic!("raises.py reported: {list}"));
+    assert!(
+        raises["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("kaboom at import"),
+        "{raises}"
+    );
+    let tb = raises["traceback"].as_str().unwrap_or("");
+    assert!(
+        tb.contains("raises.py") && tb.contains("explode"),
+        "{raises}"
+    );
+    let syntax = failures
+        .iter()
+        .find(|f| f["file"].as_str().unwrap_or("").ends_with("syntax.py"))
+        .unwrap_or_else(|| panic!("syntax.py reported: {list}"));
+    assert!(
+        syntax.to_string().contains("SyntaxError"),
+        "the syntax error is named: {syntax}"
+    );
+    assert!(
+        !syntax["error"].as_str().unwrap_or("").is_empty(),
+        "{syntax}"
+    );
+
+    let root = dirs.root().to_string_lossy().to_string();
+    let (code, out, err) = run_cli(&dirs, &["extension", "list", "--root", &root]).await;
+    assert_ne!(code, Some(0), "failures make the CLI fail: {out} {err}");
+    assert!(out.contains("greeter (global"), "{out}");
+    assert!(out.contains("greet.hello"), "{out}");
+    assert!(out.contains("hi"), "{out}");
+    assert!(out.contains("FAILED") && out.contains("raises.py"), "{out}");
+    assert!(out.contains("kaboom at import"), "{out}");
+    assert!(out.contains("syntax.py"), "{out}");
+
+    // the good extension still answers
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (text, _) = turn_text(&gw, &sid, "/hi").await;
+    assert!(text.contains("hi from greeter"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_symbol_called_by_the_model_runs_in_the_extension_and_its_result_goes_back_to_the_model()
+{
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "greeter.py", GREETER);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    let list = extensions(&gw, &dirs.root()).await;
+    let tool = list["extensions"][0]["symbols"][0]["tool_name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("tool_name: {list}"))
+        .to_string();
+    llm.push(Script::tool_call(&tool, json!({"name": "Ada"})));
+    llm.push(Script::text(&["Greeted Ada."]));
+
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "greet Ada").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let tys = ev_types(&evs);
+    let started = tys.iter().position(|t| *t == "block.started");
+    let output = tys.iter().position(|t| *t == "block.output");
+    assert!(
+        started.is_some() && started < output,
+        "block.started before block.output: {tys:?}"
+    );
+    let out = first_output(&evs);
+    assert!(
+        out.to_string().contains("hello-from-ext Ada"),
+        "the result is on the stream: {out}"
+    );
+    assert!(
+        out["error"].is_null() || out["error"] == json!(false),
+        "{out}"
+    );
+
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "a second model call after the tool");
+    let offered = offered_tools(&reqs[0].body);
+    assert!(
+        offered.contains(&tool),
+        "{tool} offered to the model: {offered:?}"
+    );
+    let second = reqs[1].body["messages"].to_string();
+    assert!(
+        second.contains("hello-from-ext Ada"),
+        "the tool result reaches the model: {second}"
+    );
+}
+
+const NO_RM: &str = r#"
+import blockether.vis.extension as vis
+
+def guard(call):
+    if any("rm " in s or s.startswith("rm") for s in vis.strings_of(call["args"])):
+        return vis.block("no rm")
+    return None
+
+vis.register(vis.Extension(
+    name="guard", description="Refuses rm in the shell.",
+    op_hooks=[vis.OpHook(["shell"], guard)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_before_hook_that_blocks_makes_the_shell_tool_call_fail_with_its_reason() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "guard.py", NO_RM);
+    std::fs::write(dirs.root().join("victim.txt"), "keep me").unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    llm.push(Script::tool_call(
+        "shell",
+        json!({"command": "rm -f victim.txt"}),
+    ));
+    llm.push(Script::text(&["I was not allowed."]));
+
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "delete victim.txt").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let out = first_output(&evs);
+    assert!(
+        !out["error"].is_null() && out["error"] != json!(false),
+        "block.output.error is set: {out}"
+    );
+    assert!(out.to_string().contains("no rm"), "{out}");
+    assert!(
+        dirs.root().join("victim.txt").exists(),
+        "the command never ran"
+    );
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    let second = reqs[1].body["messages"].to_string();
+    assert!(
+        second.contains("no rm"),
+        "the model sees the reason: {second}"
+    );
+}
+
+const FS_GATE_RAISES: &str = r#"
+import blockether.vis.extension as vis
+
+def save(path: str, text: str) -> str:
+    """Write text to a file through vis.fs."""
+    vis.fs.write(path, text)
+    return "saved"
+
+def gate(call):
+    raise RuntimeError("gate is broken")
+
+vis.register(vis.Extension(
+    name="files", alias="files", description="Writes files.",
+    symbols=[vis.Symbol(save, tag="mutation")],
+    op_hooks=[vis.OpHook(["fs_access"], gate)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_fs_access_gate_that_raises_makes_vis_fs_write_fail_closed() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "files.py", FS_GATE_RAISES);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    let list = extensions(&gw, &dirs.root()).await;
+    assert_eq!(
+        list["extensions"][0]["op_hooks"][0]["phase"], "gate",
+        "{list}"
+    );
+    llm.push(Script::tool_call(
+        "save",
+        json!({"path": "out.txt", "text": "data"}),
+    ));
+    llm.push(Script::text(&["The write failed."]));
+
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "save a file").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let out = first_output(&evs);
+    assert!(
+        !out["error"].is_null() && out["error"] != json!(false),
+        "the write fails: {out}"
+    );
+    let text = out.to_string();
+    assert!(
+        text.contains("fail") && text.contains("closed") && text.contains("gate is broken"),
+        "fail-closed reason: {text}"
+    );
+    assert!(!dirs.root().join("out.txt").exists(), "nothing was written");
+    let second = llm.requests()[1].body["messages"].to_string();
+    assert!(second.contains("gate is broken"), "{second}");
+}
+
+const COUNTER: &str = r#"
+import blockether.vis.extension as vis
+
+def bump(ctx):
+    n = vis.state.get("n", 0) + 1
+    vis.state["n"] = n
+    return vis.ok(f"counter is now {n}")
+
+vis.register(vis.Extension(
+    name="counter", description="Counts.",
+    slash_commands=[vis.SlashCommand("bump", bump)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vis_state_survives_a_reload_and_a_gateway_restart() {
+    let dirs = Dirs::new();
+    global_ext(&dirs, "counter.py", COUNTER);
+    let mut gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (t, _) = turn_text(&gw, &sid, "/bump").await;
+    assert!(t.contains("counter is now 1"), "{t}");
+    let (t, _) = turn_text(&gw, &sid, "/reload").await;
+    assert!(t.contains("Python extensions: 1 loaded"), "{t}");
+    let (t, _) = turn_text(&gw, &sid, "/bump").await;
+    assert!(t.contains("counter is now 2"), "after /reload: {t}");
+
+    let status = gw.stop().await;
+    assert!(status.success(), "clean stop: {status}");
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (t, _) = turn_text(&gw, &sid, "/bump").await;
+    assert!(t.contains("counter is now 3"), "after a restart: {t}");
+}
+
+fn versioned(v: &str) -> String {
+    format!(
+        r#"
+import blockether.vis.extension as vis
+
+def ver(ctx):
+    return vis.ok("version is {v}")
+
+vis.register(vis.Extension(
+    name="ver", description="Has a version.",
+    slash_commands=[vis.SlashCommand("ver", ver)],
+))
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reload_keeps_the_last_good_version_of_a_broken_file_and_adopts_the_fixed_one() {
+    let dirs = Dirs::new();
+    global_ext(&dirs, "ver.py", &versioned("one"));
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (t, _) = turn_text(&gw, &sid, "/ver").await;
+    assert!(t.contains("version is one"), "{t}");
+
+    global_ext(
+        &dirs,
+        "ver.py",
+        &format!(
+            "{}\nraise ValueError('broken on purpose')\n",
+            versioned("two")
+        ),
+    );
+    let (t, _) = turn_text(&gw, &sid, "/reload").await;
+    assert!(t.contains("broken on purpose") || t.contains("fail"), "{t}");
+    let (t, _) = turn_text(&gw, &sid, "/ver").await;
+    assert!(t.contains("version is one"), "the last good version: {t}");
+    let list = extensions(&gw, &dirs.root()).await;
+    assert_eq!(list["extensions"][0]["name"], "ver", "{list}");
+    assert_eq!(list["extensions"][0]["is_stale"], true, "{list}");
+    let failures = list["failures"].as_array().expect("failures");
+    assert_eq!(failures.len(), 1, "{list}");
+    assert!(
+        failures[0]["file"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("ver.py"),
+        "{list}"
+    );
+    assert!(
+        failures[0]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("broken on purpose"),
+        "{list}"
+    );
+
+    global_ext(&dirs, "ver.py", &versioned("three"));
+    let (t, _) = turn_text(&gw, &sid, "/reload").await;
+    assert!(t.contains("Python extensions: 1 loaded"), "{t}");
+    let (t, _) = turn_text(&gw, &sid, "/ver").await;
+    assert!(t.contains("version is three"), "the fixed file: {t}");
+    let list = extensions(&gw, &dirs.root()).await;
+    assert_eq!(list["extensions"][0]["is_stale"], false, "{list}");
+    assert_eq!(list["failures"], json!([]), "{list}");
+}
+
+const RAISING_FILTER: &str = r#"
+import blockether.vis.extension as vis
+
+def picky(ctx):
+    raise RuntimeError("filter exploded")
+
+vis.register(vis.Extension(
+    name="picky", description="A broken network filter.",
+    network_filters=[vis.NetworkFilter(picky)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_network_filter_that_raises_denies_real_proxied_traffic_with_a_filter_error() {
+    let origin = Origin::start().await;
+    let dirs = Dirs::new();
+    write_network_policy(&dirs.root(), &loopback_policy());
+    global_ext(&dirs, "picky.py", RAISING_FILTER);
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let list = extensions(&gw, &dirs.root()).await;
+    assert_eq!(list["extensions"][0]["network_filters"], 1, "{list}");
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let url = format!("{}/", origin.url());
+    let ran = gw
+        .exec(
+            &sid,
+            &["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", &url],
+        )
+        .await;
+    assert_eq!(ran.stdout, "403", "{ran:?}");
+    assert!(
+        origin.requests().is_empty(),
+        "the origin never saw the request"
+    );
+    let decisions = gw.wait_egress(&sid, 1).await;
+    let deny = decisions
+        .iter()
+        .find(|d| d["decision"] == "deny")
+        .unwrap_or_else(|| panic!("a deny: {decisions:?}"));
+    assert_eq!(deny["error_kind"], "filter-error", "{deny}");
+    assert_eq!(deny["host"], "127.0.0.1", "{deny}");
+}
+
+const SLEEPY: &str = r#"
+import time
+import blockether.vis.extension as vis
+
+def nap(seconds: float) -> str:
+    """Sleep for a while."""
+    time.sleep(seconds)
+    return "rested"
+
+def quick() -> str:
+    """Answer at once."""
+    return "quick-ok"
+
+vis.register(vis.Extension(
+    name="sleepy", alias="sleepy", description="Sleeps.",
+    symbols=[vis.Symbol(nap), vis.Symbol(quick)],
+))
+"#;
+
+/// Pids of `vis-gateway … worker --label <label>` processes.
+fn worker_pids(label: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).to_string())
+            .collect();
+        let is_worker = args.iter().any(|a| a == "worker")
+            && args.windows(2).any(|w| w[0] == "--label" && w[1] == label);
+        if is_worker {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_worker_killed_during_a_call_fails_that_call_and_the_next_call_succeeds() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "sleepy.py", SLEEPY);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    llm.push(Script::tool_call("nap", json!({"seconds": 8})));
+    llm.push(Script::text(&["The nap was interrupted."]));
+    let sid = gw.create_session_at(&dirs.root()).await;
+
+    let mut sse = gw.events(&sid, -1).await;
+    let (s, v) = gw.submit(&sid, "take a nap").await;
+    assert!(s.is_success(), "{s} {v}");
+    let mut evs = sse
+        .collect_until("block.started", Duration::from_secs(10))
+        .await;
+    // the session worker exists once the call is in flight
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let pids = loop {
+        let p = worker_pids(&format!("session:{sid}"));
+        if !p.is_empty() {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no session worker with --label session:{sid}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed_at = Instant::now();
+    for pid in &pids {
+        // SAFETY: SIGKILL to the session worker the gateway started for this test's session.
+        unsafe {
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    evs.extend(
+        sse.collect_until_any(TERMINALS, Duration::from_secs(15))
+            .await,
+    );
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(6),
+        "the call failed when the worker died, not after the nap"
+    );
+    assert_eq!(
+        evs.last().unwrap().event,
+        "turn.completed",
+        "{:?}",
+        ev_types(&evs)
+    );
+    let out = first_output(&evs);
+    assert!(
+        !out["error"].is_null() && out["error"] != json!(false),
+        "the call fails: {out}"
+    );
+    assert!(!out.to_string().contains("rested"), "{out}");
+    let err = out["error"].to_string().to_lowercase();
+    assert!(
+        err.contains("worker")
+            || err.contains("exit")
+            || err.contains("died")
+            || err.contains("kill"),
+        "a clear error: {out}"
+    );
+
+    llm.push(Script::tool_call("quick", json!({})));
+    llm.push(Script::text(&["Quick answered."]));
+    let (evs, last) = gw.run_turn(&sid, "be quick").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let out = first_output(&evs);
+    assert!(out.to_string().contains("quick-ok"), "{out}");
+    assert!(
+        out["error"].is_null() || out["error"] == json!(false),
+        "{out}"
+    );
+}
+
+fn who(answer: &str) -> String {
+    format!(
+        r#"
+import blockether.vis.extension as vis
+
+def whoami() -> str:
+    """Say which copy answers."""
+    return "{answer}"
+
+def who(ctx):
+    return vis.ok("who says {answer}")
+
+vis.register(vis.Extension(
+    name="who", alias="who", description="Which copy?",
+    symbols=[vis.Symbol(whoami)],
+    slash_commands=[vis.SlashCommand("who", who)],
+))
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_extension_overrides_the_global_one_of_the_same_name_in_that_project_only() {
+    let llm = FixtureLlm::start().await;
+    let dirs: Arc<Dirs> = Dirs::new();
+    global_ext(&dirs, "who.py", &who("global-copy"));
+    project_ext(&dirs.root(), "who.py", &who("project-copy"));
+    let elsewhere = dirs.base.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+
+    let list = extensions(&gw, &dirs.root()).await;
+    assert!(
+        list["extensions"].as_array().is_some_and(|a| a
+            .iter()
+            .any(|e| e["name"] == "who" && e["scope"] == "project")),
+        "{list}"
+    );
+
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (t, _) = turn_text(&gw, &sid, "/who").await;
+    assert!(t.contains("who says project-copy"), "{t}");
+    assert!(!t.contains("global-copy"), "{t}");
+    llm.push(Script::tool_call("whoami", json!({})));
+    llm.push(Script::text(&["Done."]));
+    let (evs, _) = gw.run_turn(&sid, "who are you").await;
+    let out = first_output(&evs);
+    assert!(out.to_string().contains("project-copy"), "{out}");
+
+    let other = gw.create_session_at(&elsewhere).await;
+    let (t, _) = turn_text(&gw, &other, "/who").await;
+    assert!(
+        t.contains("who says global-copy"),
+        "another project still sees the global one: {t}"
+    );
+}
