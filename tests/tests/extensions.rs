@@ -138,10 +138,8 @@ async fn a_good_extension_is_listed_with_its_symbols_and_slash_while_broken_file
         .iter()
         .find(|f| f["file"].as_str().unwrap_or("").ends_with("syntax.py"))
         .unwrap_or_else(|| panic!("syntax.py reported: {list}"));
-    assert!(
-        syntax.to_string().contains("SyntaxError"),
-        "the syntax error is named: {syntax}"
-    );
+    assert_eq!(syntax["error_type"], "SyntaxError", "{syntax}");
+    assert_eq!(syntax["is_stale"], false, "{syntax}");
     assert!(
         !syntax["error"].as_str().unwrap_or("").is_empty(),
         "{syntax}"
@@ -189,10 +187,11 @@ async fn a_symbol_called_by_the_model_runs_in_the_extension_and_its_result_goes_
         "block.started before block.output: {tys:?}"
     );
     let out = first_output(&evs);
-    assert!(
-        out.to_string().contains("hello-from-ext Ada"),
+    assert_eq!(
+        out["result"], "hello-from-ext Ada",
         "the result is on the stream: {out}"
     );
+    assert_eq!(out["op"], json!(tool), "{out}");
     assert!(
         out["error"].is_null() || out["error"] == json!(false),
         "{out}"
@@ -226,11 +225,25 @@ vis.register(vis.Extension(
 ))
 "#;
 
+const BUGGY_HOOK: &str = r#"
+import blockether.vis.extension as vis
+
+def buggy(call):
+    raise RuntimeError("hook bug")
+
+vis.register(vis.Extension(
+    name="buggy", description="A before hook that raises (fails open).",
+    op_hooks=[vis.OpHook(["shell"], buggy)],
+))
+"#;
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_before_hook_that_blocks_makes_the_shell_tool_call_fail_with_its_reason() {
+async fn a_before_hook_that_blocks_makes_the_shell_tool_call_fail_with_its_reason_while_a_raising_hook_allows(
+) {
     let llm = FixtureLlm::start().await;
     let dirs = Dirs::new();
     global_ext(&dirs, "guard.py", NO_RM);
+    global_ext(&dirs, "buggy.py", BUGGY_HOOK);
     std::fs::write(dirs.root().join("victim.txt"), "keep me").unwrap();
     let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
     llm.push(Script::tool_call(
@@ -247,7 +260,11 @@ async fn a_before_hook_that_blocks_makes_the_shell_tool_call_fail_with_its_reaso
         !out["error"].is_null() && out["error"] != json!(false),
         "block.output.error is set: {out}"
     );
-    assert!(out.to_string().contains("no rm"), "{out}");
+    let err = out["error"].as_str().unwrap_or("");
+    assert!(
+        err.starts_with("no rm") && err.contains("Blocked by the 'guard' Python extension"),
+        "the reason and the hint naming the extension: {out}"
+    );
     assert!(
         dirs.root().join("victim.txt").exists(),
         "the command never ran"
@@ -259,6 +276,21 @@ async fn a_before_hook_that_blocks_makes_the_shell_tool_call_fail_with_its_reaso
         second.contains("no rm"),
         "the model sees the reason: {second}"
     );
+
+    // a command the guard allows runs, although the other extension's hook raises (fail open)
+    llm.push(Script::tool_call(
+        "shell",
+        json!({"command": "echo allowed-ok"}),
+    ));
+    llm.push(Script::text(&["It ran."]));
+    let (evs, last) = gw.run_turn(&sid, "echo something").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let out = first_output(&evs);
+    assert!(
+        out["error"].is_null(),
+        "a raising before hook allows: {out}"
+    );
+    assert!(out["result"].to_string().contains("allowed-ok"), "{out}");
 }
 
 const FS_GATE_RAISES: &str = r#"
@@ -270,7 +302,11 @@ def save(path: str, text: str) -> str:
     return "saved"
 
 def gate(call):
-    raise RuntimeError("gate is broken")
+    if call["path"].endswith(".crash"):
+        raise RuntimeError("gate is broken")
+    if call["operation"] == "file-write" and call["path"].endswith(".ro"):
+        return vis.block("read only here")
+    return None
 
 vis.register(vis.Extension(
     name="files", alias="files", description="Writes files.",
@@ -280,7 +316,7 @@ vis.register(vis.Extension(
 "#;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_fs_access_gate_that_raises_makes_vis_fs_write_fail_closed() {
+async fn an_fs_access_gate_that_raises_makes_vis_fs_write_fail_closed_and_a_block_refuses_it() {
     let llm = FixtureLlm::start().await;
     let dirs = Dirs::new();
     global_ext(&dirs, "files.py", FS_GATE_RAISES);
@@ -290,28 +326,57 @@ async fn an_fs_access_gate_that_raises_makes_vis_fs_write_fail_closed() {
         list["extensions"][0]["op_hooks"][0]["phase"], "gate",
         "{list}"
     );
-    llm.push(Script::tool_call(
-        "save",
-        json!({"path": "out.txt", "text": "data"}),
-    ));
-    llm.push(Script::text(&["The write failed."]));
+    for path in ["out.crash", "out.ro", "out.txt"] {
+        llm.push(Script::tool_call(
+            "save",
+            json!({"path": path, "text": "data"}),
+        ));
+    }
+    llm.push(Script::text(&["Two writes failed."]));
 
     let sid = gw.create_session_at(&dirs.root()).await;
-    let (evs, last) = gw.run_turn(&sid, "save a file").await;
+    let (evs, last) = gw.run_turn(&sid, "save some files").await;
     assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
-    let out = first_output(&evs);
+    let outs: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e.event == "block.output")
+        .map(|e| &e.data)
+        .collect();
+    assert_eq!(outs.len(), 3, "{:?}", ev_types(&evs));
+
+    let crashed = outs[0]["error"].as_str().unwrap_or("");
     assert!(
-        !out["error"].is_null() && out["error"] != json!(false),
-        "the write fails: {out}"
+        crashed.starts_with("PermissionError: the 'files' extension's fs_access guard failed, and a boundary fails closed: RuntimeError: gate is broken"),
+        "a raising gate fails closed: {}",
+        outs[0]
     );
-    let text = out.to_string();
     assert!(
-        text.contains("fail") && text.contains("closed") && text.contains("gate is broken"),
-        "fail-closed reason: {text}"
+        !dirs.root().join("out.crash").exists(),
+        "nothing was written"
     );
-    assert!(!dirs.root().join("out.txt").exists(), "nothing was written");
-    let second = llm.requests()[1].body["messages"].to_string();
-    assert!(second.contains("gate is broken"), "{second}");
+
+    let blocked = outs[1]["error"].as_str().unwrap_or("");
+    assert!(
+        blocked.starts_with("PermissionError: read only here"),
+        "a blocking gate refuses with its reason: {}",
+        outs[1]
+    );
+    assert!(!dirs.root().join("out.ro").exists(), "nothing was written");
+
+    assert!(outs[2]["error"].is_null(), "an allowed write: {}", outs[2]);
+    assert_eq!(outs[2]["result"], "saved", "{}", outs[2]);
+    assert_eq!(
+        std::fs::read_to_string(dirs.root().join("out.txt")).unwrap_or_default(),
+        "data"
+    );
+
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 4, "one model call per tool result");
+    let last_msgs = reqs[3].body["messages"].to_string();
+    assert!(
+        last_msgs.contains("gate is broken") && last_msgs.contains("read only here"),
+        "the model sees both refusals: {last_msgs}"
+    );
 }
 
 const COUNTER: &str = r#"
@@ -391,6 +456,8 @@ async fn reload_keeps_the_last_good_version_of_a_broken_file_and_adopts_the_fixe
     assert_eq!(list["extensions"][0]["is_stale"], true, "{list}");
     let failures = list["failures"].as_array().expect("failures");
     assert_eq!(failures.len(), 1, "{list}");
+    assert_eq!(failures[0]["is_stale"], true, "{list}");
+    assert_eq!(failures[0]["extension"], "ver", "{list}");
     assert!(
         failures[0]["file"]
             .as_str()
@@ -455,6 +522,11 @@ async fn a_network_filter_that_raises_denies_real_proxied_traffic_with_a_filter_
         .iter()
         .find(|d| d["decision"] == "deny")
         .unwrap_or_else(|| panic!("a deny: {decisions:?}"));
+    assert_eq!(
+        deny["reason"], "network filter error in 'picky': RuntimeError: filter exploded",
+        "{deny}"
+    );
+    assert_eq!(deny["decided_by"]["filter"], "picky", "{deny}");
     assert_eq!(deny["error_kind"], "filter-error", "{deny}");
     assert_eq!(deny["host"], "127.0.0.1", "{deny}");
 }
@@ -558,12 +630,9 @@ async fn a_session_worker_killed_during_a_call_fails_that_call_and_the_next_call
         "the call fails: {out}"
     );
     assert!(!out.to_string().contains("rested"), "{out}");
-    let err = out["error"].to_string().to_lowercase();
+    let err = out["error"].as_str().unwrap_or("");
     assert!(
-        err.contains("worker")
-            || err.contains("exit")
-            || err.contains("died")
-            || err.contains("kill"),
+        err.contains("the extension worker exited during the call"),
         "a clear error: {out}"
     );
 
@@ -572,7 +641,12 @@ async fn a_session_worker_killed_during_a_call_fails_that_call_and_the_next_call
     let (evs, last) = gw.run_turn(&sid, "be quick").await;
     assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
     let out = first_output(&evs);
-    assert!(out.to_string().contains("quick-ok"), "{out}");
+    assert_eq!(out["result"], "quick-ok", "{out}");
+    let fresh = worker_pids(&format!("session:{sid}"));
+    assert!(
+        !fresh.is_empty() && fresh.iter().all(|p| !pids.contains(p)),
+        "a fresh session worker serves the next call: {fresh:?} vs {pids:?}"
+    );
     assert!(
         out["error"].is_null() || out["error"] == json!(false),
         "{out}"
@@ -589,7 +663,9 @@ def whoami() -> str:
     return "{answer}"
 
 def who(ctx):
-    return vis.ok("who says {answer}")
+    seen = vis.state.get("seen")
+    vis.state["seen"] = "{answer}"
+    return vis.ok(f"who says {answer}, seen={{seen}}")
 
 vis.register(vis.Extension(
     name="who", alias="who", description="Which copy?",
@@ -620,7 +696,7 @@ async fn a_project_extension_overrides_the_global_one_of_the_same_name_in_that_p
 
     let sid = gw.create_session_at(&dirs.root()).await;
     let (t, _) = turn_text(&gw, &sid, "/who").await;
-    assert!(t.contains("who says project-copy"), "{t}");
+    assert!(t.contains("who says project-copy, seen=None"), "{t}");
     assert!(!t.contains("global-copy"), "{t}");
     llm.push(Script::tool_call("whoami", json!({})));
     llm.push(Script::text(&["Done."]));
@@ -633,5 +709,9 @@ async fn a_project_extension_overrides_the_global_one_of_the_same_name_in_that_p
     assert!(
         t.contains("who says global-copy"),
         "another project still sees the global one: {t}"
+    );
+    assert!(
+        t.contains("seen=project-copy"),
+        "the override shares the global extension's state: {t}"
     );
 }
