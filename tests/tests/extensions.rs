@@ -733,3 +733,132 @@ async fn a_reload_that_meets_a_broken_extension_file_reports_it_with_an_error_st
     // ends its turn as `turn.failed` (a successful one as `turn.completed`).
     assert_eq!(terminal, "turn.failed", "{t}");
 }
+
+const TOOLS: &str = r#"
+import blockether.vis.extension as vis
+
+def visible(x: int) -> int:
+    """Double a number."""
+    return x * 2
+
+def secret() -> str:
+    """Hidden from the model."""
+    return "hidden-ok"
+
+def boom() -> str:
+    """Always raises."""
+    raise LookupError("nothing here")
+
+vis.register(vis.Extension(
+    name="tools", alias="tools", description="Some tools.",
+    symbols=[vis.Symbol(visible), vis.Symbol(secret, is_hidden=True), vis.Symbol(boom)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hidden_symbol_is_not_offered_but_callable_and_a_raise_becomes_a_failure_named_by_its_class(
+) {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "tools.py", TOOLS);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    llm.push(Script::tool_call("secret", json!({})));
+    llm.push(Script::tool_call("boom", json!({})));
+    llm.push(Script::tool_call("visible", json!({"x": 21})));
+    llm.push(Script::text(&["Done."]));
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "use the tools").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let offered = offered_tools(&llm.requests()[0].body);
+    assert!(offered.contains(&"visible".to_string()), "{offered:?}");
+    assert!(offered.contains(&"boom".to_string()), "{offered:?}");
+    assert!(
+        !offered.contains(&"secret".to_string()),
+        "a hidden symbol is not offered: {offered:?}"
+    );
+    let outs: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e.event == "block.output")
+        .map(|e| &e.data)
+        .collect();
+    assert_eq!(outs.len(), 3, "{:?}", ev_types(&evs));
+    assert_eq!(
+        outs[0]["result"], "hidden-ok",
+        "still callable: {}",
+        outs[0]
+    );
+    assert!(
+        outs[1]["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("LookupError: nothing here"),
+        "{}",
+        outs[1]
+    );
+    assert_eq!(outs[2]["result"], "42", "{}", outs[2]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn test_files_are_skipped_a_package_folder_loads_and_a_deleted_file_is_dropped_on_reload() {
+    let dirs = Dirs::new();
+    global_ext(&dirs, "ver.py", &versioned("one"));
+    global_ext(
+        &dirs,
+        "test_ver.py",
+        "raise RuntimeError('tests are not entries')\n",
+    );
+    global_ext(
+        &dirs,
+        "ver_test.py",
+        "raise RuntimeError('tests are not entries')\n",
+    );
+    let pkg = dirs.home().join("extensions/pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("helper.py"), "WORD = 'from-helper'\n").unwrap();
+    std::fs::write(
+        pkg.join("extension.py"),
+        r#"
+import blockether.vis.extension as vis
+from helper import WORD
+
+vis.register(vis.Extension(
+    name="pkg", description="A package entry.",
+    slash_commands=[vis.SlashCommand("pkg", lambda ctx: vis.ok(f"pkg says {WORD}"))],
+))
+"#,
+    )
+    .unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let list = extensions(&gw, &dirs.root()).await;
+    let mut names: Vec<&str> = list["extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["pkg", "ver"], "{list}");
+    assert_eq!(
+        list["failures"],
+        json!([]),
+        "test files are not loaded: {list}"
+    );
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (t, _) = turn_text(&gw, &sid, "/pkg").await;
+    assert!(t.contains("pkg says from-helper"), "{t}");
+
+    std::fs::remove_file(dirs.home().join("extensions/ver.py")).unwrap();
+    let (t, _) = turn_text(&gw, &sid, "/reload").await;
+    assert!(t.contains("removed: ver"), "{t}");
+    let list = extensions(&gw, &dirs.root()).await;
+    assert_eq!(
+        list["extensions"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+    let (t, last) = turn_text(&gw, &sid, "/ver").await;
+    assert!(
+        last == "turn.failed" || !t.contains("version is one"),
+        "the deleted extension no longer answers: {t}"
+    );
+}
