@@ -455,6 +455,11 @@ impl Engine for Api {
     }
 
     fn request_stop(&self) {
-        self.0.stop.cancel();
+        // Stop after 25 ms, so the `{stopping:true}` answer is written first.
+        let stop = self.0.stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            stop.cancel();
+        });
     }
 }
