@@ -717,7 +717,6 @@ async fn a_project_extension_overrides_the_global_one_of_the_same_name_in_that_p
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "gateway bug: /reload with a failing extension file ends as turn.completed (slash status ok); Engine::reload_all (gateway/src/engine/slash.rs) returns Ok whenever the configuration reloads, ignoring ReloadReport.failures; extension-api.md §9 wants status error"]
 async fn a_reload_that_meets_a_broken_extension_file_reports_it_with_an_error_status() {
     let dirs = Dirs::new();
     global_ext(&dirs, "ver.py", &versioned("one"));
@@ -860,5 +859,72 @@ vis.register(vis.Extension(
     assert!(
         last == "turn.failed" || !t.contains("version is one"),
         "the deleted extension no longer answers: {t}"
+    );
+}
+
+const BODY_FILTER: &str = r#"
+import blockether.vis.extension as vis
+
+def no_forbidden(ctx):
+    if ctx["phase"] == "http" and "forbidden" in (ctx.get("body") or ""):
+        return vis.block(f"no forbidden words to port {ctx['port']} ({ctx['method']} {ctx['body']})")
+    return None
+
+vis.register(vis.Extension(
+    name="words", description="Blocks request bodies with a bad word.",
+    network_filters=[vis.NetworkFilter(no_forbidden)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_network_filter_sees_port_and_body_and_its_block_denies_while_none_allows() {
+    let origin = Origin::start().await;
+    let dirs = Dirs::new();
+    write_network_policy(&dirs.root(), &loopback_policy());
+    global_ext(&dirs, "words.py", BODY_FILTER);
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let url = format!("{}/post", origin.url());
+    let ok = gw
+        .exec(&sid, &["curl", "-sS", "-X", "POST", "-d", "harmless", &url])
+        .await;
+    assert!(ok.stdout.contains("origin-ok POST /post"), "{ok:?}");
+    let denied = gw
+        .exec(
+            &sid,
+            &[
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-X",
+                "POST",
+                "-d",
+                "forbidden",
+                &url,
+            ],
+        )
+        .await;
+    assert_eq!(denied.stdout, "403", "{denied:?}");
+    assert_eq!(
+        origin.requests().len(),
+        1,
+        "only the allowed request arrived"
+    );
+    let decisions = gw.wait_egress(&sid, 2).await;
+    let deny = decisions
+        .iter()
+        .find(|d| d["decision"] == "deny")
+        .unwrap_or_else(|| panic!("a deny: {decisions:?}"));
+    assert_eq!(deny["error_kind"], "blocked-by-filter", "{deny}");
+    assert_eq!(
+        deny["reason"],
+        json!(format!(
+            "no forbidden words to port {} (POST forbidden)",
+            origin.port
+        )),
+        "{deny}"
     );
 }
