@@ -550,6 +550,21 @@ vis.register(vis.Extension(
 ))
 "#;
 
+/// The parent pid of a process (from `/proc/<pid>/stat`).
+fn parent_of(pid: i32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Pids of the `vis-gateway … worker --label <label>` children of the gateway process `parent`.
+fn worker_pids_of(parent: u32, label: &str) -> Vec<i32> {
+    worker_pids(label)
+        .into_iter()
+        .filter(|p| parent_of(*p) == Some(parent))
+        .collect()
+}
+
 /// Pids of `vis-gateway … worker --label <label>` processes.
 fn worker_pids(label: &str) -> Vec<i32> {
     let mut out = Vec::new();
@@ -927,4 +942,42 @@ async fn a_network_filter_sees_port_and_body_and_its_block_denies_while_none_all
         )),
         "{deny}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_session_stops_its_extension_worker_while_the_registration_worker_keeps_serving()
+{
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "sleepy.py", SLEEPY);
+    global_ext(&dirs, "counter.py", COUNTER);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    llm.push(Script::tool_call("quick", json!({})));
+    llm.push(Script::text(&["ok"]));
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, _) = gw.run_turn(&sid, "be quick").await;
+    assert_eq!(first_output(&evs)["result"], "quick-ok");
+    let label = format!("session:{sid}");
+    assert!(!worker_pids(&label).is_empty(), "a session worker runs");
+    let registration = worker_pids_of(gw.pid(), "registration");
+    assert!(!registration.is_empty(), "a registration worker runs");
+
+    let (s, _) = gw.delete(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let deadline = Instant::now() + WAIT;
+    while !worker_pids(&label).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the session worker of a deleted session is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        worker_pids_of(gw.pid(), "registration"),
+        registration,
+        "the registration worker keeps running"
+    );
+    let other = gw.create_session_at(&dirs.root()).await;
+    let (t, _) = turn_text(&gw, &other, "/bump").await;
+    assert!(t.contains("counter is now 1"), "{t}");
 }

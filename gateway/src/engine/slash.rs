@@ -198,9 +198,15 @@ impl Gateway {
     pub async fn reload_all(&self, root: &Path) -> Result<String, String> {
         let config = self.reload_config(root).await;
         let report = self.extensions.reload(Some(root)).await;
-        match config {
-            Ok(c) => Ok(format!("{c}\n\n{}", report.summary())),
-            Err(e) => Err(format!("{e}\n\n{}", report.summary())),
+        let text = match &config {
+            Ok(c) | Err(c) => format!("{c}\n\n{}", report.summary()),
+        };
+        // Any failure — configuration or an extension file — makes the reply an error
+        // (extension-api.md §9); what did load is still active, last good versions included.
+        if config.is_err() || !report.failures.is_empty() {
+            Err(text)
+        } else {
+            Ok(text)
         }
     }
 
