@@ -277,16 +277,6 @@ pub fn extension(home: Option<PathBuf>, cmd: ExtensionCmd) -> Result<ExitCode> {
         );
     }
     for e in exts {
-        let names = |k: &str, field: &str| -> String {
-            e[k].as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x[field].as_str().or(x.as_str()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default()
-        };
         println!(
             "{} ({}, {}){}",
             e["name"].as_str().unwrap_or("?"),
@@ -298,15 +288,49 @@ pub fn extension(home: Option<PathBuf>, cmd: ExtensionCmd) -> Result<ExitCode> {
                 ""
             }
         );
-        for (label, key, field) in [
-            ("symbols", "symbols", "name"),
-            ("slash commands", "slash_commands", "name"),
-            ("hooks", "op_hooks", "op"),
-            ("providers", "providers", "id"),
+        let list = |key: &str, field: &str| -> String {
+            e[key]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x[field].as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
+        let hooks = e["op_hooks"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|h| {
+                        let ops: Vec<&str> = h["ops"]
+                            .as_array()
+                            .map(|o| o.iter().filter_map(|x| x.as_str()).collect())
+                            .unwrap_or_default();
+                        format!("{} {}", h["phase"].as_str().unwrap_or("?"), ops.join("|"))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let filters = e["network_filters"].as_u64().unwrap_or(0);
+        for (label, text) in [
+            ("symbols", list("symbols", "name")),
+            ("slash commands", list("slash_commands", "name")),
+            ("hooks", hooks),
+            (
+                "network filters",
+                if filters > 0 {
+                    filters.to_string()
+                } else {
+                    String::new()
+                },
+            ),
+            ("providers", list("providers", "id")),
         ] {
-            let list = names(key, field);
-            if !list.is_empty() {
-                println!("  {label}: {list}");
+            if !text.is_empty() {
+                println!("  {label}: {text}");
             }
         }
     }
