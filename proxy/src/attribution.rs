@@ -9,7 +9,8 @@ use crate::traits::{Attribution, Lookup, Principal};
 /// value. Pure; `None` when absent, not Basic, undecodable or blank.
 pub fn token_from_proxy_authorization(value: &[u8]) -> Option<String> {
     let v = std::str::from_utf8(value).ok()?.trim();
-    if v.len() < 6 || !v[..6].eq_ignore_ascii_case("basic ") {
+    // `get`, not `[..6]`: byte 6 may fall inside a multi-byte char.
+    if !v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("basic ")) {
         return None;
     }
     let raw = base64::engine::general_purpose::STANDARD
@@ -72,6 +73,16 @@ mod tests {
         assert_eq!(
             token_from_proxy_authorization(v.as_bytes()).as_deref(),
             Some("tok")
+        );
+    }
+
+    #[test]
+    fn a_multibyte_char_across_byte_six_gives_no_token_not_a_panic() {
+        // Found by `cargo fuzz run head` (crash-19ff7d39…).
+        assert_eq!(token_from_proxy_authorization(b"/r\x008p\xd1\xa2"), None);
+        assert_eq!(
+            token_from_proxy_authorization("Basic\u{e9}x".as_bytes()),
+            None
         );
     }
 
