@@ -61,5 +61,8 @@ pub fn app(engine: Arc<dyn Engine>, cfg: ApiConfig) -> Router {
             middleware::auth::layer,
         ))
         .layer(axum::middleware::from_fn(middleware::protocol::layer))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::cors::layer))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::cors::layer,
+        ))
 }

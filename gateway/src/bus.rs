@@ -75,7 +75,6 @@ impl Bus {
         self.channels.lock().get(sid).cloned()
     }
 
-
     /// Sessions with an open channel.
     pub fn open_sessions(&self) -> Vec<String> {
         self.channels.lock().keys().cloned().collect()
@@ -89,7 +88,6 @@ impl Bus {
     pub fn high_water(&self, sid: &str) -> Option<i64> {
         self.channel(sid).map(|c| c.lock().seq)
     }
-
 
     /// Publishes one event; returns its seq (0 if the session has no channel).
     pub fn publish(&self, sid: &str, kind: &str, payload: Map<String, Value>) -> i64 {

@@ -42,8 +42,14 @@ impl Home {
             .with_context(|| format!("cannot create the Vis home {}", dir.display()))?;
         // Transcripts, tokens and extension state live here: private to the user.
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("cannot restrict the Vis home {} to its owner", dir.display()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).with_context(
+            || {
+                format!(
+                    "cannot restrict the Vis home {} to its owner",
+                    dir.display()
+                )
+            },
+        )?;
         Ok(Home { dir })
     }
 

@@ -315,7 +315,10 @@ async fn cancelling_the_turn_settles_its_pending_form_as_cancelled() {
         .await;
     assert!(s.is_success(), "{v}");
     let evs = gw.wait_stored(&sid, "human_input.close").await;
-    let close = evs.iter().find(|e| e["type"] == "human_input.close").unwrap();
+    let close = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.close")
+        .unwrap();
     assert_eq!(close["request_id"], json!(rid));
     assert_eq!(close["reason"], "cancelled");
     let (_, v) = gw.get(format!("/v1/sessions/{sid}/human-input")).await;
@@ -355,10 +358,16 @@ async fn a_human_focuses_and_interrupts_a_live_view_and_the_extension_learns_it(
     };
     let base = format!("/v1/sessions/{sid}/human-input/live/{vid}/actions");
     let (s, v) = gw
-        .post(&format!("{base}/focus"), json!({"node_id": "t", "item_ids": ["r2"]}))
+        .post(
+            &format!("{base}/focus"),
+            json!({"node_id": "t", "item_ids": ["r2"]}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert_eq!(v, json!({"focused_ids": ["r2"], "node_id": "t", "view_id": vid}));
+    assert_eq!(
+        v,
+        json!({"focused_ids": ["r2"], "node_id": "t", "view_id": vid})
+    );
     for bad in [
         json!({"node_id": "t", "item_ids": ["zz"]}),
         json!({"node_id": "nope", "item_ids": []}),
@@ -366,7 +375,11 @@ async fn a_human_focuses_and_interrupts_a_live_view_and_the_extension_learns_it(
         json!({"node_id": "t", "item_ids": "r1"}),
     ] {
         let (s, v) = gw.post(&format!("{base}/focus"), bad.clone()).await;
-        assert_eq!((s, error_type(&v)), (StatusCode::BAD_REQUEST, "invalid-live-focus".into()), "{bad}");
+        assert_eq!(
+            (s, error_type(&v)),
+            (StatusCode::BAD_REQUEST, "invalid-live-focus".into()),
+            "{bad}"
+        );
     }
     let (s, v) = gw
         .post(&format!("{base}/interrupt"), json!({"note": "enough"}))
@@ -376,12 +389,24 @@ async fn a_human_focuses_and_interrupts_a_live_view_and_the_extension_learns_it(
     let text = terminal_text(&gw, &sid).await;
     assert!(text.contains("interrupted note=enough"), "{text}");
     let evs = gw.wait_stored(&sid, "human_input.live.close").await;
-    let close = evs.iter().find(|e| e["type"] == "human_input.live.close").unwrap();
+    let close = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.live.close")
+        .unwrap();
     assert_eq!(close["result"]["reason"], "interrupted", "{close}");
     assert_eq!(close["result"]["is_from_human"], true);
     assert_eq!(close["result"]["note"], "enough");
     let (s, v) = gw
-        .post(&format!("/v1/sessions/{sid}/human-input/live/{}/actions/interrupt", uuid::Uuid::new_v4()), json!({}))
+        .post(
+            &format!(
+                "/v1/sessions/{sid}/human-input/live/{}/actions/interrupt",
+                uuid::Uuid::new_v4()
+            ),
+            json!({}),
+        )
         .await;
-    assert_eq!((s, error_type(&v)), (StatusCode::NOT_FOUND, "live-view-not-found".into()));
+    assert_eq!(
+        (s, error_type(&v)),
+        (StatusCode::NOT_FOUND, "live-view-not-found".into())
+    );
 }

@@ -21,37 +21,69 @@ fn host_part(authority: &str) -> &str {
     if let Some(rest) = authority.strip_prefix('[') {
         return rest.split(']').next().unwrap_or("");
     }
-    authority.rsplit_once(':').map(|(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { authority }).unwrap_or(authority)
+    authority
+        .rsplit_once(':')
+        .map(|(h, p)| {
+            if p.chars().all(|c| c.is_ascii_digit()) {
+                h
+            } else {
+                authority
+            }
+        })
+        .unwrap_or(authority)
 }
 
 fn is_loopback_host(host: &str) -> bool {
     let h = host.to_ascii_lowercase();
-    h == "localhost" || h.ends_with(".localhost") || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    h == "localhost"
+        || h.ends_with(".localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `http(s)://<loopback host>[:port]`.
 pub fn is_loopback_origin(origin: &str) -> bool {
-    let Some((_, rest)) = origin.split_once("://") else { return false };
+    let Some((_, rest)) = origin.split_once("://") else {
+        return false;
+    };
     is_loopback_host(host_part(rest.trim_end_matches('/')))
 }
 
 fn origin_allowed(state: &AppState, origin: &str) -> bool {
     state.cfg.require_token
         || is_loopback_origin(origin)
-        || state.cfg.cors_origins.iter().any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
+        || state
+            .cfg
+            .cors_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
 }
 
 pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
-    let requested = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).cloned();
+    let requested = req
+        .headers()
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned();
     if !state.cfg.require_token {
-        let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_string);
         if let Some(h) = host.filter(|h| !is_loopback_host(host_part(h))) {
-            return ApiError::new(StatusCode::MISDIRECTED_REQUEST, "host-not-allowed", format!("this gateway answers loopback names only, not {h}"))
-                .into_response();
+            return ApiError::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                "host-not-allowed",
+                format!("this gateway answers loopback names only, not {h}"),
+            )
+            .into_response();
         }
     }
-    let foreign = origin.as_ref().and_then(|o| o.to_str().ok()).is_some_and(|o| !origin_allowed(&state, o));
+    let foreign = origin
+        .as_ref()
+        .and_then(|o| o.to_str().ok())
+        .is_some_and(|o| !origin_allowed(&state, o));
     if foreign {
         // No CORS headers: the browser blocks the page; the request itself is refused too.
         if req.method() == Method::OPTIONS {
@@ -64,7 +96,11 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         )
         .into_response();
     }
-    let mut resp = if req.method() == Method::OPTIONS { StatusCode::NO_CONTENT.into_response() } else { next.run(req).await };
+    let mut resp = if req.method() == Method::OPTIONS {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(req).await
+    };
     decorate(resp.headers_mut(), origin, requested);
     resp
 }
@@ -73,16 +109,34 @@ fn decorate(h: &mut HeaderMap, origin: Option<HeaderValue>, requested: Option<He
     match origin {
         Some(o) => {
             h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
-            h.insert(header::ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+                HeaderValue::from_static("true"),
+            );
         }
         None => {
-            h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                HeaderValue::from_static("*"),
+            );
         }
     }
-    h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(ALLOW_METHODS));
-    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, requested.unwrap_or_else(|| HeaderValue::from_static(DEFAULT_ALLOW_HEADERS)));
-    h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("ETag"));
-    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(ALLOW_METHODS),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        requested.unwrap_or_else(|| HeaderValue::from_static(DEFAULT_ALLOW_HEADERS)),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("ETag"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
     h.append(header::VARY, HeaderValue::from_static("Origin"));
 }
 
@@ -92,10 +146,20 @@ mod tests {
 
     #[test]
     fn loopback_origins_are_recognised_and_others_are_not() {
-        for o in ["http://localhost:3000", "http://127.0.0.1:7890", "http://[::1]:8080", "https://app.localhost"] {
+        for o in [
+            "http://localhost:3000",
+            "http://127.0.0.1:7890",
+            "http://[::1]:8080",
+            "https://app.localhost",
+        ] {
             assert!(is_loopback_origin(o), "{o}");
         }
-        for o in ["http://evil.example", "http://127.0.0.1.evil.example", "null", "http://10.0.0.1"] {
+        for o in [
+            "http://evil.example",
+            "http://127.0.0.1.evil.example",
+            "null",
+            "http://10.0.0.1",
+        ] {
             assert!(!is_loopback_origin(o), "{o}");
         }
     }

@@ -56,7 +56,10 @@ fn sse_response(
 /// is gone (checked every second, §4.1).
 fn kill_token(kill: Option<Extension<ConnKill>>, headers: &HeaderMap) -> CancellationToken {
     let token = kill.map(|Extension(k)| k.0).unwrap_or_default();
-    let pid = headers.get("x-vis-client-pid").and_then(|v| v.to_str().ok()).and_then(|s| s.trim().parse::<i32>().ok());
+    let pid = headers
+        .get("x-vis-client-pid")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<i32>().ok());
     if let Some(pid) = pid.filter(|p| *p > 0) {
         let t = token.clone();
         tokio::spawn(async move {
@@ -67,7 +70,9 @@ fn kill_token(kill: Option<Extension<ConnKill>>, headers: &HeaderMap) -> Cancell
                     _ = tick.tick() => {}
                 }
                 // SAFETY: signal 0 only checks that the process exists.
-                if unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                if unsafe { libc::kill(pid, 0) } != 0
+                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+                {
                     t.cancel();
                     return;
                 }

@@ -182,7 +182,10 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         host: bind_host.clone(),
         port,
         addresses: urls.clone(),
-        max_body_bytes: env_usize("VIS_GATEWAY_MAX_BODY_BYTES", crate::engine::MAX_TURN_BODY_BYTES),
+        max_body_bytes: env_usize(
+            "VIS_GATEWAY_MAX_BODY_BYTES",
+            crate::engine::MAX_TURN_BODY_BYTES,
+        ),
         gateway_id,
         managed: false,
         cors_origins: std::env::var("VIS_GATEWAY_CORS_ORIGINS")

@@ -281,9 +281,16 @@ impl Engine for Api {
     async fn seq(&self, sid: &str) -> ApiResult<i64> {
         // C21: 404 only for an unparsable sid; a valid unknown one has seen nothing yet.
         if self.0.session(sid).await.is_err() {
-            return if uuid::Uuid::parse_str(sid).is_ok() { Ok(0) } else { Err(ApiError::session_not_found(sid)) };
+            return if uuid::Uuid::parse_str(sid).is_ok() {
+                Ok(0)
+            } else {
+                Err(ApiError::session_not_found(sid))
+            };
         }
-        self.0.bus.high_water(sid).ok_or_else(|| ApiError::session_not_found(sid))
+        self.0
+            .bus
+            .high_water(sid)
+            .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
     async fn human_input(&self, sid: &str) -> ApiResult<Value> {
@@ -345,12 +352,7 @@ impl Engine for Api {
             .map_err(|e| hi_error(e, vid))
     }
 
-    async fn live_interrupt(
-        &self,
-        sid: &str,
-        vid: &str,
-        note: Option<String>,
-    ) -> ApiResult<Value> {
+    async fn live_interrupt(&self, sid: &str, vid: &str, note: Option<String>) -> ApiResult<Value> {
         if uuid::Uuid::parse_str(vid).is_err() {
             return Err(live_view_not_found(vid));
         }

@@ -51,7 +51,6 @@ fn closes_sentence(tail: &str) -> bool {
 }
 
 impl Coalescer {
-
     pub fn text(&self) -> &str {
         &self.full
     }

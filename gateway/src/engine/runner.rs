@@ -272,7 +272,10 @@ pub async fn run(
             Err(e) => {
                 if matches!(e, ProviderError::Cancelled) || ctx.cancel.is_cancelled() {
                     // A user cancel, not a provider failure: the worker lands turn.cancelled.
-                    return Outcome::Failed { code: "turn_cancelled", message: "cancelled".into() };
+                    return Outcome::Failed {
+                        code: "turn_cancelled",
+                        message: "cancelled".into(),
+                    };
                 }
                 let (code, cause) = match &e {
                     ProviderError::Stalled => ("provider_stream_stalled", "stalled"),

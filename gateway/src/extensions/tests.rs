@@ -76,12 +76,7 @@ fn fixture_with(tune: impl FnOnce(&mut HostConfig)) -> Fixture {
     tune(&mut cfg);
     let state = Arc::new(MemoryState::default());
     let events = Arc::new(RecordingEvents::default());
-    let host = ExtensionHost::new(
-        cfg,
-        state.clone(),
-        events.clone(),
-        Arc::new(NoHumanDoors),
-    );
+    let host = ExtensionHost::new(cfg, state.clone(), events.clone(), Arc::new(NoHumanDoors));
     Fixture {
         root,
         home,

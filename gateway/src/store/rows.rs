@@ -266,7 +266,9 @@ pub fn open_blocks(c: &Connection, sid: &str, tid: &str) -> StoreResult<Vec<Stri
          AND json_extract(data, '$.turn_id') = ?2 ORDER BY seq",
     )?;
     let rows = st
-        .query_map(params![sid, tid], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?
+        .query_map(params![sid, tid], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut open: Vec<String> = Vec::new();
     for (kind, id) in rows {
@@ -340,7 +342,10 @@ mod tests {
             insert_event(&c, "s", seq, "x", Some("{}"), 32).unwrap();
         }
         let (trimmed, rows) = events_between(&c, "s", 0, 100).unwrap();
-        assert!((100 - 32 - 2..100 - 32 + 2).contains(&trimmed), "trimmed {trimmed}");
+        assert!(
+            (100 - 32 - 2..100 - 32 + 2).contains(&trimmed),
+            "trimmed {trimmed}"
+        );
         assert_eq!(rows.first().unwrap().0, trimmed + 1);
         assert_eq!(rows.last().unwrap().0, 100);
     }
