@@ -1507,6 +1507,9 @@ fn interrupted_reply(v: &View) -> Value {
 // Shells
 // ---------------------------------------------------------------------------------------
 
+/// (status, exit code, finished_at, duration_ms) of a background child.
+type ProcStatus = (String, Option<i32>, Option<i64>, Option<u64>);
+
 /// One background child of an extension.
 struct Proc {
     id: String,
@@ -1517,8 +1520,7 @@ struct Proc {
     started: Instant,
     timeout_secs: Option<u64>,
     out: Mutex<(String, usize)>,
-    /// (status, exit code, finished_at, duration_ms)
-    status: Mutex<(String, Option<i32>, Option<i64>, Option<u64>)>,
+    status: Mutex<ProcStatus>,
     done: watch::Receiver<bool>,
     stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
     stop: Mutex<Option<oneshot::Sender<()>>>,
