@@ -669,10 +669,21 @@ impl WorkerOwner for RegistrationOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        match self.host.upgrade() {
-            Some(h) => doors::answer(&h, worker, ctx, &op, payload).await,
-            None => Err(client::DoorError::new("the gateway is shutting down")),
-        }
+        answer_door(&self.host, worker, ctx, op, payload).await
+    }
+}
+
+/// Both kinds of worker answer their doors the same way, while the host is alive.
+async fn answer_door(
+    host: &Weak<Inner>,
+    worker: Arc<client::Running>,
+    ctx: CallCtx,
+    op: String,
+    payload: Value,
+) -> Result<Value, client::DoorError> {
+    match host.upgrade() {
+        Some(h) => doors::answer(&h, worker, ctx, &op, payload).await,
+        None => Err(client::DoorError::new("the gateway is shutting down")),
     }
 }
 
@@ -715,10 +726,7 @@ impl WorkerOwner for SessionOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        match self.host.upgrade() {
-            Some(h) => doors::answer(&h, worker, ctx, &op, payload).await,
-            None => Err(client::DoorError::new("the gateway is shutting down")),
-        }
+        answer_door(&self.host, worker, ctx, op, payload).await
     }
 }
 

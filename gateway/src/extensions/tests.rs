@@ -114,7 +114,7 @@ impl Fixture {
     }
 }
 
-const TODO: &str = r#"
+const TODO_EXTENSION: &str = r#"
 import blockether.vis.extension as vis
 
 def add(text: str) -> dict:
@@ -149,7 +149,7 @@ vis.register(vis.Extension(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_good_extension_is_listed_with_its_symbol_slash_hook_and_filter() {
     let f = fixture();
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     let report = f.host.reload(None).await;
     assert_eq!(report.loaded, vec!["todo".to_string()]);
     assert!(report.failures.is_empty(), "{:?}", report.failures);
@@ -194,7 +194,7 @@ async fn a_good_extension_is_listed_with_its_symbol_slash_hook_and_filter() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_file_is_reported_with_a_traceback_while_the_others_load() {
     let f = fixture();
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     f.global(
         "broken.py",
         "import blockether.vis.extension as vis\n\ndef helper():\n    raise ValueError('boom at import')\n\nhelper()\n",
@@ -362,7 +362,7 @@ vis.register(vis.Extension(name="search", alias="s", description="d",
 #[tokio::test(flavor = "multi_thread")]
 async fn state_written_by_a_tool_survives_a_worker_restart_and_none_deletes() {
     let f = fixture();
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     f.global(
         "kv.py",
         r#"
@@ -407,7 +407,7 @@ vis.register(vis.Extension(name="kv", alias="kv", description="d", symbols=[vis.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_before_hook_block_fails_the_call_with_its_reason_and_other_calls_pass() {
     let f = fixture();
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     let s = f.session("s");
     let err = f
         .host
@@ -757,7 +757,7 @@ async fn reload_keeps_the_last_good_version_when_a_file_breaks_and_swaps_when_fi
 #[tokio::test(flavor = "multi_thread")]
 async fn network_filters_block_allow_and_deny_when_they_raise_or_hang() {
     let f = fixture_with(|c| c.filter_timeout = Duration::from_millis(1500));
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     f.global(
         "zfilters.py",
         r#"
@@ -857,7 +857,7 @@ vis.register(vis.Extension(name="zfilters", description="d", network_filters=[vi
 #[tokio::test(flavor = "multi_thread")]
 async fn slash_commands_get_their_ctx_and_errors_come_back_as_markdown() {
     let f = fixture();
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     f.global(
         "slashes.py",
         r#"
@@ -1030,7 +1030,7 @@ async fn a_file_that_hangs_or_dies_at_import_fails_alone() {
         "import time\nwhile True:\n    time.sleep(0.05)\n",
     );
     f.global("b_die.py", "import os\nos._exit(4)\n");
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     let report = f.host.reload(None).await;
     assert_eq!(report.loaded, vec!["todo".to_string()]);
     let kinds: Vec<(String, String)> = report
@@ -1094,7 +1094,7 @@ vis.register(vis.Extension(name="serial", alias="serial", description="d", symbo
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_without_changes_keeps_session_workers_and_a_change_replaces_them() {
     let f = fixture();
-    let file = f.global("todo.py", TODO);
+    let file = f.global("todo.py", TODO_EXTENSION);
     let s = f.session("s");
     f.host
         .call_tool(&s, "add", json!({"text": "a"}))
@@ -1107,7 +1107,7 @@ async fn a_reload_without_changes_keeps_session_workers_and_a_change_replaces_th
         .await
         .expect("call");
     assert_eq!(f.host.session_worker_pid("s"), pid);
-    std::fs::write(&file, format!("{TODO}\n# edited\n")).expect("edit");
+    std::fs::write(&file, format!("{TODO_EXTENSION}\n# edited\n")).expect("edit");
     f.host.reload(None).await;
     f.host
         .call_tool(&s, "add", json!({"text": "c"}))
@@ -1121,7 +1121,7 @@ async fn a_reload_without_changes_keeps_session_workers_and_a_change_replaces_th
 async fn apropos_doc_extensions_markdown_and_change_events_describe_the_catalogue() {
     let f = fixture();
     let mut changes = f.host.changes();
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     f.global("broken.py", "raise RuntimeError('nope')\n");
     f.host.reload(None).await;
     let event = changes.try_recv().expect("a change event");
@@ -1221,7 +1221,7 @@ vis.register(vis.Extension(name="pkg", alias="pkg", description="d",
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_the_host_ends_its_workers() {
     let f = fixture();
-    f.global("todo.py", TODO);
+    f.global("todo.py", TODO_EXTENSION);
     let s = f.session("s");
     f.host
         .call_tool(&s, "add", json!({"text": "a"}))
