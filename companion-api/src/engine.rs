@@ -91,14 +91,18 @@ pub struct Stats {
     pub tokens_input: u64,
     pub tokens_output: u64,
     pub concurrency_limit: u64,
-    pub replay_events_retained: u64,
     pub db: Option<String>,
 }
 
 /// The gateway as seen by the HTTP layer.
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
+    /// Cheap figures (read on every `/healthz`).
     async fn stats(&self) -> Stats;
+    /// Stored events across sessions (for `/metrics` only; may read the store).
+    async fn replay_events_retained(&self) -> u64 {
+        0
+    }
 
     // Sessions
     async fn create_session(&self, req: CreateSession) -> ApiResult<Value>;

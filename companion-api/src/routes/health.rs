@@ -69,6 +69,7 @@ pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> 
 /// `(name, kind, value)` rows of the metrics answer.
 async fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
     let s = state.engine.stats().await;
+    let retained = state.engine.replay_events_retained().await;
     let rss = crate::serve_stats::rss_bytes() as f64;
     vec![
         (
@@ -107,11 +108,7 @@ async fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
             "gauge",
             s.concurrency_limit as f64,
         ),
-        (
-            "vis_replay_events_retained",
-            "gauge",
-            s.replay_events_retained as f64,
-        ),
+        ("vis_replay_events_retained", "gauge", retained as f64),
         ("vis_process_rss_bytes", "gauge", rss),
         ("vis_gateway_client_registrations_total", "counter", 0.0),
         ("vis_gateway_client_releases_total", "counter", 0.0),

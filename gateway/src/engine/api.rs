@@ -60,9 +60,17 @@ fn store_err(e: crate::store::StoreError) -> ApiError {
 
 #[async_trait]
 impl Engine for Api {
+    async fn replay_events_retained(&self) -> u64 {
+        self.0
+            .store
+            .call(rows::count_events)
+            .await
+            .unwrap_or(0)
+            .max(0) as u64
+    }
+
     async fn stats(&self) -> Stats {
         let g = &self.0;
-        let retained = g.store.call(rows::count_events).await.unwrap_or(0).max(0) as u64;
         let loaded = g.loaded();
         let (mut running, mut queued) = (0, 0);
         for (_, s) in &loaded {
@@ -81,7 +89,6 @@ impl Engine for Api {
             tokens_input: g.counters.tokens_in.load(Ordering::Relaxed),
             tokens_output: g.counters.tokens_out.load(Ordering::Relaxed),
             concurrency_limit: g.concurrency as u64,
-            replay_events_retained: retained,
             db: Some(g.store.path().display().to_string()),
         }
     }
