@@ -19,7 +19,7 @@ impl FromRequest<AppState> for JsonBody {
             .map_err(|e| {
                 let mut src: Option<&dyn std::error::Error> = Some(&e);
                 while let Some(err) = src {
-                    if err.to_string().contains("length limit") {
+                    if err.is::<http_body_util::LengthLimitError>() {
                         return ApiError::payload_too_large(limit);
                     }
                     src = err.source();

@@ -1,6 +1,6 @@
 //! Health, capabilities, status and metrics (§5.4–5.6).
 
-use crate::middleware::auth::{presented_token, token_matches};
+use crate::middleware::auth::token_matches;
 use crate::protocol::{compatibility_short, protocol_block, ClientInfo};
 use crate::AppState;
 use axum::extract::State;
@@ -43,7 +43,6 @@ pub async fn admin_stop(State(state): State<AppState>) -> Json<Value> {
 
 pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
     let client = ClientInfo::from_headers(&headers);
-    let _ = presented_token(&headers);
     Json(json!({
         "version": 1,
         "protocol": protocol_block(),
