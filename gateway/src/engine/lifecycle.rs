@@ -2,7 +2,7 @@
 
 use super::runner::{self, Outcome, Progress, RunCtx};
 use super::turn::{error_block, preview, Status, Turn};
-use super::{now_ms, Gateway, Running, SessionState, Shared};
+use super::{now_ms, Gateway, Running, SessionState};
 use crate::bus::payload;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -345,7 +345,7 @@ impl Gateway {
 
     /// Lands the terminal of `tid` exactly once, then applies the queue policy.
     pub fn finish(self: &Arc<Self>, sid: &str, tid: &str, terminal: Terminal) {
-        let Some(shared) = self.sessions_get(sid) else {
+        let Some(shared) = self.loaded_session(sid) else {
             return;
         };
         let launch = {
@@ -359,13 +359,6 @@ impl Gateway {
         if let Some(l) = launch {
             self.spawn(l);
         }
-    }
-
-    fn sessions_get(&self, sid: &str) -> Option<Shared> {
-        self.loaded()
-            .into_iter()
-            .find(|(k, _)| k == sid)
-            .map(|(_, v)| v)
     }
 
     fn land(
@@ -597,14 +590,12 @@ impl Gateway {
 
     pub async fn stored_turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
         let (s, t) = (sid.to_string(), tid.to_string());
-        let recs = self
+        let rec = self
             .store
-            .call(move |c| crate::store::rows::turns_of(c, &s))
+            .call(move |c| crate::store::rows::turn_of(c, &s, &t))
             .await
             .map_err(|e| ApiError::engine(e.to_string()))?;
-        recs.iter()
-            .filter_map(|r| serde_json::from_str::<Turn>(r).ok())
-            .find(|x| x.tid == t)
+        rec.and_then(|r| serde_json::from_str::<Turn>(&r).ok())
             .ok_or_else(|| ApiError::turn_not_found(tid))
     }
 

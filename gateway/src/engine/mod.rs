@@ -221,6 +221,11 @@ impl Gateway {
         (tools, prompts)
     }
 
+    /// A session already in memory (no store read).
+    pub fn loaded_session(&self, sid: &str) -> Option<Shared> {
+        self.sessions.lock().get(sid).cloned()
+    }
+
     pub fn loaded(&self) -> Vec<(String, Shared)> {
         self.sessions
             .lock()

@@ -151,7 +151,7 @@ impl Gateway {
         };
         let form = json!({"tag": "user-slash", "code": request, "op": format!("slash/{name}"),
             "result": {"slash/status": status, "slash/title": format!("/{name}"), "slash/reason": result.as_ref().err()}});
-        let Some((_, shared)) = self.loaded().into_iter().find(|(k, _)| k == sid) else {
+        let Some(shared) = self.loaded_session(sid) else {
             return;
         };
         let st = shared.lock();

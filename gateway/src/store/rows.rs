@@ -139,6 +139,15 @@ pub fn delete_turn(c: &Connection, tid: &str) -> StoreResult<()> {
     Ok(())
 }
 
+/// One turn record of a session.
+pub fn turn_of(c: &Connection, sid: &str, tid: &str) -> StoreResult<Option<String>> {
+    Ok(
+        c.prepare_cached("SELECT record FROM turns WHERE sid = ?1 AND tid = ?2")?
+            .query_row([sid, tid], |r| r.get(0))
+            .optional()?,
+    )
+}
+
 /// Turn records of a session, oldest first.
 pub fn turns_of(c: &Connection, sid: &str) -> StoreResult<Vec<String>> {
     let mut st = c.prepare_cached("SELECT record FROM turns WHERE sid = ?1 ORDER BY ord")?;
