@@ -175,10 +175,32 @@ pub(crate) async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> R
         let _slot = slot;
         match on_upgrade.await {
             Ok(up) => {
-                if let Err(e) =
-                    crate::relay::relay(TokioIo::new(up), upstream, idle, &record.up, &record.down)
+                // The client side is the accepted TCP socket (plus any bytes
+                // hyper read past the CONNECT head): relay TCP to TCP.
+                let r = match up.downcast::<TokioIo<tokio::net::TcpStream>>() {
+                    Ok(parts) => {
+                        crate::relay::relay_tcp(
+                            parts.io.into_inner(),
+                            &parts.read_buf,
+                            upstream,
+                            idle,
+                            &record.up,
+                            &record.down,
+                        )
                         .await
-                {
+                    }
+                    Err(up) => {
+                        crate::relay::relay(
+                            TokioIo::new(up),
+                            upstream,
+                            idle,
+                            &record.up,
+                            &record.down,
+                        )
+                        .await
+                    }
+                };
+                if let Err(e) = r {
                     tracing::debug!(error = %e, "tunnel ended with an error");
                 }
             }

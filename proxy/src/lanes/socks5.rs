@@ -238,8 +238,9 @@ pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>) {
     if s.write_all(&socks_reply_frame(0x00)).await.is_err() {
         return;
     }
-    if let Err(e) = crate::relay::relay(
+    if let Err(e) = crate::relay::relay_tcp(
         s,
+        &[],
         upstream,
         shared.cfg.idle_timeout,
         &record.up,
