@@ -5,7 +5,13 @@
 //! reaper that owns the child); nothing here blocks a runtime thread. Top-level calls are
 //! serialized per worker ([`WorkerClient::call`]); nested calls made while a door is being
 //! answered (the `fs_access` gate) go straight to the running process ([`Running::request`]).
+//!
+//! A worker spawned with [`WorkerSpec::filter_lane`] also gets a filter lane
+//! ([`super::lane`]): [`WorkerClient::filter`] sends network-filter calls over it from the
+//! calling task, concurrently with each other and with the serialized calls (the worker
+//! keeps calls into one extension serialized).
 
+use super::lane::{Lane, LaneError, Reply};
 use super::protocol::{Msg, WireError};
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -165,6 +171,8 @@ pub struct WorkerSpec {
     pub label: String,
     pub cwd: Option<PathBuf>,
     pub load_timeout: Duration,
+    /// Serve network filters over a filter lane (the registration worker).
+    pub filter_lane: bool,
 }
 
 type Outcome = Result<Value, CallError>;
@@ -185,6 +193,10 @@ pub struct Running {
     failures: Mutex<HashMap<PathBuf, WireError>>,
     /// Doors waiting for a human ([`Running::hold`]): requests do not time out meanwhile.
     holds: Arc<std::sync::atomic::AtomicUsize>,
+    /// The filter lane, when the worker has one.
+    lane: Option<Arc<Lane>>,
+    /// How the process ended (`None` while it runs).
+    exit: watch::Receiver<Option<String>>,
 }
 
 /// Keeps a worker's requests from timing out while it lives ([`Running::hold`]).
@@ -272,6 +284,69 @@ impl Running {
         result
     }
 
+    /// One call over the filter lane (see [`WorkerClient::filter`]).
+    async fn filter(
+        self: &Arc<Self>,
+        file: &str,
+        index: u32,
+        ctx: &vis_proxy::FilterCtx,
+        timeout: Duration,
+    ) -> Result<Reply, CallError> {
+        let Some(lane) = self.lane.as_ref() else {
+            return Err(CallError::Unavailable(
+                "the worker has no filter lane".into(),
+            ));
+        };
+        let deadline_ns = super::lane::mono_ns()
+            .saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
+        let mut call = match lane.call(file, index, ctx, deadline_ns) {
+            Ok(c) => c,
+            Err(LaneError::Closed(why)) => return Err(self.exited(why).await),
+        };
+        let mut watch = Watchdog {
+            running: self,
+            id: call.id(),
+            timeout,
+            armed: true,
+        };
+        let answer = loop {
+            match tokio::time::timeout(timeout, &mut call).await {
+                Err(_) if self.holds.load(Ordering::SeqCst) > 0 => continue,
+                other => break other,
+            }
+        };
+        watch.armed = false;
+        match answer {
+            Ok(Ok(Reply::Error { error, restart })) => {
+                if restart {
+                    self.doomed.store(true, Ordering::SeqCst);
+                }
+                Err(CallError::Python(error))
+            }
+            Ok(Ok(Reply::Busy)) => Err(CallError::Busy(timeout)),
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(LaneError::Closed(why))) => Err(self.exited(why).await),
+            Err(_) => {
+                tracing::warn!(worker = %self.label, "network filter timed out; killing the worker");
+                self.kill();
+                Err(CallError::Timeout(timeout))
+            }
+        }
+    }
+
+    /// The process ended during a lane call: say how, when the reaper knows it soon.
+    async fn exited(&self, lane_why: String) -> CallError {
+        let mut exit = self.exit.clone();
+        let why = match tokio::time::timeout(Duration::from_secs(2), exit.wait_for(|v| v.is_some()))
+            .await
+        {
+            Ok(Ok(v)) => v.clone().unwrap_or(lane_why),
+            _ => lane_why,
+        };
+        self.alive.store(false, Ordering::SeqCst);
+        CallError::Exited(why)
+    }
+
     fn forget(&self, id: u64) {
         self.pending.lock().remove(&id);
         self.ctxs.lock().remove(&id);
@@ -287,6 +362,9 @@ impl Running {
 
     fn fail_all(&self, why: &str) {
         self.alive.store(false, Ordering::SeqCst);
+        if let Some(lane) = &self.lane {
+            lane.fail_all(why);
+        }
         let pending: Vec<_> = self.pending.lock().drain().collect();
         for (_, tx) in pending {
             let _ = tx.send(Err(CallError::Exited(why.to_string())));
@@ -307,6 +385,39 @@ impl Drop for Abandon<'_> {
             self.running.forget(self.id);
             self.running.kill();
         }
+    }
+}
+
+/// A lane call whose caller went away (the proxy's own timeout, a client that left): if
+/// the filter still has not answered when its time is up, the worker is killed, as if the
+/// caller had waited (a hung filter must not block the lane for everybody).
+struct Watchdog<'a> {
+    running: &'a Arc<Running>,
+    id: u64,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl Drop for Watchdog<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (running, id, timeout) = (self.running.clone(), self.id, self.timeout);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            tokio::time::sleep(timeout).await;
+            let stuck = running
+                .lane
+                .as_ref()
+                .is_some_and(|l| l.is_outstanding(id));
+            if stuck && running.holds.load(Ordering::SeqCst) == 0 {
+                tracing::warn!(worker = %running.label, "an abandoned network filter call never answered; killing the worker");
+                running.kill();
+            }
+        });
     }
 }
 
@@ -361,6 +472,63 @@ impl WorkerClient {
         };
         let running = self.ensure().await?;
         let result = running.request(ctx, op, payload, timeout).await;
+        if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
+            self.discard(&running);
+        }
+        result
+    }
+
+    /// One network-filter call over the worker's filter lane, from the calling task and
+    /// without the call lock (the worker serializes calls into one extension). Waiting for
+    /// a (re)start is bounded by `timeout`; a filter that does not answer in time kills the
+    /// worker, also when its caller gave up first. Without a lane: the serialized
+    /// `run_filter` request.
+    pub async fn filter(
+        &self,
+        file: &str,
+        index: u32,
+        ctx: &vis_proxy::FilterCtx,
+        timeout: Duration,
+    ) -> Result<Reply, CallError> {
+        let ready = self
+            .current
+            .lock()
+            .clone()
+            .filter(|r| r.is_alive() && !r.doomed.load(Ordering::SeqCst) && r.lane.is_some());
+        let running = match ready {
+            Some(r) => r,
+            None => {
+                let Ok(_turn) = tokio::time::timeout(timeout, self.serial.lock()).await else {
+                    return Err(CallError::Busy(timeout));
+                };
+                match self.ensure().await {
+                    Ok(r) if r.lane.is_some() => r,
+                    Ok(r) => {
+                        let payload = json!({"file": file, "index": index, "ctx": ctx});
+                        let out = r
+                            .request(CallCtx::default(), "run_filter", payload, timeout)
+                            .await;
+                        if r.doomed.load(Ordering::SeqCst) || !r.is_alive() {
+                            self.discard(&r);
+                        }
+                        return out.map(|v| {
+                            if v.get("blocked").and_then(Value::as_bool) == Some(true) {
+                                Reply::Block(
+                                    v.get("reason")
+                                        .and_then(Value::as_str)
+                                        .unwrap_or("")
+                                        .to_string(),
+                                )
+                            } else {
+                                Reply::Allow
+                            }
+                        });
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let result = running.filter(file, index, ctx, timeout).await;
         if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
             self.discard(&running);
         }
@@ -521,6 +689,33 @@ fn spawn(
     if let Some(cwd) = spec.cwd.as_ref().filter(|c| c.is_dir()) {
         cmd.current_dir(cwd);
     }
+    // The filter lane: one end stays here, the other is inherited by this child only (it
+    // is close-on-exec everywhere else).
+    let lane_pair = if spec.filter_lane {
+        match lane_socketpair() {
+            Ok(pair) => Some(pair),
+            Err(e) => {
+                tracing::warn!(worker = %spec.label, "no filter lane ({e}); filters use the request protocol");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if let Some((_, theirs)) = &lane_pair {
+        use std::os::fd::AsRawFd;
+        let fd = theirs.as_raw_fd();
+        cmd.arg("--lane-fd").arg(fd.to_string());
+        // SAFETY: only async-signal-safe calls (fcntl) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| CallError::Start(format!("{}: {e}", spec.exe.display())))?;
@@ -529,6 +724,19 @@ fn spawn(
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Err(CallError::Start("the worker's pipes are missing".into()));
+    };
+    let lane = match lane_pair {
+        Some((ours, theirs)) => {
+            drop(theirs);
+            match Lane::new(ours) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!(worker = %spec.label, "no filter lane ({e}); filters use the request protocol");
+                    None
+                }
+            }
+        }
+        None => None,
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let (kill_tx, kill_rx) = oneshot::channel::<()>();
@@ -546,6 +754,8 @@ fn spawn(
         kill: Mutex::new(Some(kill_tx)),
         failures: Mutex::new(HashMap::new()),
         holds: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        lane,
+        exit: exit_rx.clone(),
     });
     tracing::debug!(worker = %spec.label, pid, "extension worker started");
 
@@ -672,6 +882,31 @@ fn spawn(
         r.fail_all(&why);
     });
     Ok(running)
+}
+
+/// `(ours, theirs)`: a close-on-exec Unix stream socket pair.
+fn lane_socketpair() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
 }
 
 fn describe_exit(status: std::process::ExitStatus) -> String {

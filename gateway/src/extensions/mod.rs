@@ -27,6 +27,7 @@ mod doors;
 pub mod embed;
 pub mod env;
 pub mod freeze;
+pub mod lane;
 pub mod protocol;
 #[cfg(test)]
 mod tests;
@@ -566,10 +567,13 @@ struct ScopeState {
     failures: Vec<LoadFailure>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Registry {
     generation: u64,
     scopes: BTreeMap<Scope, ScopeState>,
+    /// [`ExtensionHost::network_filters`], rebuilt whenever a scope is swapped (the proxy
+    /// asks for them on every request).
+    filters: Vec<Arc<dyn vis_proxy::NetworkFilter>>,
 }
 
 impl Registry {
@@ -597,6 +601,35 @@ impl Registry {
             .values()
             .flat_map(|s| s.entries.iter().cloned())
             .collect()
+    }
+
+    /// Every registered network filter, in registration order (global, then projects).
+    fn filter_infos(&self) -> Vec<FilterInfo> {
+        let mut out = Vec::new();
+        for e in self.scopes.values().flat_map(|s| s.entries.iter()) {
+            for i in 0..e.catalog.network_filters.len() {
+                out.push(FilterInfo {
+                    extension: e.catalog.name.clone(),
+                    file: e.file.clone(),
+                    index: i,
+                });
+            }
+        }
+        out
+    }
+
+    fn rebuild_filters(&mut self, host: &Weak<Inner>) {
+        self.filters = self
+            .filter_infos()
+            .into_iter()
+            .map(|info| {
+                Arc::new(PyNetworkFilter {
+                    host: host.clone(),
+                    file: file_str(&info.file),
+                    info,
+                }) as Arc<dyn vis_proxy::NetworkFilter>
+            })
+            .collect();
     }
 }
 
@@ -750,6 +783,7 @@ impl ExtensionHost {
                 label: "registration".into(),
                 cwd: Some(cfg.home.clone()),
                 load_timeout: cfg.load_timeout,
+                filter_lane: true,
             };
             let owner = Arc::new(RegistrationOwner { host: weak.clone() });
             Inner {
@@ -1003,6 +1037,7 @@ impl ExtensionHost {
                 .map(|e| e.catalog.name.clone())
                 .collect();
             reg.scopes.insert(scope.clone(), next);
+            reg.rebuild_filters(&Arc::downgrade(&self.inner));
             changed.then_some(names)
         };
         if let Some(extensions) = changed {
@@ -1034,6 +1069,7 @@ impl ExtensionHost {
             label: format!("session:{}", session.id),
             cwd: Some(session.workspace_root.clone()),
             load_timeout: self.inner.cfg.load_timeout,
+            filter_lane: false,
         };
         let owner = Arc::new(SessionOwner {
             host: Arc::downgrade(&self.inner),
@@ -1544,21 +1580,20 @@ impl ExtensionHost {
 
     /// Every registered network filter, in registration order (global, then projects).
     pub fn filters(&self) -> Vec<FilterInfo> {
-        let mut out = Vec::new();
-        for e in self.inner.registry.read().all() {
-            for i in 0..e.catalog.network_filters.len() {
-                out.push(FilterInfo {
-                    extension: e.catalog.name.clone(),
-                    file: e.file.clone(),
-                    index: i,
-                });
-            }
-        }
-        out
+        self.inner.registry.read().filter_infos()
     }
 
     /// Runs one filter in the registration worker. A raise or a timeout DENIES.
     pub async fn run_one_filter(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
+        match filter_ctx_of(ctx) {
+            Some(c) => filter_verdict(&self.inner, filter, &file_str(&filter.file), &c).await,
+            None => self.run_one_filter_json(filter, ctx).await,
+        }
+    }
+
+    /// [`Self::run_one_filter`] over the request protocol, for a ctx the filter lane cannot
+    /// carry (an unknown phase).
+    async fn run_one_filter_json(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
         let payload = json!({"file": file_str(&filter.file), "index": filter.index, "ctx": ctx});
         let limit = self.inner.cfg.filter_timeout;
         // The limit also bounds waiting for the registration worker (a slow provider
@@ -1581,16 +1616,7 @@ impl ExtensionHost {
                 traceback: None,
             },
             Ok(_) => Verdict::Allow,
-            Err(e) => Verdict::Deny {
-                extension: filter.extension.clone(),
-                reason: format!(
-                    "network filter error in '{}': {}",
-                    filter.extension,
-                    e.message()
-                ),
-                kind: "filter-error",
-                traceback: e.traceback(),
-            },
+            Err(e) => filter_error(filter, &e),
         }
     }
 
@@ -1606,17 +1632,10 @@ impl ExtensionHost {
         Verdict::Allow
     }
 
-    /// The filters as `vis_proxy` network filters (registration order).
+    /// The filters as `vis_proxy` network filters (registration order). Cheap: the list is
+    /// built when the extensions are (re)loaded.
     pub fn network_filters(&self) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
-        self.filters()
-            .into_iter()
-            .map(|info| {
-                Arc::new(PyNetworkFilter {
-                    host: self.clone(),
-                    info,
-                }) as Arc<dyn vis_proxy::NetworkFilter>
-            })
-            .collect()
+        self.inner.registry.read().filters.clone()
     }
 
     // -- providers ----------------------------------------------------------------------
@@ -1846,10 +1865,13 @@ fn deep_merge(base: &mut Value, over: Value) {
     }
 }
 
-/// A Python network filter as a `vis_proxy` filter.
+/// A Python network filter as a `vis_proxy` filter. Holds the host weakly: the registry
+/// keeps the list ([`Registry::filters`]).
 struct PyNetworkFilter {
-    host: ExtensionHost,
+    host: Weak<Inner>,
     info: FilterInfo,
+    /// `info.file` as a string, once.
+    file: String,
 }
 
 #[async_trait]
@@ -1862,17 +1884,13 @@ impl vis_proxy::NetworkFilter for PyNetworkFilter {
         &self,
         ctx: &vis_proxy::FilterCtx,
     ) -> Result<vis_proxy::FilterVerdict, vis_proxy::FilterError> {
-        let value = json!({
-            "phase": ctx.phase.as_str(),
-            "method": ctx.method,
-            "host": ctx.host,
-            "port": ctx.port,
-            "path": ctx.path,
-            "headers": ctx.headers,
-            "body": ctx.body,
-            "status": ctx.status,
-        });
-        match self.host.run_one_filter(&self.info, &value).await {
+        let Some(inner) = self.host.upgrade() else {
+            return Err(vis_proxy::FilterError {
+                message: "the extension host has shut down".into(),
+                trace: None,
+            });
+        };
+        match filter_verdict(&inner, &self.info, &self.file, ctx).await {
             Verdict::Allow => Ok(vis_proxy::FilterVerdict::Allow),
             Verdict::Deny {
                 reason,
@@ -1887,4 +1905,76 @@ impl vis_proxy::NetworkFilter for PyNetworkFilter {
             }),
         }
     }
+}
+
+/// One filter over the registration worker's filter lane. A raise, a timeout, a crash or
+/// an extension that stays busy DENIES (`filter-error`).
+async fn filter_verdict(
+    inner: &Inner,
+    filter: &FilterInfo,
+    file: &str,
+    ctx: &vis_proxy::FilterCtx,
+) -> Verdict {
+    let index = u32::try_from(filter.index).unwrap_or(u32::MAX);
+    let limit = inner.cfg.filter_timeout;
+    match inner.registration.filter(file, index, ctx, limit).await {
+        Ok(lane::Reply::Allow) => Verdict::Allow,
+        Ok(lane::Reply::Block(reason)) => Verdict::Deny {
+            extension: filter.extension.clone(),
+            reason,
+            kind: "blocked-by-filter",
+            traceback: None,
+        },
+        Ok(lane::Reply::Busy) => filter_error(filter, &CallError::Busy(limit)),
+        Ok(lane::Reply::Error { error, .. }) => filter_error(filter, &CallError::Python(error)),
+        Err(e) => filter_error(filter, &e),
+    }
+}
+
+fn filter_error(filter: &FilterInfo, e: &CallError) -> Verdict {
+    Verdict::Deny {
+        extension: filter.extension.clone(),
+        reason: format!(
+            "network filter error in '{}': {}",
+            filter.extension,
+            e.message()
+        ),
+        kind: "filter-error",
+        traceback: e.traceback(),
+    }
+}
+
+/// A P6 ctx given as JSON, as the proxy's struct (`None`: an unknown phase).
+fn filter_ctx_of(v: &Value) -> Option<vis_proxy::FilterCtx> {
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let phase = lane::phase_from_name(v.get("phase").and_then(Value::as_str)?)?;
+    let headers = v
+        .get("headers")
+        .and_then(Value::as_object)
+        .map(|h| {
+            h.iter()
+                .map(|(k, x)| {
+                    let x = x.as_str().map_or_else(|| x.to_string(), str::to_string);
+                    (k.clone(), x)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(vis_proxy::FilterCtx {
+        phase,
+        method: text("method"),
+        host: text("host").unwrap_or_default(),
+        port: v
+            .get("port")
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(0),
+        path: text("path"),
+        headers,
+        body: text("body"),
+        status: v
+            .get("status")
+            .and_then(Value::as_u64)
+            .and_then(|s| u16::try_from(s).ok()),
+    })
 }

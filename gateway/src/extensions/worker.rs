@@ -14,6 +14,13 @@
 //! gateway may send a nested request (an `fs_access` gate) while a door call is pending.
 //! Door calls from other Python threads wait on their own channel. When stdin closes (the
 //! gateway is gone) the worker exits at once.
+//!
+//! The registration worker also gets a filter lane (`--lane-fd N`, see [`super::lane`]):
+//! a dedicated thread runs network filters directly, without JSON and without waiting for
+//! the main thread. Calls into one extension stay serialized: the main thread and the lane
+//! thread take the extension file's lock around its code (re-entrant on the main thread,
+//! so a nested request for the same file does not wait for itself); the lane thread waits
+//! for it at most until the call's deadline and then answers "busy".
 
 use super::protocol::{Msg, WireError};
 use anyhow::{anyhow, Context, Result};
@@ -31,6 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
+use std::time::Duration;
 
 /// Arguments of the hidden `worker` sub-command (the home comes from the global `--home`).
 #[derive(clap::Args, Debug, Clone)]
@@ -38,6 +46,9 @@ pub struct WorkerArgs {
     /// A label for log lines (`registration`, or the session id).
     #[arg(long, default_value = "worker")]
     pub label: String,
+    /// An inherited socket serving network-filter calls (the filter lane).
+    #[arg(long, hide = true)]
+    pub lane_fd: Option<i32>,
 }
 
 struct Io {
@@ -174,6 +185,10 @@ pub fn run(home: Option<PathBuf>, args: WorkerArgs) -> Result<ExitCode> {
     Python::with_gil(|py| init_python(py, &sdk, &args.label))
         .map_err(|e| anyhow!("cannot initialize the worker's Python: {e}"))?;
 
+    if let Some(fd) = args.lane_fd {
+        start_lane(fd)?;
+    }
+
     let label = args.label.clone();
     std::thread::Builder::new()
         .name("vis-worker-reader".into())
@@ -265,9 +280,19 @@ fn serve(id: u64, op: &str, payload: Value) {
         });
         hard_exit(0);
     }
+    // Calls into one extension are serialized with the filter lane (no GIL held here).
+    let turn = if LANE_ON.load(Ordering::Relaxed) {
+        payload
+            .get("file")
+            .and_then(Value::as_str)
+            .and_then(main_turn)
+    } else {
+        None
+    };
     lock(&io().serving).push(id);
     let answer = Python::with_gil(|py| call_glue(py, op, &payload));
     lock(&io().serving).pop();
+    drop(turn);
     let msg = match answer {
         Ok(v) => Msg::Response {
             id,
@@ -386,5 +411,326 @@ fn wait_reply(id: u64, own: Option<Receiver<Msg>>) -> Msg {
             Ok(_) => {}
             Err(_) => hard_exit(0),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The filter lane (worker side)
+// ---------------------------------------------------------------------------------------
+
+/// A filter lane is being served: main-thread requests take their file's lock.
+static LANE_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+type FileLock = std::sync::Arc<parking_lot::Mutex<()>>;
+
+/// One lock per extension file (the registration worker serves one extension per file).
+fn file_lock(file: &str) -> FileLock {
+    static LOCKS: OnceLock<Mutex<HashMap<String, FileLock>>> = OnceLock::new();
+    let mut map = lock(LOCKS.get_or_init(|| Mutex::new(HashMap::new())));
+    if let Some(l) = map.get(file) {
+        return l.clone();
+    }
+    let l = FileLock::default();
+    map.insert(file.to_string(), l.clone());
+    l
+}
+
+thread_local! {
+    /// Files whose lock this thread holds (the main thread nests requests).
+    static HELD: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A held file lock; released on drop.
+struct Turn {
+    lock: FileLock,
+    file: Option<String>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                if let Some(i) = h.iter().rposition(|f| *f == file) {
+                    h.remove(i);
+                }
+            });
+        }
+        // SAFETY: the lock was acquired by this thread when this Turn was made and its
+        // guard forgotten; nobody else releases it.
+        unsafe { self.lock.force_unlock() };
+    }
+}
+
+/// The main thread's turn on `file` (`None` when it already holds it). Blocks: call it
+/// without the GIL.
+fn main_turn(file: &str) -> Option<Turn> {
+    if HELD.with(|h| h.borrow().iter().any(|f| f == file)) {
+        return None;
+    }
+    let lock = file_lock(file);
+    std::mem::forget(lock.lock());
+    HELD.with(|h| h.borrow_mut().push(file.to_string()));
+    Some(Turn {
+        lock,
+        file: Some(file.to_string()),
+    })
+}
+
+/// The lane thread's turn on `file`, waiting (GIL released) until `deadline_ns` at most.
+fn lane_turn(py: Python<'_>, file: &str, deadline_ns: u64) -> Option<Turn> {
+    let lock = file_lock(file);
+    if lock.try_lock().map(std::mem::forget).is_some() {
+        return Some(Turn { lock, file: None });
+    }
+    let wait = Duration::from_nanos(deadline_ns.saturating_sub(super::lane::mono_ns()));
+    let got = py.allow_threads(|| match lock.try_lock_for(wait) {
+        Some(g) => {
+            std::mem::forget(g);
+            true
+        }
+        None => false,
+    });
+    got.then_some(Turn { lock, file: None })
+}
+
+fn start_lane(fd: i32) -> Result<()> {
+    // SAFETY: the gateway passed this descriptor for us alone; keep it from children.
+    let owned = unsafe {
+        if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) < 0 {
+            return Err(anyhow!("the filter lane descriptor {fd} is not open"));
+        }
+        std::os::fd::OwnedFd::from_raw_fd(fd)
+    };
+    LANE_ON.store(true, Ordering::SeqCst);
+    std::thread::Builder::new()
+        .name("vis-filter-lane".into())
+        .spawn(move || lane_loop(owned))
+        .context("cannot start the filter lane thread")?;
+    Ok(())
+}
+
+fn lane_recv(fd: i32, buf: &mut [u8], flags: i32) -> std::io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn lane_send_all(fd: i32, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for `buf.len()` bytes.
+        let r = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[r as usize..];
+    }
+    Ok(())
+}
+
+/// Reads every queued request, runs them under one GIL acquisition, answers in one write.
+fn lane_loop(sock: std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let fd = sock.as_raw_fd();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut inbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    let mut lane_fn: Option<Py<PyAny>> = None;
+    loop {
+        match lane_recv(fd, &mut chunk, 0) {
+            Ok(0) | Err(_) => hard_exit(0),
+            Ok(n) => inbuf.extend_from_slice(&chunk[..n]),
+        }
+        // Whatever else is already queued joins this batch.
+        while inbuf.len() < (4 << 20) {
+            match lane_recv(fd, &mut chunk, libc::MSG_DONTWAIT) {
+                Ok(0) => hard_exit(0),
+                Ok(n) => inbuf.extend_from_slice(&chunk[..n]),
+                Err(_) => break,
+            }
+        }
+        let (frames, used) = match super::lane::split_frames(&inbuf) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("vis worker: {e}");
+                hard_exit(3);
+            }
+        };
+        if frames.is_empty() {
+            continue;
+        }
+        Python::with_gil(|py| {
+            let f = match &lane_fn {
+                Some(f) => Ok(f.bind(py).clone()),
+                None => io()
+                    .glue
+                    .get()
+                    .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no glue"))
+                    .and_then(|g| g.bind(py).getattr("lane_filter")),
+            };
+            let f = match f {
+                Ok(f) => {
+                    lane_fn = Some(f.clone().unbind());
+                    Some(f)
+                }
+                Err(_) => None,
+            };
+            for body in frames {
+                let (id, reply) = lane_one(py, f.as_ref(), body);
+                super::lane::encode_reply(&mut out, id, &reply);
+            }
+        });
+        inbuf.drain(..used);
+        if lane_send_all(fd, &out).is_err() {
+            hard_exit(0);
+        }
+        out.clear();
+    }
+}
+
+fn lane_fail(message: &str) -> super::lane::Reply {
+    super::lane::Reply::Error {
+        error: WireError::host("WorkerError", message),
+        restart: false,
+    }
+}
+
+/// Runs one filter request: `(id, reply)`.
+fn lane_one(
+    py: Python<'_>,
+    lane_fn: Option<&Bound<'_, PyAny>>,
+    body: &[u8],
+) -> (u64, super::lane::Reply) {
+    use super::lane::{phase_name, Cursor, Reply};
+    let mut c = Cursor::new(body);
+    let Some(id) = c.u64() else {
+        return (0, lane_fail("an unreadable filter request"));
+    };
+    let parsed = (|| {
+        let deadline = c.u64()?;
+        let index = c.u32()?;
+        let file = c.bytes()?;
+        let phase = c.u8()?;
+        let method = c.opt()?;
+        let host = c.bytes()?;
+        let port = c.u16()?;
+        let path = c.opt()?;
+        let n = c.u32()?;
+        let mut headers = Vec::with_capacity((n as usize).min(256));
+        for _ in 0..n {
+            headers.push((c.bytes()?, c.bytes()?));
+        }
+        let req_body = c.opt()?;
+        let status = c.u32()?;
+        Some((
+            deadline, index, file, phase, method, host, port, path, headers, req_body, status,
+        ))
+    })();
+    let Some((deadline, index, file, phase, method, host, port, path, headers, req_body, status)) =
+        parsed
+    else {
+        return (id, lane_fail("an unreadable filter request"));
+    };
+    let Some(lane_fn) = lane_fn else {
+        return (id, lane_fail("the worker glue is not installed"));
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let file = text(file);
+    let build = || -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+        use pyo3::intern;
+        use pyo3::types::{PyDict, PyDictMethods};
+        let h = PyDict::new(py);
+        for (k, v) in &headers {
+            h.set_item(String::from_utf8_lossy(k), String::from_utf8_lossy(v))?;
+        }
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "phase"), phase_name(phase))?;
+        d.set_item(intern!(py, "method"), method.map(String::from_utf8_lossy))?;
+        d.set_item(intern!(py, "host"), String::from_utf8_lossy(host))?;
+        d.set_item(intern!(py, "port"), port)?;
+        d.set_item(intern!(py, "path"), path.map(String::from_utf8_lossy))?;
+        d.set_item(intern!(py, "headers"), h)?;
+        d.set_item(intern!(py, "body"), req_body.map(String::from_utf8_lossy))?;
+        d.set_item(
+            intern!(py, "status"),
+            (status != u32::MAX).then_some(status),
+        )?;
+        Ok(d)
+    };
+    let ctx = match build() {
+        Ok(d) => d,
+        Err(e) => return (id, lane_fail(&e.to_string())),
+    };
+    // Leave a little time for the "busy" answer to reach the gateway before its own
+    // deadline kills the worker.
+    let now = super::lane::mono_ns();
+    let margin = (deadline.saturating_sub(now) / 10).min(50_000_000);
+    let Some(turn) = lane_turn(py, &file, deadline.saturating_sub(margin)) else {
+        return (id, Reply::Busy);
+    };
+    let result = lane_fn.call1((file.as_str(), index, ctx));
+    drop(turn);
+    let reply = match result {
+        Err(e) => Reply::Error {
+            error: WireError {
+                kind: e
+                    .get_type(py)
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "Exception".into()),
+                message: e.to_string(),
+                traceback: e.traceback(py).and_then(|tb| tb.format().ok()),
+            },
+            restart: false,
+        },
+        Ok(v) if v.is_none() => Reply::Allow,
+        Ok(v) => lane_verdict(&v),
+    };
+    (id, reply)
+}
+
+/// `lane_filter`'s answer: a verdict dict, or `(error dict, restart)`.
+fn lane_verdict(v: &Bound<'_, PyAny>) -> super::lane::Reply {
+    use super::lane::Reply;
+    let item = |o: &Bound<'_, PyAny>, k: &str| -> Option<String> {
+        o.get_item(k)
+            .ok()
+            .filter(|x| !x.is_none())
+            .and_then(|x| x.extract::<String>().ok())
+    };
+    if let Ok(t) = v.downcast::<pyo3::types::PyTuple>() {
+        let (Ok(err), Ok(restart)) = (t.get_item(0), t.get_item(1)) else {
+            return lane_fail("a malformed filter error");
+        };
+        return Reply::Error {
+            error: WireError {
+                kind: item(&err, "type").unwrap_or_else(|| "Exception".into()),
+                message: item(&err, "message").unwrap_or_default(),
+                traceback: item(&err, "traceback"),
+            },
+            restart: restart.is_truthy().unwrap_or(false),
+        };
+    }
+    let blocked = v
+        .get_item("blocked")
+        .ok()
+        .and_then(|b| b.is_truthy().ok())
+        .unwrap_or(false);
+    if blocked {
+        Reply::Block(item(v, "reason").unwrap_or_default())
+    } else {
+        Reply::Allow
     }
 }

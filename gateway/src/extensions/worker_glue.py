@@ -256,6 +256,24 @@ def op_run_filter(p):
         return _verdict(flt.fn(p.get("ctx")))
 
 
+def lane_filter(file, index, ctx):
+    """One network filter call from the filter lane (a thread of its own; the ctx dict is
+    built by the Rust side). Answers ``None`` (allow), the ``_verdict`` dict, or
+    ``(error, restart)`` for a raise — exactly what ``run_filter`` would have decided."""
+    token = None
+    try:
+        ext = _ext(file)
+        flt = ext.network_filters[index]
+        token = _host._OWNER.set(ext.name)
+        value = flt.fn(ctx)
+        return None if value is None else _verdict(value)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt included
+        return (_error(exc), isinstance(exc, (SystemExit, KeyboardInterrupt)))
+    finally:
+        if token is not None:
+            _host._OWNER.reset(token)
+
+
 def _wire(value):
     if hasattr(value, "to_wire"):
         return value.to_wire()

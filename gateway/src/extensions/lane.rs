@@ -1,0 +1,734 @@
+//! The filter lane: network-filter calls from the gateway to the registration worker over a
+//! dedicated socket, with a compact binary encoding (no JSON on either side).
+//!
+//! The gateway creates a `socketpair(AF_UNIX, SOCK_STREAM)` when it spawns the registration
+//! worker and passes one end as `--lane-fd N`. In the worker a dedicated thread serves it
+//! ([`serve`]): it reads every request that is already queued, runs them under ONE GIL
+//! acquisition (the filter function is called directly with a ctx dict built in Rust) and
+//! answers them in one write. On the gateway side ([`Lane`]) the calling task writes its
+//! frame straight into the socket and reads the answer itself: one waiting task at a time
+//! is the reader and hands the answers of the others to them (no writer or reader task, no
+//! channel hop). Before it sleeps on readiness the reader polls the socket a few times,
+//! yielding to the runtime in between (never blocking a runtime thread).
+//!
+//! Frames (little-endian, `bytes` = u32 length + data, `opt` = u32 length or `u32::MAX`):
+//!
+//! ```text
+//! request  u32 len | u64 id | u64 deadline (CLOCK_MONOTONIC ns) | u32 index | bytes file |
+//!          u8 phase | opt method | bytes host | u16 port | opt path |
+//!          u32 n | n × (bytes name, bytes value) | opt body | u32 status (u32::MAX: none)
+//! reply    u32 len | u64 id | u8 kind | u8 restart | kind 1: bytes reason |
+//!          kind 2: bytes type, bytes message, opt traceback
+//! ```
+//!
+//! Reply kinds: 0 allow, 1 block (`vis.block(reason)`), 2 error (a raise, with the
+//! traceback), 3 busy (the extension stayed busy with another call until the deadline).
+
+use super::protocol::WireError;
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+
+/// Frames larger than this are refused (a body is at most 1 MiB, headers are bounded).
+pub const MAX_FRAME: usize = 16 << 20;
+
+pub const KIND_ALLOW: u8 = 0;
+pub const KIND_BLOCK: u8 = 1;
+pub const KIND_ERROR: u8 = 2;
+pub const KIND_BUSY: u8 = 3;
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in the gateway and its workers.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+pub fn phase_code(p: vis_proxy::Phase) -> u8 {
+    match p {
+        vis_proxy::Phase::Http => 0,
+        vis_proxy::Phase::Https => 1,
+        vis_proxy::Phase::Socks => 2,
+        vis_proxy::Phase::HttpResponse => 3,
+        vis_proxy::Phase::HttpsResponse => 4,
+    }
+}
+
+pub fn phase_name(code: u8) -> &'static str {
+    match code {
+        0 => "http",
+        1 => "https",
+        2 => "socks",
+        3 => "http-response",
+        _ => "https-response",
+    }
+}
+
+pub fn phase_from_name(name: &str) -> Option<vis_proxy::Phase> {
+    Some(match name {
+        "http" => vis_proxy::Phase::Http,
+        "https" => vis_proxy::Phase::Https,
+        "socks" => vis_proxy::Phase::Socks,
+        "http-response" => vis_proxy::Phase::HttpResponse,
+        "https-response" => vis_proxy::Phase::HttpsResponse,
+        _ => return None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Encoding
+// ---------------------------------------------------------------------------------------
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn put_opt(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        Some(b) => put_bytes(out, b),
+        None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
+    }
+}
+
+/// Encodes one request frame (length prefix included).
+pub fn encode_request(
+    out: &mut Vec<u8>,
+    id: u64,
+    deadline_ns: u64,
+    file: &str,
+    index: u32,
+    ctx: &vis_proxy::FilterCtx,
+) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&deadline_ns.to_le_bytes());
+    out.extend_from_slice(&index.to_le_bytes());
+    put_bytes(out, file.as_bytes());
+    out.push(phase_code(ctx.phase));
+    put_opt(out, ctx.method.as_deref().map(str::as_bytes));
+    put_bytes(out, ctx.host.as_bytes());
+    out.extend_from_slice(&ctx.port.to_le_bytes());
+    put_opt(out, ctx.path.as_deref().map(str::as_bytes));
+    out.extend_from_slice(&(ctx.headers.len() as u32).to_le_bytes());
+    for (k, v) in &ctx.headers {
+        put_bytes(out, k.as_bytes());
+        put_bytes(out, v.as_bytes());
+    }
+    put_opt(out, ctx.body.as_deref().map(str::as_bytes));
+    out.extend_from_slice(&ctx.status.map_or(u32::MAX, u32::from).to_le_bytes());
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// A filter's answer as it crosses the lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Allow,
+    Block(String),
+    Error { error: WireError, restart: bool },
+    Busy,
+}
+
+/// Encodes one reply frame (length prefix included).
+pub fn encode_reply(out: &mut Vec<u8>, id: u64, reply: &Reply) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&id.to_le_bytes());
+    match reply {
+        Reply::Allow => out.extend_from_slice(&[KIND_ALLOW, 0]),
+        Reply::Busy => out.extend_from_slice(&[KIND_BUSY, 0]),
+        Reply::Block(reason) => {
+            out.extend_from_slice(&[KIND_BLOCK, 0]);
+            put_bytes(out, reason.as_bytes());
+        }
+        Reply::Error { error, restart } => {
+            out.extend_from_slice(&[KIND_ERROR, u8::from(*restart)]);
+            put_bytes(out, error.kind.as_bytes());
+            put_bytes(out, error.message.as_bytes());
+            put_opt(out, error.traceback.as_deref().map(str::as_bytes));
+        }
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// A bounds-checked cursor over one frame body.
+pub struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8]) -> Cursor<'a> {
+        Cursor { buf, pos: 0 }
+    }
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    pub fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    pub fn u16(&mut self) -> Option<u16> {
+        self.take(2)
+            .and_then(|b| b.try_into().ok())
+            .map(u16::from_le_bytes)
+    }
+    pub fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+    }
+    pub fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    }
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    /// `Some(None)` for an absent value, `None` for a malformed frame.
+    pub fn opt(&mut self) -> Option<Option<&'a [u8]>> {
+        let n = self.u32()?;
+        if n == u32::MAX {
+            return Some(None);
+        }
+        self.take(n as usize).map(Some)
+    }
+}
+
+/// Splits complete frames off the front of `buf`: `(frame bodies, bytes consumed)`.
+/// `Err` when a frame announces more than [`MAX_FRAME`] bytes.
+pub fn split_frames(buf: &[u8]) -> Result<(Vec<&[u8]>, usize), String> {
+    let mut frames = Vec::new();
+    let mut pos = 0;
+    while let Some(head) = buf.get(pos..pos + 4) {
+        let mut len = [0u8; 4];
+        len.copy_from_slice(head);
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(format!("a filter-lane frame of {len} bytes is too large"));
+        }
+        let Some(body) = buf.get(pos + 4..pos + 4 + len) else {
+            break;
+        };
+        frames.push(body);
+        pos += 4 + len;
+    }
+    Ok((frames, pos))
+}
+
+fn utf8(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Decodes one reply frame body: `(id, reply)`.
+pub fn decode_reply(body: &[u8]) -> Option<(u64, Reply)> {
+    let mut c = Cursor::new(body);
+    let id = c.u64()?;
+    let kind = c.u8()?;
+    let restart = c.u8()? != 0;
+    let reply = match kind {
+        KIND_ALLOW => Reply::Allow,
+        KIND_BUSY => Reply::Busy,
+        KIND_BLOCK => Reply::Block(utf8(c.bytes()?)),
+        KIND_ERROR => Reply::Error {
+            error: WireError {
+                kind: utf8(c.bytes()?),
+                message: utf8(c.bytes()?),
+                traceback: c.opt()?.map(utf8),
+            },
+            restart,
+        },
+        _ => return None,
+    };
+    Some((id, reply))
+}
+
+// ---------------------------------------------------------------------------------------
+// The gateway side
+// ---------------------------------------------------------------------------------------
+
+/// How long the reader polls the socket (yielding in between) before it sleeps on
+/// readiness: a worker answers a trivial filter in a few microseconds, and a sleeping
+/// runtime thread takes longer than that to wake. `VIS_FILTER_LANE_SPIN_US` overrides it.
+fn spin_budget() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("VIS_FILTER_LANE_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(40);
+        Duration::from_micros(us.min(10_000))
+    })
+}
+
+enum Slot {
+    Waiting(Option<Waker>),
+    Done(Reply),
+}
+
+#[derive(Default)]
+struct State {
+    /// Bytes not yet written (only while a flusher task runs).
+    out: Vec<u8>,
+    flushing: bool,
+    /// Bytes read and not yet parsed (a partial frame).
+    inbuf: Vec<u8>,
+    slots: HashMap<u64, Slot>,
+    /// Calls whose caller went away before the answer came.
+    abandoned: HashSet<u64>,
+    /// The call that reads the socket for everybody.
+    reader: Option<u64>,
+    /// Why the lane no longer works (`None`: it does).
+    dead: Option<String>,
+}
+
+/// Why a lane call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaneError {
+    /// The socket closed or failed (the worker is gone or going).
+    Closed(String),
+}
+
+/// The gateway end of one worker's filter lane.
+pub struct Lane {
+    fd: AsyncFd<OwnedFd>,
+    st: Mutex<State>,
+    next_id: AtomicU64,
+}
+
+fn sys_err(r: isize) -> Result<usize, io::Error> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn send_some(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for `buf.len()` bytes.
+    let r = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    sys_err(r)
+}
+
+fn recv_some(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    sys_err(r)
+}
+
+/// Writes as much of `buf` as the socket takes now: bytes written, or the failure.
+fn write_now(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match send_some(fd, &buf[done..]) {
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+impl State {
+    fn kill_all(&mut self, why: &str, wake: &mut Vec<Waker>) {
+        if self.dead.is_none() {
+            self.dead = Some(why.to_string());
+        }
+        for slot in self.slots.values_mut() {
+            if let Slot::Waiting(w) = slot {
+                if let Some(w) = w.take() {
+                    wake.push(w);
+                }
+            }
+        }
+    }
+
+    /// Hands the reader role to another waiting call.
+    fn next_reader(&mut self, wake: &mut Vec<Waker>) {
+        self.reader = None;
+        for slot in self.slots.values_mut() {
+            if let Slot::Waiting(w @ Some(_)) = slot {
+                if let Some(w) = w.take() {
+                    wake.push(w);
+                }
+                return;
+            }
+        }
+    }
+}
+
+impl Lane {
+    /// Wraps the gateway's end of the socket pair (made non-blocking here). Must run inside
+    /// a tokio runtime.
+    pub fn new(fd: OwnedFd) -> io::Result<Arc<Lane>> {
+        // SAFETY: plain fcntl calls on a descriptor we own.
+        unsafe {
+            let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+            if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // SAFETY: an OwnedFd is a valid open descriptor and stays the same until dropped.
+        let fd = unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)?;
+        Ok(Arc::new(Lane {
+            fd,
+            st: Mutex::new(State::default()),
+            next_id: AtomicU64::new(1),
+        }))
+    }
+
+    /// Fails every waiting call (the worker ended).
+    pub fn fail_all(&self, why: &str) {
+        let mut wake = Vec::new();
+        self.st.lock().kill_all(why, &mut wake);
+        wake.into_iter().for_each(Waker::wake);
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.st.lock().dead.is_some()
+    }
+
+    /// The call `id` was abandoned by its caller and has not been answered yet.
+    pub fn is_outstanding(&self, id: u64) -> bool {
+        let st = self.st.lock();
+        st.dead.is_none() && st.abandoned.contains(&id)
+    }
+
+    /// Sends one filter request and returns the call to await. The frame is written by the
+    /// calling task before this returns (or handed to a flusher task when the socket is
+    /// full), so dropping the call never leaves half a frame behind.
+    pub fn call(
+        self: &Arc<Self>,
+        file: &str,
+        index: u32,
+        ctx: &vis_proxy::FilterCtx,
+        deadline_ns: u64,
+    ) -> Result<LaneCall, LaneError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut frame = Vec::with_capacity(256 + ctx.body.as_ref().map_or(0, String::len));
+        encode_request(&mut frame, id, deadline_ns, file, index, ctx);
+        let mut st = self.st.lock();
+        if let Some(why) = &st.dead {
+            return Err(LaneError::Closed(why.clone()));
+        }
+        st.slots.insert(id, Slot::Waiting(None));
+        if st.flushing {
+            st.out.extend_from_slice(&frame);
+        } else {
+            match write_now(self.fd.as_raw_fd(), &frame) {
+                Ok(n) if n == frame.len() => {}
+                Ok(n) => {
+                    st.out.extend_from_slice(&frame[n..]);
+                    st.flushing = true;
+                    let lane = self.clone();
+                    tokio::spawn(async move { lane.flush().await });
+                }
+                Err(e) => {
+                    let mut wake = Vec::new();
+                    st.kill_all(&format!("cannot write to the filter lane: {e}"), &mut wake);
+                    st.slots.remove(&id);
+                    drop(st);
+                    wake.into_iter().for_each(Waker::wake);
+                    return Err(LaneError::Closed(e.to_string()));
+                }
+            }
+        }
+        drop(st);
+        Ok(LaneCall {
+            lane: self.clone(),
+            id,
+            spin_until: None,
+            finished: false,
+        })
+    }
+
+    /// Writes what the socket did not take at once (a large body).
+    async fn flush(self: Arc<Self>) {
+        loop {
+            let mut guard = match self.fd.writable().await {
+                Ok(g) => g,
+                Err(e) => {
+                    self.fail_all(&format!("the filter lane failed: {e}"));
+                    return;
+                }
+            };
+            let mut st = self.st.lock();
+            if st.dead.is_some() {
+                st.flushing = false;
+                st.out.clear();
+                return;
+            }
+            match write_now(self.fd.as_raw_fd(), &st.out) {
+                Ok(n) => {
+                    st.out.drain(..n);
+                    if st.out.is_empty() {
+                        st.flushing = false;
+                        return;
+                    }
+                    guard.clear_ready();
+                }
+                Err(e) => {
+                    let mut wake = Vec::new();
+                    st.kill_all(&format!("cannot write to the filter lane: {e}"), &mut wake);
+                    st.flushing = false;
+                    drop(st);
+                    wake.into_iter().for_each(Waker::wake);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads whatever is available and delivers complete answers. `Ok(true)`: something
+    /// was read; `Ok(false)`: nothing to read now.
+    fn pump(&self, st: &mut State, wake: &mut Vec<Waker>) -> Result<bool, String> {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = loop {
+            match recv_some(self.fd.as_raw_fd(), &mut chunk) {
+                Ok(0) => return Err("the worker closed its filter lane".into()),
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(format!("the filter lane failed: {e}")),
+            }
+        };
+        st.inbuf.extend_from_slice(&chunk[..n]);
+        let inbuf = std::mem::take(&mut st.inbuf);
+        let (frames, used) = split_frames(&inbuf)?;
+        for body in frames {
+            let Some((id, reply)) = decode_reply(body) else {
+                return Err("an unreadable filter-lane answer".into());
+            };
+            st.abandoned.remove(&id);
+            if let Some(slot) = st.slots.get_mut(&id) {
+                if let Slot::Waiting(Some(w)) = std::mem::replace(slot, Slot::Done(reply)) {
+                    wake.push(w);
+                }
+            }
+        }
+        st.inbuf = inbuf;
+        st.inbuf.drain(..used);
+        Ok(true)
+    }
+}
+
+/// One filter call in flight ([`Lane::call`]). Dropping it before it finishes abandons
+/// the call: the answer is discarded when it comes ([`Lane::is_outstanding`] until then).
+pub struct LaneCall {
+    lane: Arc<Lane>,
+    id: u64,
+    spin_until: Option<Instant>,
+    finished: bool,
+}
+
+impl LaneCall {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Future for LaneCall {
+    type Output = Result<Reply, LaneError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let lane = this.lane.clone();
+        let mut wake = Vec::new();
+        let out = {
+            let mut st = lane.st.lock();
+            this.step(&lane, &mut st, cx, &mut wake)
+        };
+        wake.into_iter().for_each(Waker::wake);
+        if out.is_ready() {
+            this.finished = true;
+        }
+        out
+    }
+}
+
+impl LaneCall {
+    fn step(
+        &mut self,
+        lane: &Lane,
+        st: &mut State,
+        cx: &mut Context<'_>,
+        wake: &mut Vec<Waker>,
+    ) -> Poll<Result<Reply, LaneError>> {
+        let id = self.id;
+        loop {
+            match st.slots.get(&id) {
+                Some(Slot::Done(_)) => {
+                    if let Some(Slot::Done(reply)) = st.slots.remove(&id) {
+                        if st.reader == Some(id) {
+                            st.next_reader(wake);
+                        }
+                        return Poll::Ready(Ok(reply));
+                    }
+                }
+                Some(Slot::Waiting(_)) => {}
+                None if st.dead.is_none() => {
+                    return Poll::Ready(Err(LaneError::Closed("the call was lost".into())));
+                }
+                None => {}
+            }
+            if let Some(why) = &st.dead {
+                let why = why.clone();
+                st.slots.remove(&id);
+                if st.reader == Some(id) {
+                    st.reader = None;
+                }
+                return Poll::Ready(Err(LaneError::Closed(why)));
+            }
+            if st.reader.is_some_and(|r| r != id) {
+                if let Some(Slot::Waiting(w)) = st.slots.get_mut(&id) {
+                    match w {
+                        Some(old) if old.will_wake(cx.waker()) => {}
+                        _ => *w = Some(cx.waker().clone()),
+                    }
+                }
+                return Poll::Pending;
+            }
+            st.reader = Some(id);
+            match lane.pump(st, wake) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(why) => {
+                    st.kill_all(&why, wake);
+                    continue;
+                }
+            }
+            // Nothing to read yet: poll again soon (yielding to other tasks), then sleep.
+            let now = Instant::now();
+            let until = *self.spin_until.get_or_insert(now + spin_budget());
+            if now < until {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            match lane.fd.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(mut guard)) => {
+                    guard.clear_ready();
+                    match lane.pump(st, wake) {
+                        Ok(_) => continue,
+                        Err(why) => {
+                            st.kill_all(&why, wake);
+                            continue;
+                        }
+                    }
+                }
+                Poll::Ready(Err(e)) => {
+                    st.kill_all(&format!("the filter lane failed: {e}"), wake);
+                    continue;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LaneCall {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut wake = Vec::new();
+        {
+            let mut st = self.lane.st.lock();
+            if let Some(Slot::Waiting(_)) = st.slots.remove(&self.id) {
+                st.abandoned.insert(self.id);
+            }
+            if st.reader == Some(self.id) {
+                st.next_reader(&mut wake);
+            }
+        }
+        wake.into_iter().for_each(Waker::wake);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> vis_proxy::FilterCtx {
+        vis_proxy::FilterCtx {
+            phase: vis_proxy::Phase::HttpsResponse,
+            method: Some("GET".into()),
+            host: "h.test".into(),
+            port: 443,
+            path: None,
+            headers: [("a".to_string(), "b".to_string())].into_iter().collect(),
+            body: Some("x".repeat(70_000)),
+            status: Some(204),
+        }
+    }
+
+    #[test]
+    fn frames_split_only_when_complete_and_replies_round_trip() {
+        let mut buf = Vec::new();
+        encode_request(&mut buf, 7, 9, "/f.py", 2, &ctx());
+        let whole = buf.len();
+        encode_reply(&mut buf, 8, &Reply::Block("no".into()));
+        encode_reply(
+            &mut buf,
+            9,
+            &Reply::Error {
+                error: WireError {
+                    kind: "KeyError".into(),
+                    message: "KeyError: 'x'".into(),
+                    traceback: Some("tb".into()),
+                },
+                restart: true,
+            },
+        );
+        let (frames, used) = split_frames(&buf[..whole - 1]).expect("split");
+        assert!(frames.is_empty());
+        assert_eq!(used, 0);
+        let (frames, used) = split_frames(&buf).expect("split");
+        assert_eq!(frames.len(), 3);
+        assert_eq!(used, buf.len());
+        assert_eq!(
+            decode_reply(frames[1]),
+            Some((8, Reply::Block("no".into())))
+        );
+        match decode_reply(frames[2]) {
+            Some((9, Reply::Error { error, restart })) => {
+                assert!(restart);
+                assert_eq!(error.traceback.as_deref(), Some("tb"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A truncated body is refused, never read out of bounds.
+        assert_eq!(decode_reply(&frames[2][..frames[2].len() - 1]), None);
+        let huge = ((MAX_FRAME + 1) as u32).to_le_bytes();
+        assert!(split_frames(&huge).is_err());
+    }
+}
