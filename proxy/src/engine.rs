@@ -79,6 +79,8 @@ pub(crate) struct Shared {
     pub http_client: Client<ValidatedConnector, ProxyBody>,
     pub own_port: u16,
     pub denied_cache: crate::dial::DeniedCache,
+    /// Idle plain-HTTP upstream sockets left by ended client connections.
+    pub idle_tcp: crate::conn_pool::IdleTcp,
     sessions: Mutex<HashMap<String, usize>>,
 }
 
@@ -161,6 +163,7 @@ impl Proxy {
             http_client,
             own_port: addr.port(),
             denied_cache: Mutex::new(HashMap::new()),
+            idle_tcp: Default::default(),
             sessions: Mutex::new(HashMap::new()),
         });
         let (stop, stop_rx) = watch::channel(false);

@@ -23,6 +23,8 @@
 //! lanes/socks5.rs    pure wire parsers + the SOCKS5 driver
 //! lanes/provider.rs  /_vis/provider/<id>/<token>/… → the provider's base URL
 //! credentials.rs     phantom → secret swap on provider hosts (after filters)
+//! conn_pool.rs       upstream connections driven in the client connection's task,
+//!                    reused per client connection; idle plain sockets shared
 //! upstream.rs        hyper-util pooled client connectors (only validated addresses)
 //! relay.rs           byte relay: half-close, idle teardown, byte counts
 //! deny.rs            denial kinds and THE mapping to 400/403/407/502/503/504 and SOCKS REP codes
@@ -113,6 +115,7 @@
 
 pub mod attribution;
 pub mod body;
+mod conn_pool;
 pub mod credentials;
 pub mod deny;
 pub mod detect;

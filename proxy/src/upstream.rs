@@ -142,16 +142,37 @@ impl tower_service::Service<Uri> for TunnelTlsConnector {
     fn call(&mut self, _uri: Uri) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let tcp = dial_timeout(this.dialer.as_ref(), this.addr, this.timeout).await?;
-            let tls = tokio::time::timeout(
+            let tls = connect_tls(
+                this.dialer.as_ref(),
                 this.timeout,
-                tokio_rustls::TlsConnector::from(this.tls).connect(this.name, tcp),
+                this.addr,
+                this.name,
+                this.tls,
             )
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-            Ok(TokioIo::new(UpstreamTls(tls)))
+            .await?;
+            Ok(TokioIo::new(tls))
         })
     }
+}
+
+/// Dial the validated `addr` and run the TLS handshake with SNI and
+/// hostname verification for `name`, each step bounded by `timeout`.
+pub(crate) async fn connect_tls(
+    dialer: &dyn Dialer,
+    timeout: Duration,
+    addr: SocketAddr,
+    name: ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+) -> io::Result<UpstreamTls> {
+    let tcp = dial_timeout(dialer, addr, timeout).await?;
+    let _ = tcp.set_nodelay(true);
+    let tls = tokio::time::timeout(
+        timeout,
+        tokio_rustls::TlsConnector::from(tls).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    Ok(UpstreamTls(tls))
 }
 
 /// Find the most telling message and class in a hyper-util client error.

@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioIo;
 
 use crate::body::{self, ProxyBody};
+use crate::conn_pool::{ConnPool, Key};
 use crate::deny::Denial;
 use crate::engine::Shared;
 use crate::filters::{header_map, run_filters};
@@ -25,15 +26,27 @@ use crate::upstream::{describe, TunnelTlsConnector};
 /// Request bodies up to this size are shown to request filters.
 pub const FILTER_BODY_LIMIT: u64 = 1024 * 1024;
 
+/// The upstream side of one intercepted tunnel: the address validated at
+/// CONNECT and the verified server name (in `key`).
+pub(crate) struct TunnelUpstream {
+    /// Connections driven in the tunnel's task (every request but upgrades).
+    pub local: ConnPool,
+    /// `Key::Tls(validated address, server name)`.
+    pub key: Key,
+    /// `host[:port]` for the upstream request.
+    pub authority: String,
+    /// Pooled client for upgrade requests (their connection outlives the
+    /// request and is handed to the relay).
+    pub client: Client<TunnelTlsConnector, ProxyBody>,
+}
+
 /// Where the request goes.
 pub(crate) enum Upstream {
-    /// Plain HTTP: validate the host now, use the shared pooled client.
-    Plain,
-    /// Intercepted: the address validated at CONNECT, the tunnel's client.
-    Tunnel {
-        client: Box<Client<TunnelTlsConnector, ProxyBody>>,
-        authority: String,
-    },
+    /// Plain HTTP: validate the host now; send on the client connection's
+    /// own upstream connections (`local`) or the shared pooled client.
+    Plain { local: Option<Arc<ConnPool>> },
+    /// Intercepted: the address validated at CONNECT.
+    Tunnel(Arc<TunnelUpstream>),
     /// Provider route to an `https://` base URL: validate the host now, then
     /// TLS (hostname verified) on a one-request client.
     Tls,
@@ -240,15 +253,17 @@ pub(crate) async fn forward(
         }
     };
     let mut tls_client = None;
+    let mut plain_addr = None;
 
     // SSRF floor and the upstream URI.
     let (uri, host_value) = match &job.upstream {
-        Upstream::Plain => {
+        Upstream::Plain { .. } => {
             let addr: SocketAddr =
                 match crate::dial::validate(&shared, &job.principal, &base.host, base.port).await {
                     Ok(a) => a,
                     Err(d) => return deny(&shared, &job, d),
                 };
+            plain_addr = Some(addr);
             (format!("http://{addr}{path}"), authority_of(80))
         }
         Upstream::Tls => {
@@ -276,9 +291,10 @@ pub(crate) async fn forward(
             let authority = authority_of(443);
             (format!("https://{authority}{path}"), authority)
         }
-        Upstream::Tunnel { authority, .. } => {
-            (format!("https://{authority}{path}"), authority.clone())
-        }
+        Upstream::Tunnel(t) => (
+            format!("https://{}{path}", t.authority),
+            t.authority.clone(),
+        ),
     };
     let Ok(uri) = uri.parse::<Uri>() else {
         return deny(
@@ -316,19 +332,29 @@ pub(crate) async fn forward(
         (None, None) => body::empty(),
     };
     let out = Request::from_parts(parts, out_body);
-    let sent = match &job.upstream {
-        Upstream::Plain => shared.http_client.request(out).await,
-        Upstream::Tunnel { client, .. } => client.request(out).await,
-        Upstream::Tls => match &tls_client {
-            Some(c) => c.request(out).await,
+    let pooled = |r: Result<Response<Incoming>, hyper_util::client::legacy::Error>| {
+        r.map_err(|e| {
+            let (class, msg) = describe(&e);
+            Denial::upstream(class, msg)
+        })
+    };
+    // Upgrades keep the pooled clients: their upstream connection outlives
+    // the client connection's task (it is handed to the relay).
+    let sent = match (&job.upstream, plain_addr) {
+        (Upstream::Plain { local: Some(local) }, Some(addr)) if !upgrade => {
+            local.send(&shared, &Key::Plain(addr), out).await
+        }
+        (Upstream::Plain { .. }, _) => pooled(shared.http_client.request(out).await),
+        (Upstream::Tunnel(t), _) if !upgrade => t.local.send(&shared, &t.key, out).await,
+        (Upstream::Tunnel(t), _) => pooled(t.client.request(out).await),
+        (Upstream::Tls, _) => match &tls_client {
+            Some(c) => pooled(c.request(out).await),
             None => return Denial::bad_request(crate::deny::reason::MALFORMED).to_response(),
         },
     };
     let mut resp = match sent {
         Ok(r) => r,
-        Err(e) => {
-            let (class, msg) = describe(&e);
-            let d = Denial::upstream(class, msg);
+        Err(d) => {
             record.set_note(d.reason.clone());
             return d.to_response();
         }

@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::attribution::{authorize, token_from_headers};
 use crate::body::ProxyBody;
+use crate::conn_pool::ConnPool;
 use crate::deny::{reason, Denial};
 use crate::engine::Shared;
 use crate::lanes::forward::{forward, Job, Upstream};
@@ -21,10 +22,13 @@ use crate::record::RecordBase;
 use crate::traits::{Lane, Phase};
 
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
-    let svc_shared = shared.clone();
+    // This connection's upstream connections, driven in this task.
+    let local = Arc::new(ConnPool::default());
+    let (svc_shared, svc_local) = (shared.clone(), local.clone());
     let svc = service_fn(move |req| {
         let s = svc_shared.clone();
-        async move { Ok::<_, Infallible>(handle(s, req).await) }
+        let l = svc_local.clone();
+        async move { Ok::<_, Infallible>(handle(s, l, req).await) }
     });
     let mut b = http1::Builder::new();
     b.timer(TokioTimer::new())
@@ -32,11 +36,10 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
         .max_buf_size(shared.cfg.max_header_bytes.max(8192))
         .keep_alive(true)
         .auto_date_header(false);
-    if let Err(e) = b
+    let conn = b
         .serve_connection(TokioIo::new(stream), svc)
-        .with_upgrades()
-        .await
-    {
+        .with_upgrades();
+    if let Err(e) = local.run(&shared, conn).await {
         tracing::debug!(error = %e, "proxy client connection ended with an error");
     }
 }
@@ -65,7 +68,11 @@ pub(crate) fn head_size(req: &Request<Incoming>) -> usize {
         .sum::<usize>()
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+async fn handle(
+    shared: Arc<Shared>,
+    local: Arc<ConnPool>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
     if head_size(&req) > shared.cfg.max_header_bytes {
         return Denial::head_too_large().to_response();
     }
@@ -115,7 +122,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
         req_phase: Phase::Http,
         resp_phase: Phase::HttpResponse,
         check_port: Some(port),
-        upstream: Upstream::Plain,
+        upstream: Upstream::Plain { local: Some(local) },
         route: None,
     };
     forward(shared, job, req).await

@@ -17,10 +17,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::body::ProxyBody;
+use crate::conn_pool::{ConnPool, Key};
 use crate::deny::{reason, Denial};
 use crate::engine::Shared;
 use crate::lanes::connect::parse_authority;
-use crate::lanes::forward::{forward, Job, Upstream};
+use crate::lanes::forward::{forward, Job, TunnelUpstream, Upstream};
 use crate::record::RecordBase;
 use crate::traits::{Lane, Phase, Principal};
 use crate::upstream::TunnelTlsConnector;
@@ -30,7 +31,7 @@ struct Tunnel {
     principal: Principal,
     host: String,
     port: u16,
-    client: Client<TunnelTlsConnector, ProxyBody>,
+    up: Arc<TunnelUpstream>,
 }
 
 pub(crate) async fn run<IO>(
@@ -71,16 +72,26 @@ pub(crate) async fn run<IO>(
         dialer: shared.svc.dialer.clone(),
         timeout: shared.cfg.connect_timeout,
         addr,
-        name: server_name,
+        name: server_name.clone(),
         tls: shared.upstream_tls.clone(),
     };
-    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let authority = if port == 443 {
+        bracketed(&host)
+    } else {
+        format!("{}:{}", bracketed(&host), port)
+    };
+    let up = Arc::new(TunnelUpstream {
+        local: ConnPool::default(),
+        key: Key::Tls(addr, server_name),
+        authority,
+        client: Client::builder(TokioExecutor::new()).build(connector),
+    });
     let tunnel = Arc::new(Tunnel {
         shared: shared.clone(),
         principal,
         host,
         port,
-        client,
+        up: up.clone(),
     });
     let svc = service_fn(move |req| {
         let t = tunnel.clone();
@@ -91,10 +102,9 @@ pub(crate) async fn run<IO>(
         .timer(TokioTimer::new())
         .header_read_timeout(head_timeout)
         .max_buf_size(shared.cfg.max_header_bytes.max(8192));
-    if let Err(e) = b
-        .serve_connection_with_upgrades(TokioIo::new(tls), svc)
-        .await
-    {
+    // The tunnel's upstream connections are driven in this task.
+    let conn = b.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+    if let Err(e) = up.local.run(&shared, conn).await {
         tracing::debug!(error = %e, "intercepted connection ended with an error");
     }
 }
@@ -144,11 +154,6 @@ async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
     if !path.starts_with('/') {
         return Denial::bad_request(reason::MALFORMED).to_response();
     }
-    let authority = if t.port == 443 {
-        bracketed(&t.host)
-    } else {
-        format!("{}:{}", bracketed(&t.host), t.port)
-    };
     let job = Job {
         base: RecordBase {
             lane: Lane::Https,
@@ -163,10 +168,7 @@ async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
         req_phase: Phase::Https,
         resp_phase: Phase::HttpsResponse,
         check_port: None,
-        upstream: Upstream::Tunnel {
-            client: Box::new(t.client.clone()),
-            authority,
-        },
+        upstream: Upstream::Tunnel(t.up.clone()),
         route: None,
     };
     forward(t.shared.clone(), job, req).await

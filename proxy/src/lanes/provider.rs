@@ -111,7 +111,7 @@ pub(crate) async fn handle(
         upstream: if https {
             Upstream::Tls
         } else {
-            Upstream::Plain
+            Upstream::Plain { local: None }
         },
         route: Some(route.provider),
     };

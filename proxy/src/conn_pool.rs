@@ -1,0 +1,456 @@
+//! Upstream HTTP connections owned by one client connection.
+//!
+//! hyper-util's pooled client runs every upstream connection in a task of its
+//! own and talks to it over channels, so each forwarded request crossed
+//! tasks (and often threads) several times. Here the upstream connections
+//! of one client connection are driven *inside that connection's task*
+//! ([`ConnPool::run`] polls the client-side server connection and the
+//! upstream connections together), and an upstream connection is reused for
+//! the next request of the same client connection when that request was
+//! validated to the same address (and, for TLS, the same server name).
+//!
+//! Nothing about the decision changes (P1, P4): the caller decides and
+//! validates every request first and hands over the validated address; this
+//! module only ever dials that address. When a plain-HTTP client connection
+//! ends, its idle upstream socket goes to a small process-wide pool
+//! ([`IdleTcp`], keyed by the validated address, checked for liveness on
+//! reuse) so clients that open a connection per request still reuse
+//! upstream connections.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use tokio::io::ReadBuf;
+use tokio::net::TcpStream;
+
+use crate::body::ProxyBody;
+use crate::deny::Denial;
+use crate::engine::Shared;
+use crate::upstream::{connect_tls, describe, UpstreamTls};
+
+/// Where an upstream connection goes: the validated address (and the
+/// verified TLS server name).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum Key {
+    /// Plain HTTP to a validated address.
+    Plain(SocketAddr),
+    /// TLS (hostname verified against the name) to a validated address.
+    Tls(SocketAddr, ServerName<'static>),
+}
+
+enum Sender {
+    H1(http1::SendRequest<ProxyBody>),
+    H2(http2::SendRequest<ProxyBody>),
+}
+
+enum Conn {
+    Tcp1(Box<http1::Connection<TokioIo<TcpStream>, ProxyBody>>),
+    Tls1(Box<http1::Connection<TokioIo<UpstreamTls>, ProxyBody>>),
+    Tls2(Pin<Box<http2::Connection<TokioIo<UpstreamTls>, ProxyBody, TokioExecutor>>>),
+}
+
+impl Conn {
+    /// `Ready` once the connection is finished (closed, failed or released).
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let r = match self {
+            Conn::Tcp1(c) => c.poll_without_shutdown(cx),
+            Conn::Tls1(c) => Pin::new(&mut **c).poll(cx),
+            Conn::Tls2(c) => c.as_mut().poll(cx),
+        };
+        r.map(|res| {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        })
+    }
+}
+
+struct Driven {
+    id: u64,
+    conn: Conn,
+}
+
+struct Idle {
+    id: u64,
+    key: Key,
+    sender: Sender,
+}
+
+#[derive(Default)]
+struct Inner {
+    waker: Option<Waker>,
+    conns: Vec<Driven>,
+    idle: Vec<Idle>,
+    next_id: u64,
+}
+
+/// Idle senders kept per client connection (more only with an h2 client
+/// side, whose requests run concurrently).
+const MAX_IDLE: usize = 4;
+
+/// The upstream connections of one client connection.
+#[derive(Default)]
+pub(crate) struct ConnPool {
+    inner: Mutex<Inner>,
+    /// Set while [`ConnPool::run`] polls the client side: a connection
+    /// registered then is polled right after, without a wake-up.
+    in_poll: AtomicBool,
+}
+
+fn noop_cx_poll<T>(f: impl FnOnce(&mut Context<'_>) -> Poll<T>) -> Poll<T> {
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    f(&mut cx)
+}
+
+impl ConnPool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave `Inner` inconsistent
+        // in a way that matters (worst case: a connection is dropped).
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drive `server` (the client connection) and this pool's upstream
+    /// connections in the current task until `server` completes; then hand
+    /// idle plain-HTTP upstream sockets to the process-wide pool.
+    pub(crate) fn run<'a, F: Future>(&'a self, shared: &'a Shared, server: F) -> Run<'a, F> {
+        Run {
+            pool: self,
+            shared,
+            server: Box::pin(server),
+        }
+    }
+
+    fn poll_conns(&self, cx: &mut Context<'_>) {
+        let mut inner = self.lock();
+        match &inner.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => inner.waker = Some(cx.waker().clone()),
+        }
+        inner
+            .conns
+            .retain_mut(|d| d.conn.poll_done(cx).is_pending());
+    }
+
+    fn register(&self, conn: Conn) -> u64 {
+        let wake = {
+            let mut inner = self.lock();
+            inner.next_id += 1;
+            let id = inner.next_id;
+            inner.conns.push(Driven { id, conn });
+            let wake = if self.in_poll.load(Ordering::SeqCst) {
+                None
+            } else {
+                inner.waker.clone()
+            };
+            (id, wake)
+        };
+        if let Some(w) = wake.1 {
+            w.wake();
+        }
+        wake.0
+    }
+
+    /// A ready sender for `key`: h1 senders are taken out (one request at a
+    /// time), h2 senders are shared.
+    fn checkout(&self, key: &Key) -> Option<(u64, Sender)> {
+        let mut inner = self.lock();
+        let mut i = inner.idle.len();
+        while i > 0 {
+            i -= 1;
+            if inner.idle[i].key != *key {
+                continue;
+            }
+            match &inner.idle[i].sender {
+                Sender::H2(s) if s.is_ready() => {
+                    return Some((inner.idle[i].id, Sender::H2(s.clone())));
+                }
+                Sender::H1(s) if s.is_ready() => {
+                    let idle = inner.idle.remove(i);
+                    return Some((idle.id, idle.sender));
+                }
+                // closed, or (rarely) not yet back to idle: let it finish
+                _ => {
+                    inner.idle.remove(i);
+                }
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, id: u64, key: &Key, sender: Sender) {
+        if let Sender::H2(_) = sender {
+            return; // the pool still holds the original
+        }
+        let mut inner = self.lock();
+        inner.idle.push(Idle {
+            id,
+            key: key.clone(),
+            sender,
+        });
+        if inner.idle.len() > MAX_IDLE {
+            inner.idle.remove(0);
+        }
+    }
+
+    /// A new upstream connection for `key`: a pooled idle socket (plain
+    /// HTTP; `true` = reused) or a fresh dial of the validated address.
+    async fn open(&self, shared: &Shared, key: &Key) -> Result<(u64, Sender, bool), Denial> {
+        match key {
+            Key::Plain(addr) => {
+                let (tcp, reused) = match shared.idle_tcp.take(*addr) {
+                    Some(s) => (s, true),
+                    None => (crate::dial::connect(shared, *addr).await?, false),
+                };
+                let _ = tcp.set_nodelay(true);
+                let (sender, conn) = http1::Builder::new()
+                    .handshake::<_, ProxyBody>(TokioIo::new(tcp))
+                    .await
+                    .map_err(|e| upstream_denial(&e))?;
+                let id = self.register(Conn::Tcp1(Box::new(conn)));
+                Ok((id, Sender::H1(sender), reused))
+            }
+            Key::Tls(addr, name) => {
+                let tls = connect_tls(
+                    shared.svc.dialer.as_ref(),
+                    shared.cfg.connect_timeout,
+                    *addr,
+                    name.clone(),
+                    shared.upstream_tls.clone(),
+                )
+                .await
+                .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
+                let h2 = tls.0.get_ref().1.alpn_protocol() == Some(b"h2");
+                let io = TokioIo::new(tls);
+                if h2 {
+                    let (sender, conn) = h2_handshake(io).await?;
+                    let id = self.register(Conn::Tls2(Box::pin(conn)));
+                    // shared by concurrent requests: into the pool right away
+                    self.lock().idle.push(Idle {
+                        id,
+                        key: key.clone(),
+                        sender: Sender::H2(sender.clone()),
+                    });
+                    Ok((id, Sender::H2(sender), false))
+                } else {
+                    let (sender, conn) = http1::Builder::new()
+                        .handshake::<_, ProxyBody>(io)
+                        .await
+                        .map_err(|e| upstream_denial(&e))?;
+                    let id = self.register(Conn::Tls1(Box::new(conn)));
+                    Ok((id, Sender::H1(sender), false))
+                }
+            }
+        }
+    }
+
+    /// Send `req` (absolute URI) to `key`'s validated address on a reused or
+    /// new connection. A request that provably never left (the connection
+    /// closed while idle) is retried on another connection.
+    pub(crate) async fn send(
+        &self,
+        shared: &Shared,
+        key: &Key,
+        mut req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, Denial> {
+        let absolute = req.uri().clone();
+        let origin_form = absolute
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .parse::<Uri>()
+            .map_err(|_| Denial::bad_request(crate::deny::reason::MALFORMED))?;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (id, mut sender, reused) = match self.checkout(key) {
+                Some((id, s)) => (id, s, true),
+                None => self.open(shared, key).await?,
+            };
+            let res = match &mut sender {
+                Sender::H1(s) => {
+                    *req.uri_mut() = origin_form.clone();
+                    s.try_send_request(req).await
+                }
+                Sender::H2(s) => {
+                    *req.uri_mut() = absolute.clone();
+                    s.try_send_request(req).await
+                }
+            };
+            match res {
+                Ok(resp) => {
+                    self.checkin(id, key, sender);
+                    return Ok(resp);
+                }
+                Err(mut e) => {
+                    let back = e.take_message();
+                    match back {
+                        Some(r) if reused && attempts < 3 => {
+                            tracing::debug!(error = %e.error(), "reused upstream connection was closed; retrying");
+                            req = r;
+                        }
+                        _ => return Err(upstream_denial(&e.into_error())),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Move idle plain-HTTP upstream sockets to the process-wide pool; every
+    /// other connection closes with this pool.
+    fn retire(&self, shared: &Shared) {
+        let (idle, mut conns) = {
+            let mut inner = self.lock();
+            (
+                std::mem::take(&mut inner.idle),
+                std::mem::take(&mut inner.conns),
+            )
+        };
+        for i in idle {
+            let (Key::Plain(addr), Sender::H1(sender)) = (i.key, i.sender) else {
+                continue;
+            };
+            if !sender.is_ready() {
+                continue;
+            }
+            let Some(pos) = conns.iter().position(|d| d.id == i.id) else {
+                continue;
+            };
+            let Conn::Tcp1(mut conn) = conns.swap_remove(pos).conn else {
+                continue;
+            };
+            // With its sender gone an idle connection finishes at once and
+            // gives its socket back.
+            drop(sender);
+            if let Poll::Ready(Ok(())) = noop_cx_poll(|cx| conn.poll_without_shutdown(cx)) {
+                let parts = (*conn).into_parts();
+                if parts.read_buf.is_empty() {
+                    shared.idle_tcp.put(addr, parts.io.into_inner());
+                }
+            }
+        }
+    }
+}
+
+type H2Parts = (
+    http2::SendRequest<ProxyBody>,
+    http2::Connection<TokioIo<UpstreamTls>, ProxyBody, TokioExecutor>,
+);
+
+/// The h2 handshake behind a boxed `Send` future (keeps the compiler's
+/// `Send` inference for the callers' futures tractable).
+fn h2_handshake(
+    io: TokioIo<UpstreamTls>,
+) -> Pin<Box<dyn Future<Output = Result<H2Parts, Denial>> + Send>> {
+    Box::pin(async move {
+        http2::Builder::new(TokioExecutor::new())
+            .handshake::<_, ProxyBody>(io)
+            .await
+            .map_err(|e| upstream_denial(&e))
+    })
+}
+
+/// Future of [`ConnPool::run`] (a plain struct rather than an `async fn`,
+/// so that it is `Send` whenever the server connection is).
+pub(crate) struct Run<'a, F> {
+    pool: &'a ConnPool,
+    shared: &'a Shared,
+    server: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Run<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        this.pool.in_poll.store(true, Ordering::SeqCst);
+        let r = this.server.as_mut().poll(cx);
+        this.pool.in_poll.store(false, Ordering::SeqCst);
+        match r {
+            Poll::Ready(out) => {
+                this.pool.retire(this.shared);
+                Poll::Ready(out)
+            }
+            Poll::Pending => {
+                this.pool.poll_conns(cx);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+fn upstream_denial(e: &hyper::Error) -> Denial {
+    let (class, msg) = describe(e);
+    Denial::upstream(class, msg)
+}
+
+/// How long an idle upstream socket stays in [`IdleTcp`].
+const IDLE_TTL: Duration = Duration::from_secs(90);
+const IDLE_PER_ADDR: usize = 32;
+const IDLE_ADDRS: usize = 256;
+
+/// Process-wide idle plain-HTTP upstream sockets, keyed by the validated
+/// address they were dialled to. Nobody reads them while they wait; a
+/// socket the origin closed (or that has unexpected bytes) is dropped on
+/// checkout.
+#[derive(Default)]
+pub(crate) struct IdleTcp {
+    map: Mutex<HashMap<SocketAddr, Vec<(Instant, TcpStream)>>>,
+}
+
+fn alive(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    let mut rb = ReadBuf::new(&mut b);
+    // Pending = nothing to read and not closed: still a usable idle socket.
+    noop_cx_poll(|cx| s.poll_peek(cx, &mut rb)).is_pending()
+}
+
+impl IdleTcp {
+    pub(crate) fn take(&self, addr: SocketAddr) -> Option<TcpStream> {
+        let mut map = self.map.lock().ok()?;
+        let v = map.get_mut(&addr)?;
+        let mut found = None;
+        while let Some((t, s)) = v.pop() {
+            if t.elapsed() < IDLE_TTL && alive(&s) {
+                found = Some(s);
+                break;
+            }
+        }
+        if v.is_empty() {
+            map.remove(&addr);
+        }
+        found
+    }
+
+    pub(crate) fn put(&self, addr: SocketAddr, s: TcpStream) {
+        let Ok(mut map) = self.map.lock() else {
+            return;
+        };
+        if map.len() >= IDLE_ADDRS && !map.contains_key(&addr) {
+            map.retain(|_, v| {
+                v.retain(|(t, _)| t.elapsed() < IDLE_TTL);
+                !v.is_empty()
+            });
+            if map.len() >= IDLE_ADDRS {
+                return;
+            }
+        }
+        let v = map.entry(addr).or_default();
+        v.retain(|(t, _)| t.elapsed() < IDLE_TTL);
+        if v.len() >= IDLE_PER_ADDR {
+            v.remove(0);
+        }
+        v.push((Instant::now(), s));
+    }
+}
