@@ -255,22 +255,19 @@ impl ConnPool {
         }
     }
 
-    /// Send `req` (absolute URI) to `key`'s validated address on a reused or
-    /// new connection. A request that provably never left (the connection
-    /// closed while idle) is retried on another connection.
+    /// Send `req` (origin-form URI) to `key`'s validated address on a
+    /// reused or new connection; on h2 the URI gets `https://{authority}`.
+    /// A request that provably never left (the connection closed while
+    /// idle) is retried on another connection.
     pub(crate) async fn send(
         &self,
         shared: &Shared,
         key: &Key,
+        authority: &str,
         mut req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, Denial> {
-        let absolute = req.uri().clone();
-        let origin_form = absolute
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .parse::<Uri>()
-            .map_err(|_| Denial::bad_request(crate::deny::reason::MALFORMED))?;
+        let origin_form = req.uri().clone();
+        let mut absolute = None;
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -284,7 +281,16 @@ impl ConnPool {
                     s.try_send_request(req).await
                 }
                 Sender::H2(s) => {
-                    *req.uri_mut() = absolute.clone();
+                    if absolute.is_none() {
+                        let pq = origin_form.path_and_query().map(|p| p.as_str());
+                        absolute = format!("https://{authority}{}", pq.unwrap_or("/"))
+                            .parse::<Uri>()
+                            .ok();
+                    }
+                    let Some(abs) = absolute.clone() else {
+                        return Err(Denial::bad_request(crate::deny::reason::MALFORMED));
+                    };
+                    *req.uri_mut() = abs;
                     s.try_send_request(req).await
                 }
             };

@@ -111,7 +111,10 @@ impl Shared {
     /// Take a per-session slot, or `None` when the session is at its cap.
     pub fn session_slot(self: &Arc<Self>, sid: &str) -> Option<SessionSlot> {
         let mut m = self.sessions.lock().ok()?;
-        let n = m.entry(sid.to_string()).or_insert(0);
+        let n = match m.get_mut(sid) {
+            Some(n) => n,
+            None => m.entry(sid.to_string()).or_insert(0),
+        };
         if *n >= self.cfg.max_per_session {
             return None;
         }

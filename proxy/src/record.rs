@@ -148,13 +148,14 @@ impl Drop for AllowRecord {
                 decision: Verdict::Allow,
                 lane: self.base.lane,
                 phase: self.base.phase.to_string(),
-                method: self.base.method.clone(),
-                path: self.base.path.clone(),
-                host: self.base.host.clone(),
+                // dropping: move the strings out instead of copying them
+                method: self.base.method.take(),
+                path: self.base.path.take(),
+                host: std::mem::take(&mut self.base.host),
                 port: self.base.port,
                 decided_by: DecidedBy {
                     kind: self.decider,
-                    rule_host: self.rule_host.clone(),
+                    rule_host: self.rule_host.take(),
                     filter: None,
                 },
                 error_kind: None,

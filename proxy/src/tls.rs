@@ -17,7 +17,9 @@ use time::{Duration as TDuration, OffsetDateTime};
 use crate::error::ProxyError;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    static P: std::sync::OnceLock<Arc<rustls::crypto::CryptoProvider>> = std::sync::OnceLock::new();
+    P.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
 }
 
 fn random_serial() -> SerialNumber {
@@ -42,6 +44,8 @@ pub struct CertAuthority {
     ca_der: CertificateDer<'static>,
     ca_pem: String,
     cache: Mutex<LruCache<String, Arc<CertifiedKey>>>,
+    /// Server configs per name (same bound as the leaves).
+    configs: Mutex<LruCache<String, Arc<rustls::ServerConfig>>>,
 }
 
 impl std::fmt::Debug for CertAuthority {
@@ -70,6 +74,7 @@ impl CertAuthority {
             ca_pem: cert.pem(),
             issuer: Issuer::new(p, key),
             cache: Mutex::new(LruCache::new(cap)),
+            configs: Mutex::new(LruCache::new(cap)),
         })
     }
 
@@ -129,7 +134,22 @@ impl CertAuthority {
     }
 
     /// Server config presenting the leaf for `name`, ALPN h2 + http/1.1.
+    /// Cached per name, like the leaf it presents.
     pub fn server_config(&self, name: &str) -> Result<Arc<rustls::ServerConfig>, ProxyError> {
+        let key = name.trim().trim_end_matches('.').to_ascii_lowercase();
+        if let Ok(mut c) = self.configs.lock() {
+            if let Some(cfg) = c.get(&key) {
+                return Ok(cfg.clone());
+            }
+        }
+        let cfg = self.build_server_config(&key)?;
+        if let Ok(mut c) = self.configs.lock() {
+            c.put(key, cfg.clone());
+        }
+        Ok(cfg)
+    }
+
+    fn build_server_config(&self, name: &str) -> Result<Arc<rustls::ServerConfig>, ProxyError> {
         let ck = self.leaf(name)?;
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
@@ -209,6 +229,13 @@ mod tests {
         ca.leaf("b.test").unwrap();
         ca.leaf("c.test").unwrap();
         assert_eq!(ca.cached_leaves(), 2);
+        let c1 = ca.server_config("B.test").unwrap();
+        let c2 = ca.server_config("b.test.").unwrap();
+        assert!(Arc::ptr_eq(&c1, &c2));
+        assert_eq!(
+            c1.alpn_protocols,
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
         assert!(ca.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
         let pem = pem_encode(ca.ca_der());
         assert!(pem.lines().all(|l| l.len() <= 64));

@@ -65,15 +65,16 @@ pub(crate) struct Job {
     pub route: Option<String>,
 }
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "transfer-encoding",
+// Pre-parsed names: removing by `&str` would parse each name per request.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
 ];
 
 fn is_upgrade(h: &HeaderMap) -> bool {
@@ -95,22 +96,25 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().eq_ignore_ascii_case("trailers"))
         .unwrap_or(false);
-    let named: Vec<HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|s| {
-            s.split(',')
-                .map(|x| x.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .filter(|n| n != "upgrade")
-        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
-        .collect();
+    let named: Vec<HeaderName> = if !h.contains_key(header::CONNECTION) {
+        Vec::new()
+    } else {
+        h.get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|s| {
+                s.split(',')
+                    .map(|x| x.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|n| n != "upgrade")
+            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+            .collect()
+    };
     for n in named {
         h.remove(n);
     }
-    for n in HOP_BY_HOP {
+    for n in &HOP_BY_HOP {
         h.remove(n);
     }
     if te_trailers {
@@ -254,9 +258,17 @@ pub(crate) async fn forward(
     };
     let mut tls_client = None;
     let mut plain_addr = None;
+    // Requests sent on the client connection's own upstream connections
+    // (`ConnPool`) carry the origin form; the pooled clients want the
+    // absolute form.
+    let local = !upgrade
+        && matches!(
+            &job.upstream,
+            Upstream::Plain { local: Some(_) } | Upstream::Tunnel(_)
+        );
 
     // SSRF floor and the upstream URI.
-    let (uri, host_value) = match &job.upstream {
+    let uri = match &job.upstream {
         Upstream::Plain { .. } => {
             let addr: SocketAddr =
                 match crate::dial::validate(&shared, &job.principal, &base.host, base.port).await {
@@ -264,7 +276,11 @@ pub(crate) async fn forward(
                     Err(d) => return deny(&shared, &job, d),
                 };
             plain_addr = Some(addr);
-            (format!("http://{addr}{path}"), authority_of(80))
+            if local {
+                origin_form(&path)
+            } else {
+                format!("http://{addr}{path}").parse::<Uri>().ok()
+            }
         }
         Upstream::Tls => {
             let addr: SocketAddr =
@@ -288,21 +304,30 @@ pub(crate) async fn forward(
             };
             tls_client =
                 Some(Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector));
-            let authority = authority_of(443);
-            (format!("https://{authority}{path}"), authority)
+            format!("https://{}{path}", authority_of(443))
+                .parse::<Uri>()
+                .ok()
         }
-        Upstream::Tunnel(t) => (
-            format!("https://{}{path}", t.authority),
-            t.authority.clone(),
-        ),
+        Upstream::Tunnel(_) if local => origin_form(&path),
+        Upstream::Tunnel(t) => format!("https://{}{path}", t.authority).parse::<Uri>().ok(),
     };
-    let Ok(uri) = uri.parse::<Uri>() else {
+    let Some(uri) = uri else {
         return deny(
             &shared,
             &job,
             Denial::bad_request(crate::deny::reason::MALFORMED),
         );
     };
+    if job.route.is_some() || !parts.headers.contains_key(header::HOST) {
+        let host_value = match &job.upstream {
+            Upstream::Plain { .. } => authority_of(80),
+            Upstream::Tls => authority_of(443),
+            Upstream::Tunnel(t) => t.authority.clone(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&host_value) {
+            parts.headers.insert(header::HOST, v);
+        }
+    }
 
     let record = AllowRecord::new(
         shared.svc.sink.clone(),
@@ -313,11 +338,6 @@ pub(crate) async fn forward(
     );
     let record = record.with_provider(provider);
     record.keep(Box::new(slot));
-    if job.route.is_some() || !parts.headers.contains_key(header::HOST) {
-        if let Ok(v) = HeaderValue::from_str(&host_value) {
-            parts.headers.insert(header::HOST, v);
-        }
-    }
     strip_hop_by_hop(&mut parts.headers);
     parts.uri = uri;
     parts.version = Version::HTTP_11;
@@ -341,11 +361,11 @@ pub(crate) async fn forward(
     // Upgrades keep the pooled clients: their upstream connection outlives
     // the client connection's task (it is handed to the relay).
     let sent = match (&job.upstream, plain_addr) {
-        (Upstream::Plain { local: Some(local) }, Some(addr)) if !upgrade => {
-            local.send(&shared, &Key::Plain(addr), out).await
+        (Upstream::Plain { local: Some(pool) }, Some(addr)) if local => {
+            pool.send(&shared, &Key::Plain(addr), "", out).await
         }
         (Upstream::Plain { .. }, _) => pooled(shared.http_client.request(out).await),
-        (Upstream::Tunnel(t), _) if !upgrade => t.local.send(&shared, &t.key, out).await,
+        (Upstream::Tunnel(t), _) if local => t.local.send(&shared, &t.key, &t.authority, out).await,
         (Upstream::Tunnel(t), _) => pooled(t.client.request(out).await),
         (Upstream::Tls, _) => match &tls_client {
             Some(c) => pooled(c.request(out).await),
@@ -408,6 +428,15 @@ pub(crate) async fn forward(
     parts.version = Version::HTTP_11;
     let down = record.down.clone();
     Response::from_parts(parts, body::metered(incoming, down, Some(record)))
+}
+
+/// `path` (path + query) as an origin-form URI.
+fn origin_form(path: &str) -> Option<Uri> {
+    if path.starts_with('/') {
+        path.parse().ok()
+    } else {
+        format!("/{path}").parse().ok()
+    }
 }
 
 fn bracket(host: &str) -> String {

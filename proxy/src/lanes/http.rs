@@ -60,7 +60,11 @@ fn provider_route(shared: &Shared, uri: &http::Uri) -> Option<crate::lanes::prov
 
 /// Approximate size of a request head (names, values, separators).
 pub(crate) fn head_size(req: &Request<Incoming>) -> usize {
-    let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
+    let uri = req.uri();
+    let uri_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method().as_str().len() + uri_len + 12;
     line + req
         .headers()
         .iter()

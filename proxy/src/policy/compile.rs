@@ -19,6 +19,11 @@ pub fn normalize_host(raw: &str) -> String {
     while h.ends_with('.') && h.len() > 1 {
         h.pop();
     }
+    // Already canonical dotted-quad (std rejects every other IPv4 form):
+    // skip the re-formatting below.
+    if h.parse::<std::net::Ipv4Addr>().is_ok() {
+        return h;
+    }
     match parse_ip_literal(&h) {
         Some(ip) => ip.to_string(),
         None => h,
@@ -346,6 +351,10 @@ mod tests {
     fn host_normalization_canonicalizes_ip_spellings() {
         assert_eq!(normalize_host(" Example.COM. "), "example.com");
         assert_eq!(normalize_host("2130706433"), "127.0.0.1");
+        // leading zeros are octal, never taken as canonical dotted-quad
+        assert_eq!(normalize_host("010.0.0.1"), "8.0.0.1");
+        assert_eq!(normalize_host("127.000.000.001"), "127.0.0.1");
+        assert_eq!(normalize_host("10.0.0.1"), "10.0.0.1");
         assert_eq!(normalize_host("[0:0:0:0:0:0:0:1]"), "::1");
     }
 }
