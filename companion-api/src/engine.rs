@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// One pre-formatted SSE frame of a session's stream.
@@ -35,7 +34,7 @@ pub struct Subscription {
     /// `(from, to)` when the cursor is older than what is retained.
     pub gap: Option<(i64, i64)>,
     pub replay: Vec<Frame>,
-    pub live: mpsc::Receiver<Frame>,
+    pub live: crate::live::LiveRx,
 }
 
 /// A requested cursor (`None` = not given, treated as 0).

@@ -9,6 +9,7 @@
 pub mod body;
 pub mod engine;
 pub mod error;
+pub mod live;
 pub mod middleware;
 pub mod protocol;
 mod routes;

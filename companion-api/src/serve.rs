@@ -53,8 +53,8 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
         let _ = stream.set_nodelay(true);
         let kill = shutdown.child_token();
         let router = app.clone();
-        tokio::spawn(async move {
-            let conn_kill = kill.clone();
+        let conn_kill = kill.clone();
+        let task = tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                 req.extensions_mut().insert(ConnKill(conn_kill.clone()));
                 strip_trailing_slash(&mut req);
@@ -68,13 +68,20 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
             let conn = builder
                 .serve_connection(TokioIo::new(stream), svc)
                 .with_upgrades();
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+        // The kill switch aborts the connection task from the outside (dropping the socket
+        // even when it is blocked on a full send buffer), so the connection itself never
+        // polls the token: a long-lived SSE connection is woken once per frame, and that
+        // wake-up stays as cheap as possible. Ending the connection fires the switch too,
+        // which ends this watcher.
+        let abort = task.abort_handle();
+        tokio::spawn(async move {
             tokio::select! {
-                _ = kill.cancelled() => {}
-                r = conn => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                }
+                _ = kill.cancelled() => abort.abort(),
+                _ = task => kill.cancel(),
             }
         });
     }

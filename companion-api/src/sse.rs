@@ -3,8 +3,10 @@
 //! anti-buffering pad.
 
 use crate::engine::{Frame, Subscription};
+use crate::live::LiveRx;
+use crate::serve_stats::SseGuard;
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::stream::{BoxStream, SelectAll, Stream, StreamExt};
+use futures::stream::{BoxStream, Stream, StreamExt};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -12,8 +14,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::{Instant, Sleep};
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Quiet time after which a `: ping` comment is written.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -79,29 +79,76 @@ fn prelude(sub: &Subscription) -> Vec<(usize, Frame)> {
 /// Most bytes written in one body chunk when frames are batched.
 const BATCH_BYTES: usize = 64 * 1024;
 
-/// The SSE body of one connection. Frames that are ready together (a replay, or a burst of
-/// live events) are written as one chunk, so a burst costs one socket write per subscriber.
-struct SseBody {
-    queue: VecDeque<(usize, Frame)>,
-    live: SelectAll<BoxStream<'static, (usize, Frame)>>,
-    last: Vec<i64>,
-    kill: Pin<Box<WaitForCancellationFutureOwned>>,
-    heartbeat: Pin<Box<Sleep>>,
-    live_ended: bool,
-    finished: bool,
+/// What one poll writes: nothing, one frame as it is (no copy), or several frames joined.
+#[derive(Default)]
+enum Chunk {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
 }
 
-impl SseBody {
-    /// Appends a frame unless it repeats one already written for its session.
-    fn take(&mut self, out: &mut BytesMut, (i, f): (usize, Frame)) {
-        if i != usize::MAX {
-            if f.seq <= self.last[i] {
-                return;
-            }
-            self.last[i] = f.seq;
+impl Chunk {
+    fn len(&self) -> usize {
+        match self {
+            Chunk::Empty => 0,
+            Chunk::One(b) => b.len(),
+            Chunk::Many(b) => b.len(),
         }
-        out.put_slice(&f.bytes);
     }
+
+    fn push(&mut self, bytes: Bytes) {
+        *self = match std::mem::take(self) {
+            Chunk::Empty => Chunk::One(bytes),
+            Chunk::One(first) => {
+                let mut b = BytesMut::with_capacity(first.len() + bytes.len());
+                b.put_slice(&first);
+                b.put_slice(&bytes);
+                Chunk::Many(b)
+            }
+            Chunk::Many(mut b) => {
+                b.put_slice(&bytes);
+                Chunk::Many(b)
+            }
+        };
+    }
+
+    fn into_bytes(self) -> Option<Bytes> {
+        match self {
+            Chunk::Empty => None,
+            Chunk::One(b) => Some(b),
+            Chunk::Many(b) => Some(b.freeze()),
+        }
+    }
+}
+
+/// Appends a frame unless it repeats one already written for its session.
+fn take(last: &mut [i64], out: &mut Chunk, i: usize, f: Frame) {
+    if i != usize::MAX {
+        if f.seq <= last[i] {
+            return;
+        }
+        last[i] = f.seq;
+    }
+    out.push(f.bytes);
+}
+
+/// The SSE body of one connection. Frames that are ready together (a replay, or a burst of
+/// live events) are written as one chunk, so a burst costs one socket write per subscriber.
+///
+/// Per-frame work is kept to the minimum because one event is written to every subscriber:
+/// no clock read or timer reset per frame (the heartbeat timer ticks every
+/// `HEARTBEAT / 2` and pings when a whole tick passed without a frame, so a quiet stream
+/// gets a ping after 7.5–15 s), and no kill-switch poll (a dropped subscriber's whole
+/// connection is aborted by [`crate::serve`]).
+struct SseBody {
+    queue: VecDeque<(usize, Frame)>,
+    live: Vec<(usize, LiveRx)>,
+    last: Vec<i64>,
+    tick: Pin<Box<Sleep>>,
+    wrote: bool,
+    finished: bool,
+    _counted: SseGuard,
 }
 
 impl Stream for SseBody {
@@ -112,36 +159,36 @@ impl Stream for SseBody {
         if this.finished {
             return Poll::Ready(None);
         }
-        if this.kill.as_mut().poll(cx).is_ready() {
-            this.finished = true;
-            return Poll::Ready(Some(Err(std::io::Error::other("subscriber dropped"))));
-        }
-        let mut out = BytesMut::new();
+        let mut out = Chunk::Empty;
         while out.len() < BATCH_BYTES {
-            let Some(item) = this.queue.pop_front() else {
+            let Some((i, f)) = this.queue.pop_front() else {
                 break;
             };
-            this.take(&mut out, item);
+            take(&mut this.last, &mut out, i, f);
         }
-        while out.len() < BATCH_BYTES && !this.live_ended {
-            match this.live.poll_next_unpin(cx) {
-                Poll::Ready(Some(item)) => this.take(&mut out, item),
-                Poll::Ready(None) => this.live_ended = true,
-                Poll::Pending => break,
+        let last = &mut this.last;
+        let mut ended = 0;
+        for (i, rx) in this.live.iter_mut() {
+            let i = *i;
+            if let Poll::Ready(None) = rx.poll_drain(cx, &mut |f| take(last, &mut out, i, f)) {
+                ended += 1;
             }
         }
-        if !out.is_empty() {
-            this.heartbeat.as_mut().reset(Instant::now() + HEARTBEAT);
-            return Poll::Ready(Some(Ok(out.freeze())));
+        if let Some(bytes) = out.into_bytes() {
+            this.wrote = true;
+            return Poll::Ready(Some(Ok(bytes)));
         }
-        if this.live_ended && this.queue.is_empty() {
-            // Every sink was closed by the engine (session deleted or shutdown).
+        if ended == this.live.len() && this.queue.is_empty() {
+            // Every sink was closed by the engine (session deleted, slow subscriber dropped,
+            // or shutdown): end with an error so the socket closes.
             this.finished = true;
             return Poll::Ready(Some(Err(std::io::Error::other("stream closed"))));
         }
-        if this.heartbeat.as_mut().poll(cx).is_ready() {
-            this.heartbeat.as_mut().reset(Instant::now() + HEARTBEAT);
-            return Poll::Ready(Some(Ok(Bytes::from_static(PING))));
+        while this.tick.as_mut().poll(cx).is_ready() {
+            this.tick.as_mut().reset(Instant::now() + HEARTBEAT / 2);
+            if !std::mem::take(&mut this.wrote) {
+                return Poll::Ready(Some(Ok(Bytes::from_static(PING))));
+            }
         }
         Poll::Pending
     }
@@ -151,7 +198,6 @@ impl Stream for SseBody {
 pub fn body_stream(
     subs: Vec<Subscription>,
     pad: bool,
-    kill: CancellationToken,
 ) -> BoxStream<'static, Result<Bytes, std::io::Error>> {
     let mut queue = VecDeque::new();
     if pad {
@@ -167,7 +213,7 @@ pub fn body_stream(
             },
         ));
     }
-    let mut live = SelectAll::new();
+    let mut live = Vec::with_capacity(subs.len());
     let mut last = Vec::with_capacity(subs.len());
     for (i, mut sub) in subs.into_iter().enumerate() {
         queue.extend(prelude(&sub));
@@ -175,17 +221,16 @@ pub fn body_stream(
         for f in std::mem::take(&mut sub.replay) {
             queue.push_back((i, f));
         }
-        let rx = ReceiverStream::new(sub.live).map(move |f| (i, f)).boxed();
-        live.push(rx);
+        live.push((i, sub.live));
     }
     SseBody {
         queue,
         live,
         last,
-        kill: Box::pin(kill.cancelled_owned()),
-        heartbeat: Box::pin(tokio::time::sleep(HEARTBEAT)),
-        live_ended: false,
+        tick: Box::pin(tokio::time::sleep(HEARTBEAT / 2)),
+        wrote: false,
         finished: false,
+        _counted: SseGuard::new(),
     }
     .boxed()
 }
@@ -214,10 +259,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn frames_ready_together_are_written_once_without_duplicates() {
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
-        let sub = Subscription {
+    fn subscription(replay: Vec<Frame>, live: LiveRx) -> Subscription {
+        Subscription {
             session_id: "s".into(),
             ready: crate::engine::Ready {
                 cursor: 1,
@@ -225,13 +268,18 @@ mod tests {
                 is_live: false,
             },
             gap: Some((1, 1)),
-            replay: vec![frame(2), frame(3)],
-            live: rx,
-        };
-        tx.send(frame(3)).await.unwrap();
-        tx.send(frame(4)).await.unwrap();
-        let kill = CancellationToken::new();
-        let mut body = body_stream(vec![sub], false, kill.clone());
+            replay,
+            live,
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_ready_together_are_written_once_without_duplicates() {
+        let (tx, rx) = crate::live::channel(8);
+        let sub = subscription(vec![frame(2), frame(3)], rx);
+        tx.push(frame(3)).unwrap();
+        tx.push(frame(4)).unwrap();
+        let mut body = body_stream(vec![sub], false);
         let first = body.next().await.unwrap().unwrap();
         let text = String::from_utf8_lossy(&first);
         assert!(
@@ -245,11 +293,52 @@ mod tests {
             "seq 3 replayed and live must be written once: {text}"
         );
         assert!(text.contains("id: 2\n") && text.contains("id: 4\n"));
-        kill.cancel();
+        drop(tx);
         assert!(
             body.next().await.unwrap().is_err(),
-            "a killed subscriber ends with an error so the socket closes"
+            "a closed sink ends the stream with an error so the socket closes"
         );
+    }
+
+    #[tokio::test]
+    async fn a_lone_live_frame_is_written_as_it_is() {
+        let (tx, rx) = crate::live::channel(8);
+        let mut body = body_stream(vec![subscription(vec![], rx)], false);
+        body.next().await.unwrap().unwrap();
+        let f = frame(5);
+        tx.push(f.clone()).unwrap();
+        let chunk = body.next().await.unwrap().unwrap();
+        assert_eq!(chunk, f.bytes);
+        assert_eq!(
+            chunk.as_ptr(),
+            f.bytes.as_ptr(),
+            "the shared frame bytes are written without a copy"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_stream_pings_within_the_heartbeat_and_a_busy_one_does_not() {
+        let (tx, rx) = crate::live::channel(8);
+        let mut body = body_stream(vec![subscription(vec![], rx)], false);
+        body.next().await.unwrap().unwrap();
+        let t0 = Instant::now();
+        // Frames keep arriving every 5 s for 30 s: no ping in between.
+        for s in 2..8 {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            tx.push(frame(s)).unwrap();
+            let chunk = body.next().await.unwrap().unwrap();
+            assert_eq!(chunk, frame(s).bytes, "no ping while frames flow");
+        }
+        // Then silence: a ping comes after at most HEARTBEAT.
+        let quiet = Instant::now();
+        let chunk = body.next().await.unwrap().unwrap();
+        assert_eq!(&chunk[..], PING);
+        let waited = quiet.elapsed();
+        assert!(
+            waited <= HEARTBEAT && waited >= HEARTBEAT / 2,
+            "ping after {waited:?} of silence"
+        );
+        assert!(t0.elapsed() > Duration::from_secs(30));
     }
 
     #[test]

@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_util::sync::CancellationToken;
+use vis_companion_api::live::{self, LiveTx, PushError};
 use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
 use vis_companion_api::{Frame, Ready, Subscription};
 
@@ -34,7 +34,7 @@ pub fn is_live_only(kind: &str) -> bool {
 }
 
 struct Sink {
-    tx: mpsc::Sender<Frame>,
+    tx: LiveTx,
     kick: CancellationToken,
 }
 
@@ -113,13 +113,13 @@ impl Bus {
             seq,
             bytes: format_frame(Some(seq), kind, &data),
         };
-        ch.sinks.retain(|s| match s.tx.try_send(frame.clone()) {
+        ch.sinks.retain(|s| match s.tx.push(frame.clone()) {
             Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
+            Err(PushError::Full) => {
                 s.kick.cancel();
                 false
             }
-            Err(TrySendError::Closed(_)) => false,
+            Err(PushError::Closed) => false,
         });
         let stored = !is_live_only(kind);
         let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
@@ -145,7 +145,7 @@ impl Bus {
         kick: CancellationToken,
     ) -> Option<Subscription> {
         let chan = self.channel(sid)?;
-        let (tx, rx) = mpsc::channel(SSE_QUEUE_CAP);
+        let (tx, rx) = live::channel(SSE_QUEUE_CAP);
         let (high, effective) = {
             let mut ch = chan.lock();
             let high = ch.seq;

@@ -4,7 +4,6 @@ use super::Q;
 use crate::engine::Cursor;
 use crate::error::{ApiError, ApiResult};
 use crate::serve::ConnKill;
-use crate::serve_stats::SseGuard;
 use crate::sse::{body_stream, wants_pad};
 use crate::AppState;
 use axum::body::Body;
@@ -12,7 +11,6 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::{Extension, Json};
-use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -32,11 +30,7 @@ fn single_cursor(h: &HeaderMap, q: &Q) -> i64 {
 fn sse_response(
     stream: futures::stream::BoxStream<'static, Result<bytes::Bytes, std::io::Error>>,
 ) -> Response {
-    let guard = SseGuard::new();
-    let body = Body::from_stream(stream.map(move |item| {
-        let _keep = &guard;
-        item
-    }));
+    let body = Body::from_stream(stream);
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
@@ -94,11 +88,7 @@ pub async fn session_stream(
         .engine
         .subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone())
         .await?;
-    Ok(sse_response(body_stream(
-        vec![sub],
-        wants_pad(&headers),
-        kill,
-    )))
+    Ok(sse_response(body_stream(vec![sub], wants_pad(&headers))))
 }
 
 /// Parses `sids=a:10,b,c:-1` into `(sid, cursor)` pairs; tokens with a bad cursor are dropped.
@@ -155,7 +145,7 @@ pub async fn multiplexed(
     if subs.is_empty() {
         return Err(ApiError::bad_request("bad-request", "no valid sids"));
     }
-    Ok(sse_response(body_stream(subs, wants_pad(&headers), kill)))
+    Ok(sse_response(body_stream(subs, wants_pad(&headers))))
 }
 
 pub async fn since(
