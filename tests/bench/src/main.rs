@@ -11,13 +11,14 @@
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const PROTO: &str = "X-Vis-Protocol: 2\r\nX-Vis-Min-Gateway-Protocol: 2\r\n";
+
+mod subscribers;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -135,79 +136,6 @@ fn pct(v: &mut [i64], p: f64) -> i64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(hay, needle)
-}
-
-/// The envelope `ts` of one frame's `data:` line, if any.
-fn frame_ts(frame: &[u8]) -> Option<i64> {
-    let data = &frame[find(frame, b"\ndata: ")? + 7..];
-    let at = find(data, b"\"ts\":")? + 5;
-    let digits = data[at..].iter().take_while(|c| c.is_ascii_digit()).count();
-    std::str::from_utf8(&data[at..at + digits])
-        .ok()?
-        .parse()
-        .ok()
-}
-
-/// One SSE subscriber: counts frames and records latencies of events with a `ts`. It parses
-/// in place (no per-frame allocation) so that the client, which shares the 2 CPUs with the
-/// gateway, costs as little as it can.
-async fn subscriber(
-    port: u16,
-    sid: String,
-    frames: Arc<AtomicU64>,
-    lat: Arc<std::sync::Mutex<Vec<i64>>>,
-    ready: Arc<AtomicU64>,
-) -> Result<()> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
-    let req = format!("GET /v1/sessions/{sid}/events?cursor=-1 HTTP/1.1\r\nHost: 127.0.0.1\r\n{PROTO}Accept: text/event-stream\r\n\r\n");
-    s.write_all(req.as_bytes()).await?;
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut filled = 0;
-    let mut counted_ready = false;
-    let mut mine = Vec::new();
-    loop {
-        if filled == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-        let n = s.read(&mut buf[filled..]).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        filled += n;
-        let now = now_ms();
-        let mut start = 0;
-        let mut counted = 0;
-        while let Some(end) = find(&buf[start..filled], b"\n\n").map(|e| start + e + 2) {
-            let frame = &buf[start..end];
-            start = end;
-            if !counted_ready && find(frame, b"event: subscription.ready").is_some() {
-                counted_ready = true;
-                ready.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            if frame.starts_with(b":") {
-                continue; // a comment (`: ping`, the pad)
-            }
-            counted += 1;
-            if let Some(ts) = frame_ts(frame) {
-                mine.push(now - ts);
-            }
-        }
-        if counted > 0 {
-            frames.fetch_add(counted, Ordering::Relaxed);
-        }
-        buf.copy_within(start..filled, 0);
-        filled -= start;
-        if !mine.is_empty() {
-            if let Ok(mut v) = lat.try_lock() {
-                v.append(&mut mine);
-            }
-        }
-    }
-}
-
 /// CPU time (user + system) of a process so far, in microseconds.
 fn cpu_us(pid: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -236,21 +164,12 @@ async fn fanout(bin: &Path, n: usize) -> Result<()> {
         .to_string();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss0 = rss_kib(pid);
-    let frames = Arc::new(AtomicU64::new(0));
-    let ready = Arc::new(AtomicU64::new(0));
-    let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
-    for i in 0..n {
-        tokio::spawn(subscriber(
-            gw.port,
-            sid.clone(),
-            frames.clone(),
-            lat.clone(),
-            ready.clone(),
-        ));
-        if i % 200 == 199 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    let subs = {
+        let sid = sid.clone();
+        let port = gw.port;
+        tokio::task::spawn_blocking(move || subscribers::Subscribers::open(port, &sid, n)).await??
+    };
+    let (frames, ready, lat) = (&subs.stats.frames, &subs.stats.ready, &subs.stats.lat);
     let t0 = Instant::now();
     while (ready.load(Ordering::Relaxed) as usize) < n && t0.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(50)).await;
