@@ -741,3 +741,73 @@ async fn an_https_response_filter_replaces_the_response_inside_tls() {
     assert_eq!(d.phase, "https-response");
     assert!(d.is_intercepted);
 }
+
+#[tokio::test]
+async fn one_intercepted_tunnel_reuses_one_verified_upstream_connection_and_decides_each_request() {
+    let (h, _ca, o, bundle) = mitm("rules: [{host: localhost, access: read-only}]\n", vec![]).await;
+    let ca = bundle.path().to_str().unwrap();
+    let a = format!("https://localhost:{}/one", o.port());
+    let b = format!("https://localhost:{}/two", o.port());
+    // one curl process: one CONNECT, three requests inside the same TLS
+    // connection; the POST is denied inside the tunnel
+    let p = h.http_proxy();
+    let r = curl(&[
+        "--http1.1",
+        "--proxy",
+        &p,
+        "--cacert",
+        ca,
+        &a,
+        &b,
+        "--next",
+        "-sS",
+        "-i",
+        "--http1.1",
+        "--proxy",
+        &p,
+        "--cacert",
+        ca,
+        "-d",
+        "x=1",
+        &a,
+    ])
+    .await;
+    let statuses: Vec<&str> = r.stdout.split("HTTP/1.1 ").skip(1).collect();
+    assert!(
+        statuses
+            .iter()
+            .filter(|s| s.starts_with("200 OK") || s.starts_with("200\r"))
+            .count()
+            >= 2,
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("hello from origin: GET /one"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("hello from origin: GET /two"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        statuses.iter().any(|s| s.starts_with("403")),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(o.seen().len(), 2);
+    // one upstream dial for the tunnel (the CONNECT validated the address)
+    assert_eq!(h.dialer.dialled(), vec![o.addr.unwrap()]);
+    let recs = h.sink.wait_for(3).await;
+    let https: Vec<_> = recs.iter().filter(|d| d.lane == Lane::Https).collect();
+    assert_eq!(https.len(), 3, "{recs:?}");
+    assert_eq!(
+        https
+            .iter()
+            .filter(|d| d.decision == Verdict::Allow)
+            .count(),
+        2
+    );
+}
