@@ -176,6 +176,9 @@ pub trait Engine: Send + Sync + 'static {
     async fn slashes(&self, sid: &str) -> ApiResult<Value>;
     async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<Value>;
     async fn extensions(&self, root: Option<String>) -> ApiResult<Value>;
+    /// Reloads configuration and extensions for a project (the `/reload` slash command):
+    /// `{status: "ok" | "error", title, extensions: <as GET /v1/extensions>}`.
+    async fn reload_extensions(&self, root: Option<String>) -> ApiResult<Value>;
     async fn router(&self) -> ApiResult<Value>;
 
     /// The environment and working directory for a sandbox child of a session (used by

@@ -4,13 +4,13 @@
 //! wrong type is reported with the key's path AND the file it is in.
 
 use anyhow::{anyhow, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// One provider entry under `providers:`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderEntry {
     /// `openai`, `anthropic` or `openai-compatible`.
@@ -27,7 +27,7 @@ pub struct ProviderEntry {
     pub headers: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct JailSection {
     pub enabled: Option<bool>,
@@ -36,7 +36,7 @@ pub struct JailSection {
 }
 
 /// The merged configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -48,6 +48,48 @@ pub struct Config {
     /// Extra environment for extensions and sandbox children of this project.
     #[serde(default)]
     pub environment: BTreeMap<String, String>,
+}
+
+/// The dotted keys whose values differ between two configurations, one level deep under
+/// the sections (`providers.local`, `jail.network`, `default_model`), sorted.
+pub fn changed_keys(old: &Config, new: &Config) -> Vec<String> {
+    fn walk(
+        prefix: &str,
+        a: &serde_json::Value,
+        b: &serde_json::Value,
+        depth: usize,
+        out: &mut Vec<String>,
+    ) {
+        match (a, b) {
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) if depth < 2 => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                let null = serde_json::Value::Null;
+                for k in keys {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(
+                        &key,
+                        x.get(k).unwrap_or(&null),
+                        y.get(k).unwrap_or(&null),
+                        depth + 1,
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(prefix.to_string()),
+            _ => {}
+        }
+    }
+    let (a, b) = (
+        serde_json::to_value(old).unwrap_or_default(),
+        serde_json::to_value(new).unwrap_or_default(),
+    );
+    let mut out = Vec::new();
+    walk("", &a, &b, 0, &mut out);
+    out
 }
 
 /// The files read for a project, in merge order.

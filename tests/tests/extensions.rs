@@ -981,3 +981,88 @@ async fn deleting_a_session_stops_its_extension_worker_while_the_registration_wo
     let (t, _) = turn_text(&gw, &other, "/bump").await;
     assert!(t.contains("counter is now 1"), "{t}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn post_extensions_reload_reports_a_broken_file_then_adopts_the_fixed_one() {
+    let dirs = Dirs::new();
+    global_ext(&dirs, "ver.py", &versioned("one"));
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let root = dirs.root();
+    global_ext(
+        &dirs,
+        "ver.py",
+        &format!(
+            "{}\nraise ValueError('broken on purpose')\n",
+            versioned("two")
+        ),
+    );
+    let (s, v) = gw
+        .post(
+            "/v1/extensions/reload",
+            json!({"root": root.display().to_string()}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "error", "{v}");
+    let title = v["title"].as_str().unwrap_or("");
+    assert!(
+        title.starts_with(
+            "Reloaded — configuration (unchanged); Python extensions: 0 loaded, 1 failed:"
+        ),
+        "{title}"
+    );
+    assert!(title.contains("broken on purpose"), "{title}");
+    assert_eq!(v["extensions"]["extensions"][0]["is_stale"], true, "{v}");
+
+    global_ext(&dirs, "ver.py", &versioned("three"));
+    let (s, v) = gw
+        .post_empty(&format!("/v1/extensions/reload?root={}", root.display()))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(
+        v["title"], "Reloaded — configuration (unchanged); Python extensions: 1 loaded",
+        "{v}"
+    );
+    assert_eq!(v["extensions"]["extensions"][0]["is_stale"], false, "{v}");
+
+    let (s, v) = gw
+        .post("/v1/extensions/reload", json!({"root": "/no/such/dir"}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("/no/such/dir"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reload_title_names_the_configuration_keys_that_changed() {
+    let dirs = Dirs::new();
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let root = dirs.root();
+    let sid = gw.create_session_at(&root).await;
+    let (t, _) = turn_text(&gw, &sid, "/reload").await;
+    assert!(
+        t.contains("Reloaded — configuration (unchanged); Python extensions: 0 loaded"),
+        "{t}"
+    );
+    std::fs::write(
+        root.join("vis.yml"),
+        "default_model: other-model\nenvironment:\n  GREETING: hi\n",
+    )
+    .unwrap();
+    let (t, _) = turn_text(&gw, &sid, "/reload").await;
+    assert!(
+        t.contains("Reloaded — configuration (default_model, environment.GREETING); Python extensions: 0 loaded"),
+        "{t}"
+    );
+    let (_, rows) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    assert!(
+        rows.to_string().contains(r#""slash/title":"Reloaded — configuration (default_model, environment.GREETING); Python extensions: 0 loaded""#),
+        "the transcript form carries the reply's title: {rows}"
+    );
+}

@@ -286,6 +286,7 @@ const ROUTES: &[(&str, &str)] = &[
         "/v1/sessions/{sid}/human-input/{rid}/actions/cancel",
     ),
     ("GET", "/v1/extensions"),
+    ("POST", "/v1/extensions/reload"),
     ("GET", "/v1/router"),
     ("GET", "/v1/settings"),
     ("GET", "/v1/settings/{id}"),

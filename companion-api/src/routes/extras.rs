@@ -13,6 +13,26 @@ pub async fn extensions(State(st): State<AppState>, q: Q) -> ApiResult<Json<Valu
     Ok(Json(st.engine.extensions(q.get("root").cloned()).await?))
 }
 
+/// `POST /v1/extensions/reload` — project from `?root=` or the body's `root` (default: the
+/// gateway's start-up directory).
+pub async fn reload_extensions(
+    State(st): State<AppState>,
+    q: Q,
+    body: crate::body::JsonBody,
+) -> ApiResult<Json<Value>> {
+    let root = q
+        .get("root")
+        .cloned()
+        .or_else(|| {
+            body.0
+                .get("root")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .filter(|r| !r.trim().is_empty());
+    Ok(Json(st.engine.reload_extensions(root).await?))
+}
+
 pub async fn sandbox_env(
     State(st): State<AppState>,
     body: crate::body::JsonBody,

@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
             post(human_input::cancel),
         )
         .route("/v1/extensions", get(extras::extensions))
+        .route("/v1/extensions/reload", post(extras::reload_extensions))
         .route("/v1/sandbox/env", post(extras::sandbox_env))
         .route("/v1/router", get(extras::router))
         .route("/v1/settings", get(extras::settings))

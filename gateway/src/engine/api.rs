@@ -405,6 +405,24 @@ impl Engine for Api {
         Ok(self.0.extensions.list(root.as_deref()).await)
     }
 
+    async fn reload_extensions(&self, root: Option<String>) -> ApiResult<Value> {
+        let root = root
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| self.0.default_root.clone());
+        if !root.is_dir() {
+            return Err(ApiError::bad_request(
+                "invalid-request",
+                format!("root {} is not a directory", root.display()),
+            ));
+        }
+        let (status, title) = match self.0.reload_all(&root).await {
+            Ok(t) => ("ok", t),
+            Err(t) => ("error", t),
+        };
+        let extensions = self.0.extensions.list(Some(&root)).await;
+        Ok(json!({"status": status, "title": title, "extensions": extensions}))
+    }
+
     async fn router(&self) -> ApiResult<Value> {
         let r = self.0.providers.read();
         let providers: Vec<Value> = r

@@ -33,6 +33,17 @@ const CLIENT_NATIVE: &[(&str, &str)] = &[
     ("clear", "Clear the view"),
 ];
 
+/// A slash reply's title: its first line (without Markdown heading marks), else `/name`.
+fn slash_title(name: &str, text: &str) -> String {
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let first = first.trim().trim_start_matches('#').trim();
+    if first.is_empty() || first.starts_with("```") {
+        format!("/{name}")
+    } else {
+        first.chars().take(200).collect()
+    }
+}
+
 /// Splits `/name rest` into `(name, rest)`.
 pub fn parse(request: &str) -> Option<(&str, &str)> {
     let body = request.trim().strip_prefix('/')?;
@@ -150,7 +161,7 @@ impl Gateway {
             Err(e) => ("error", e.clone()),
         };
         let form = json!({"tag": "user-slash", "code": request, "op": format!("slash/{name}"),
-            "result": {"slash/status": status, "slash/title": format!("/{name}"), "slash/reason": result.as_ref().err()}});
+            "result": {"slash/status": status, "slash/title": slash_title(name, &text), "slash/reason": result.as_ref().err()}});
         let Some(shared) = self.loaded_session(sid) else {
             return;
         };
@@ -198,9 +209,12 @@ impl Gateway {
     pub async fn reload_all(&self, root: &Path) -> Result<String, String> {
         let config = self.reload_config(root).await;
         let report = self.extensions.reload(Some(root)).await;
-        let text = match &config {
-            Ok(c) | Err(c) => format!("{c}\n\n{}", report.summary()),
+        let part = match &config {
+            Ok(keys) if keys.is_empty() => "configuration (unchanged)".to_string(),
+            Ok(keys) => format!("configuration ({})", keys.join(", ")),
+            Err(e) => format!("configuration (failed: {e})"),
         };
+        let text = format!("Reloaded — {part}; {}", report.summary());
         // Any failure — configuration or an extension file — makes the reply an error
         // (extension-api.md §9); what did load is still active, last good versions included.
         if config.is_err() || !report.failures.is_empty() {
@@ -211,29 +225,43 @@ impl Gateway {
     }
 
     /// Re-reads the configuration layers and rebuilds the provider router; last good wins.
-    pub async fn reload_config(&self, root: &Path) -> Result<String, String> {
-        let stay = "reload failed, the previous configuration stays active";
+    /// Returns the keys that changed.
+    pub async fn reload_config(&self, root: &Path) -> Result<Vec<String>, String> {
+        let stay = "the previous configuration stays active";
         let cfg = self
             .project_config(root)
             .await
-            .map_err(|e| format!("{stay}: {e}"))?;
+            .map_err(|e| format!("{e}; {stay}"))?;
         let router =
-            crate::providers::Router::from_config(&cfg).map_err(|e| format!("{stay}: {e}"))?;
-        let n = router.clients.len();
+            crate::providers::Router::from_config(&cfg).map_err(|e| format!("{e}; {stay}"))?;
         if let Some(sb) = self.sandbox.get() {
             sb.routes.refresh(&router.clients);
         }
+        let changed = crate::config::changed_keys(&self.config.read(), &cfg);
         *self.providers.write() = router;
         *self.config.write() = cfg;
-        Ok(format!(
-            "Configuration reloaded: {n} provider(s) configured."
-        ))
+        Ok(changed)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::parse;
+
+    #[test]
+    fn a_slash_title_is_the_first_line_of_the_reply() {
+        use super::slash_title;
+        assert_eq!(
+            slash_title(
+                "reload",
+                "Reloaded — configuration (unchanged); Python extensions: 0 loaded"
+            ),
+            "Reloaded — configuration (unchanged); Python extensions: 0 loaded"
+        );
+        assert_eq!(slash_title("todo", "## Todo\n\n- a"), "Todo");
+        assert_eq!(slash_title("sh", "```\nok\n```"), "/sh");
+        assert_eq!(slash_title("x", ""), "/x");
+    }
 
     #[test]
     fn a_slash_request_splits_into_name_and_arguments() {
