@@ -418,3 +418,58 @@ async fn a_human_focuses_and_interrupts_a_live_view_and_the_extension_learns_it(
         (StatusCode::NOT_FOUND, "live-view-not-found".into())
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forms_and_live_views_left_open_by_a_crash_are_closed_as_interrupted_at_the_next_start() {
+    let gw = start().await;
+    let root = gw.dirs.root();
+    let (form_sid, view_sid) = (
+        gw.create_session_at(&root).await,
+        gw.create_session_at(&root).await,
+    );
+    gw.submit(&form_sid, "/asksoft").await;
+    let rid = pending(&gw, &form_sid).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    gw.submit(&view_sid, "/job").await;
+    let evs = gw.wait_stored(&view_sid, "human_input.live.open").await;
+    let vid = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.live.open")
+        .unwrap()["view_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let gw = gw.restart_after_kill().await;
+
+    let evs = gw.wait_stored(&form_sid, "turn.failed").await;
+    let kinds = types(&evs);
+    let close = evs
+        .iter()
+        .position(|e| e["type"] == "human_input.close")
+        .unwrap_or_else(|| panic!("no human_input.close after the restart: {kinds:?}"));
+    assert_eq!(evs[close]["request_id"], json!(rid));
+    assert_eq!(evs[close]["reason"], "interrupted");
+    let failed = evs.iter().position(|e| e["type"] == "turn.failed").unwrap();
+    assert!(
+        close < failed,
+        "the form closes before the turn's terminal: {kinds:?}"
+    );
+    let (_, v) = gw.get(format!("/v1/sessions/{form_sid}/human-input")).await;
+    assert_eq!(v["requests"], json!([]), "{v}");
+
+    let evs = gw.wait_stored(&view_sid, "human_input.live.close").await;
+    let close = evs
+        .iter()
+        .find(|e| e["type"] == "human_input.live.close")
+        .unwrap();
+    assert_eq!(close["view_id"], json!(vid));
+    assert_eq!(close["result"]["reason"], "interrupted");
+    assert_eq!(close["result"]["is_completed"], false);
+    let (_, v) = gw
+        .get(format!("/v1/sessions/{view_sid}/human-input/live"))
+        .await;
+    assert_eq!(v["views"], json!([]), "{v}");
+}

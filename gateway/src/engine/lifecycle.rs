@@ -741,6 +741,7 @@ impl Gateway {
                 .call(move |c| crate::store::rows::open_blocks(c, &sid, &tid))
                 .await
                 .unwrap_or_default();
+            self.close_dangling_human_input(&t.sid).await;
             let launch = {
                 let mut st = shared.lock();
                 let run = Running {
@@ -765,6 +766,37 @@ impl Gateway {
             n += 1;
         }
         Ok(n)
+    }
+}
+
+impl Gateway {
+    /// Forms and live views the journal shows open when the gateway stopped can never be
+    /// answered or updated (the extension call that owned them died with the process): each
+    /// gets its closing event with reason `interrupted`, so no client keeps showing it.
+    async fn close_dangling_human_input(&self, sid: &str) {
+        let owned = sid.to_string();
+        let dangling = self
+            .store
+            .call(move |c| crate::store::rows::dangling_human_input(c, &owned))
+            .await
+            .unwrap_or_default();
+        for (is_view, id) in dangling {
+            if is_view {
+                let result = json!({"view_id": id, "is_completed": false, "reason": "interrupted",
+                    "is_from_human": false});
+                self.bus.publish(
+                    sid,
+                    "human_input.live.close",
+                    payload(json!({"view_id": id, "result": result})),
+                );
+            } else {
+                self.bus.publish(
+                    sid,
+                    "human_input.close",
+                    payload(json!({"request_id": id, "reason": "interrupted"})),
+                );
+            }
+        }
     }
 }
 

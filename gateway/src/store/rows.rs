@@ -291,6 +291,34 @@ pub fn open_blocks(c: &Connection, sid: &str, tid: &str) -> StoreResult<Vec<Stri
     Ok(open)
 }
 
+/// What the journal shows a session opened for a human and never closed: `vis.ask` forms
+/// (`human_input.request` without `human_input.close`) and live views (`human_input.live.open`
+/// without `human_input.live.close`), as `(is_view, id)` in opening order.
+pub fn dangling_human_input(c: &Connection, sid: &str) -> StoreResult<Vec<(bool, String)>> {
+    let mut st = c.prepare_cached(
+        "SELECT type, COALESCE(json_extract(data, '$.request.id'), json_extract(data, '$.request_id'), \
+         json_extract(data, '$.view_id')) FROM events WHERE sid = ?1 AND type IN \
+         ('human_input.request', 'human_input.close', 'human_input.live.open', 'human_input.live.close') \
+         ORDER BY seq",
+    )?;
+    let rows = st
+        .query_map(params![sid], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut open: Vec<(bool, String)> = Vec::new();
+    for (kind, id) in rows {
+        let Some(id) = id else { continue };
+        match kind.as_str() {
+            "human_input.request" => open.push((false, id)),
+            "human_input.live.open" => open.push((true, id)),
+            "human_input.close" => open.retain(|o| *o != (false, id.clone())),
+            _ => open.retain(|o| *o != (true, id.clone())),
+        }
+    }
+    Ok(open)
+}
+
 /// Extension state (decision E6), keyed by extension name; values are JSON text.
 pub fn state_get(c: &Connection, ext: &str, key: &str) -> StoreResult<Option<String>> {
     Ok(
