@@ -1393,3 +1393,307 @@ vis.register(vis.Extension(name="asker", alias="asker", description="d", symbols
     assert_eq!(out.text, "True:no bad names:plain of vis-secret:x");
     host.shutdown().await;
 }
+
+/// Filter-lane latency probe: `cargo test -p vis-gateway lane_latency_probe -- --ignored
+/// --nocapture` (prints p50/p99 of sequential calls; asserts nothing about speed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn lane_latency_probe() {
+    let f = fixture();
+    f.global(
+        "allow.py",
+        r#"
+import blockether.vis.extension as vis
+vis.register(vis.Extension(name="allow", description="d",
+    network_filters=[vis.NetworkFilter(lambda ctx: None)]))
+"#,
+    );
+    f.host.reload(None).await;
+    let filters = f.host.network_filters();
+    let pctx = vis_proxy::FilterCtx {
+        phase: vis_proxy::Phase::Http,
+        method: Some("GET".into()),
+        host: "x.test".into(),
+        port: 80,
+        path: Some("/".into()),
+        headers: [("user-agent".to_string(), "t".to_string())]
+            .into_iter()
+            .collect(),
+        body: None,
+        status: None,
+    };
+    let mut lat = Vec::new();
+    for i in 0..3000 {
+        let t = std::time::Instant::now();
+        let v = filters[0].check(&pctx).await;
+        if i >= 200 {
+            lat.push(t.elapsed().as_micros());
+        }
+        assert_eq!(v, Ok(vis_proxy::FilterVerdict::Allow));
+        if std::env::var_os("LANE_GAP").is_some() {
+            tokio::time::sleep(Duration::from_micros(50)).await;
+        }
+    }
+    lat.sort();
+    println!(
+        "lane: p50 {} µs, p90 {} µs, p99 {} µs",
+        lat[lat.len() / 2],
+        lat[lat.len() * 9 / 10],
+        lat[lat.len() * 99 / 100]
+    );
+    f.host.shutdown().await;
+}
+
+// -- the filter lane -------------------------------------------------------------------
+
+const LANE_FILTERS: &str = r#"
+import os, sys, time
+import blockether.vis.extension as vis
+
+def lane(ctx):
+    host = ctx["host"]
+    if host == "block.test":
+        return vis.block(f"no {ctx['method']} {ctx['path']} ({ctx['phase']}, port {ctx['port']})")
+    if host == "raise.test":
+        raise ValueError("bad " + ctx["headers"].get("x-probe", "?"))
+    if host == "hang.test":
+        time.sleep(60)
+    if host == "slow.test":
+        time.sleep(3)
+    if host == "exit.test":
+        sys.exit(3)
+    if host == "door.test":
+        vis.state["seen"] = vis.state.get("seen", 0) + 1
+        vis.log("info", "door from a filter")
+        return vis.block(f"seen={vis.state['seen']}")
+    if host.startswith("odd") and int(host[3:].split(".")[0]) % 2:
+        return vis.block(host)
+    if ctx["phase"].endswith("-response") and ctx["status"] == 418:
+        return vis.block("teapot")
+    if ctx["body"] == "secret":
+        return vis.block("body")
+    return None
+
+vis.register(vis.Extension(name="lane", description="d", network_filters=[vis.NetworkFilter(lane)]))
+"#;
+
+fn pctx(phase: vis_proxy::Phase, host: &str) -> vis_proxy::FilterCtx {
+    vis_proxy::FilterCtx {
+        phase,
+        method: Some("POST".into()),
+        host: host.into(),
+        port: 8080,
+        path: Some("/p?q=1".into()),
+        headers: [("x-probe".to_string(), "é-42".to_string())]
+            .into_iter()
+            .collect(),
+        body: None,
+        status: None,
+    }
+}
+
+async fn lane_fixture(timeout: Duration) -> (Fixture, Arc<dyn vis_proxy::NetworkFilter>) {
+    let f = fixture_with(|c| c.filter_timeout = timeout);
+    f.global("lane.py", LANE_FILTERS);
+    f.host.reload(None).await;
+    let filters = f.host.network_filters();
+    assert_eq!(filters.len(), 1);
+    let filter = filters[0].clone();
+    (f, filter)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_filter_lane_allows_blocks_and_keeps_the_traceback_of_a_raise() {
+    use vis_proxy::{FilterVerdict, Phase};
+    let (f, filter) = lane_fixture(Duration::from_secs(5)).await;
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    assert_eq!(
+        filter.check(&pctx(Phase::Https, "block.test")).await,
+        Ok(FilterVerdict::Block(
+            "no POST /p?q=1 (https, port 8080)".into()
+        ))
+    );
+    let mut teapot = pctx(Phase::HttpsResponse, "ok.test");
+    teapot.status = Some(418);
+    assert_eq!(
+        filter.check(&teapot).await,
+        Ok(FilterVerdict::Block("teapot".into()))
+    );
+    // A body near the 1 MiB bound crosses whole (larger than the socket buffer).
+    let mut big = pctx(Phase::Http, "ok.test");
+    big.body = Some("x".repeat(1 << 20));
+    assert_eq!(filter.check(&big).await, Ok(FilterVerdict::Allow));
+    big.body = Some("secret".into());
+    assert_eq!(
+        filter.check(&big).await,
+        Ok(FilterVerdict::Block("body".into()))
+    );
+    let err = filter
+        .check(&pctx(Phase::Http, "raise.test"))
+        .await
+        .expect_err("a raise denies");
+    assert_eq!(
+        err.message,
+        "network filter error in 'lane': ValueError: bad é-42"
+    );
+    let trace = err.trace.unwrap_or_default();
+    assert!(trace.contains("lane.py"), "{trace}");
+    assert!(trace.contains("ValueError: bad é-42"), "{trace}");
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filter_that_hangs_times_out_kills_the_worker_and_the_next_call_recovers() {
+    use vis_proxy::{FilterVerdict, Phase};
+    let (f, filter) = lane_fixture(Duration::from_millis(700)).await;
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    let pid = f.host.registration_worker_pid().expect("pid");
+    let started = std::time::Instant::now();
+    let err = filter
+        .check(&pctx(Phase::Http, "hang.test"))
+        .await
+        .expect_err("a timeout denies");
+    assert!(err.message.contains("timed out"), "{}", err.message);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    assert_ne!(f.host.registration_worker_pid(), Some(pid));
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_during_a_filter_call_denies_it_and_the_next_call_recovers() {
+    use vis_proxy::{FilterVerdict, Phase};
+    let (f, filter) = lane_fixture(Duration::from_secs(10)).await;
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    let pid = f.host.registration_worker_pid().expect("pid");
+    let slow = {
+        let filter = filter.clone();
+        tokio::spawn(async move { filter.check(&pctx(Phase::Http, "slow.test")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SAFETY: signalling a child process of this test.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let started = std::time::Instant::now();
+    let err = slow.await.expect("join").expect_err("a crash denies");
+    assert!(err.message.contains("exited"), "{}", err.message);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    assert_ne!(f.host.registration_worker_pid(), Some(pid));
+    // sys.exit in a filter denies too, and the worker is replaced after that answer.
+    let pid = f.host.registration_worker_pid();
+    let err = filter
+        .check(&pctx(Phase::Http, "exit.test"))
+        .await
+        .expect_err("sys.exit denies");
+    assert!(err.message.contains("SystemExit"), "{}", err.message);
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    assert_ne!(f.host.registration_worker_pid(), pid);
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_filter_calls_from_many_tasks_each_get_their_own_verdict() {
+    use vis_proxy::{FilterVerdict, Phase};
+    let (f, filter) = lane_fixture(Duration::from_secs(10)).await;
+    let mut tasks = Vec::new();
+    for i in 0..200u32 {
+        let filter = filter.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for round in 0..5u32 {
+                let host = format!("odd{}.test", i * 5 + round);
+                out.push((host.clone(), filter.check(&pctx(Phase::Http, &host)).await));
+            }
+            out
+        }));
+    }
+    let mut n = 0;
+    for t in tasks {
+        for (host, verdict) in t.await.expect("join") {
+            let k: u32 = host[3..host.len() - 5].parse().expect("number");
+            let want = if k % 2 == 1 {
+                Ok(FilterVerdict::Block(host.clone()))
+            } else {
+                Ok(FilterVerdict::Allow)
+            };
+            assert_eq!(verdict, want, "{host}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 1000);
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filter_can_use_host_doors_and_a_reload_swaps_it() {
+    use vis_proxy::{FilterVerdict, Phase};
+    let (f, filter) = lane_fixture(Duration::from_secs(5)).await;
+    for seen in 1..=3 {
+        assert_eq!(
+            filter.check(&pctx(Phase::Http, "door.test")).await,
+            Ok(FilterVerdict::Block(format!("seen={seen}")))
+        );
+    }
+    assert_eq!(
+        f.state.get("lane", "seen").await.expect("state"),
+        Some(json!(3))
+    );
+    f.global(
+        "lane.py",
+        r#"
+import blockether.vis.extension as vis
+vis.register(vis.Extension(name="lane", description="d",
+    network_filters=[vis.NetworkFilter(lambda ctx: vis.block("v2"))]))
+"#,
+    );
+    f.host.reload(None).await;
+    let filters = f.host.network_filters();
+    assert_eq!(
+        filters[0].check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Block("v2".into()))
+    );
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_abandoned_filter_call_that_never_answers_gets_its_worker_replaced() {
+    use vis_proxy::{FilterVerdict, Phase};
+    let (f, filter) = lane_fixture(Duration::from_millis(600)).await;
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    let pid = f.host.registration_worker_pid().expect("pid");
+    // The caller gives up first (as the proxy's own timeout or a client that left would).
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        filter.check(&pctx(Phase::Http, "hang.test")),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        filter.check(&pctx(Phase::Http, "ok.test")).await,
+        Ok(FilterVerdict::Allow)
+    );
+    assert_ne!(f.host.registration_worker_pid(), Some(pid));
+    f.host.shutdown().await;
+}

@@ -541,63 +541,63 @@ fn lane_send_all(fd: i32, mut buf: &[u8]) -> std::io::Result<()> {
 }
 
 /// Reads every queued request, runs them under one GIL acquisition, answers in one write.
+///
+/// The thread keeps its Python thread state for its whole life (one `with_gil` around the
+/// loop) and releases the GIL only around socket waits: a `with_gil` per batch would create
+/// and destroy a thread state each time, which costs more than a trivial filter.
 fn lane_loop(sock: std::os::fd::OwnedFd) {
     use std::os::fd::AsRawFd;
     let fd = sock.as_raw_fd();
     let mut chunk = vec![0u8; 64 * 1024];
     let mut inbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut out: Vec<u8> = Vec::with_capacity(4096);
-    let mut lane_fn: Option<Py<PyAny>> = None;
-    loop {
-        match lane_recv(fd, &mut chunk, 0) {
-            Ok(0) | Err(_) => hard_exit(0),
-            Ok(n) => inbuf.extend_from_slice(&chunk[..n]),
-        }
-        // Whatever else is already queued joins this batch.
-        while inbuf.len() < (4 << 20) {
-            match lane_recv(fd, &mut chunk, libc::MSG_DONTWAIT) {
-                Ok(0) => hard_exit(0),
-                Ok(n) => inbuf.extend_from_slice(&chunk[..n]),
-                Err(_) => break,
-            }
-        }
-        let (frames, used) = match super::lane::split_frames(&inbuf) {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!("vis worker: {e}");
-                hard_exit(3);
-            }
-        };
-        if frames.is_empty() {
-            continue;
-        }
-        Python::with_gil(|py| {
-            let f = match &lane_fn {
-                Some(f) => Ok(f.bind(py).clone()),
-                None => io()
-                    .glue
-                    .get()
-                    .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no glue"))
-                    .and_then(|g| g.bind(py).getattr("lane_filter")),
-            };
-            let f = match f {
-                Ok(f) => {
-                    lane_fn = Some(f.clone().unbind());
-                    Some(f)
+    Python::with_gil(|py| {
+        let lane_fn = io()
+            .glue
+            .get()
+            .and_then(|g| g.bind(py).getattr("lane_filter").ok());
+        loop {
+            let got = py.allow_threads(|| {
+                let n = lane_recv(fd, &mut chunk, 0)?;
+                inbuf.extend_from_slice(&chunk[..n]);
+                if n == 0 {
+                    return Ok(0);
                 }
-                Err(_) => None,
+                // Whatever else is already queued joins this batch.
+                while inbuf.len() < (4 << 20) {
+                    match lane_recv(fd, &mut chunk, libc::MSG_DONTWAIT) {
+                        Ok(0) => return Ok(0),
+                        Ok(m) => inbuf.extend_from_slice(&chunk[..m]),
+                        Err(_) => break,
+                    }
+                }
+                Ok::<usize, std::io::Error>(n)
+            });
+            match got {
+                Ok(0) | Err(_) => hard_exit(0),
+                Ok(_) => {}
+            }
+            let (frames, used) = match super::lane::split_frames(&inbuf) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("vis worker: {e}");
+                    hard_exit(3);
+                }
             };
+            if frames.is_empty() {
+                continue;
+            }
             for body in frames {
-                let (id, reply) = lane_one(py, f.as_ref(), body);
+                let (id, reply) = lane_one(py, lane_fn.as_ref(), body);
                 super::lane::encode_reply(&mut out, id, &reply);
             }
-        });
-        inbuf.drain(..used);
-        if lane_send_all(fd, &out).is_err() {
-            hard_exit(0);
+            inbuf.drain(..used);
+            if py.allow_threads(|| lane_send_all(fd, &out)).is_err() {
+                hard_exit(0);
+            }
+            out.clear();
         }
-        out.clear();
-    }
+    })
 }
 
 fn lane_fail(message: &str) -> super::lane::Reply {
