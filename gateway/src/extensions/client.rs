@@ -310,7 +310,7 @@ impl Running {
             armed: true,
         };
         let answer = loop {
-            match tokio::time::timeout(timeout, &mut call).await {
+            match tokio::time::timeout(timeout, call.answer()).await {
                 Err(_) if self.holds.load(Ordering::SeqCst) > 0 => continue,
                 other => break other,
             }

@@ -467,7 +467,6 @@ impl Lane {
         Ok(LaneCall {
             lane: self.clone(),
             id,
-            spin_until: None,
             finished: false,
         })
     }
@@ -547,7 +546,6 @@ impl Lane {
 pub struct LaneCall {
     lane: Arc<Lane>,
     id: u64,
-    spin_until: Option<Instant>,
     finished: bool,
 }
 
@@ -561,27 +559,47 @@ impl Future for LaneCall {
     type Output = Result<Reply, LaneError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        let lane = this.lane.clone();
-        let mut wake = Vec::new();
-        let out = {
-            let mut st = lane.st.lock();
-            this.step(&lane, &mut st, cx, &mut wake)
-        };
-        wake.into_iter().for_each(Waker::wake);
-        if out.is_ready() {
-            this.finished = true;
-        }
-        out
+        self.poll_step(Some(cx))
     }
 }
 
 impl LaneCall {
+    /// Waits for the answer: polls the socket a few times first, yielding to the runtime
+    /// in between (`spin_budget`), then sleeps on readiness.
+    pub async fn answer(&mut self) -> Result<Reply, LaneError> {
+        let until = Instant::now() + spin_budget();
+        loop {
+            if let Poll::Ready(r) = self.poll_step(None) {
+                return r;
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        self.await
+    }
+
+    /// One step; without a context nothing is registered for a wake-up (a try).
+    fn poll_step(&mut self, cx: Option<&mut Context<'_>>) -> Poll<Result<Reply, LaneError>> {
+        let lane = self.lane.clone();
+        let mut wake = Vec::new();
+        let out = {
+            let mut st = lane.st.lock();
+            self.step(&lane, &mut st, cx, &mut wake)
+        };
+        wake.into_iter().for_each(Waker::wake);
+        if out.is_ready() {
+            self.finished = true;
+        }
+        out
+    }
+
     fn step(
         &mut self,
         lane: &Lane,
         st: &mut State,
-        cx: &mut Context<'_>,
+        mut cx: Option<&mut Context<'_>>,
         wake: &mut Vec<Waker>,
     ) -> Poll<Result<Reply, LaneError>> {
         let id = self.id;
@@ -610,7 +628,7 @@ impl LaneCall {
                 return Poll::Ready(Err(LaneError::Closed(why)));
             }
             if st.reader.is_some_and(|r| r != id) {
-                if let Some(Slot::Waiting(w)) = st.slots.get_mut(&id) {
+                if let (Some(cx), Some(Slot::Waiting(w))) = (cx.as_deref(), st.slots.get_mut(&id)) {
                     match w {
                         Some(old) if old.will_wake(cx.waker()) => {}
                         _ => *w = Some(cx.waker().clone()),
@@ -627,13 +645,10 @@ impl LaneCall {
                     continue;
                 }
             }
-            // Nothing to read yet: poll again soon (yielding to other tasks), then sleep.
-            let now = Instant::now();
-            let until = *self.spin_until.get_or_insert(now + spin_budget());
-            if now < until {
-                cx.waker().wake_by_ref();
+            // Nothing to read yet: sleep on readiness (a try just says so).
+            let Some(cx) = cx.as_deref_mut() else {
                 return Poll::Pending;
-            }
+            };
             match lane.fd.poll_read_ready(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(mut guard)) => {
