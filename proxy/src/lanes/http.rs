@@ -49,6 +49,10 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
 fn provider_route(shared: &Shared, uri: &http::Uri) -> Option<crate::lanes::provider::Route> {
     let pq = uri.path_and_query()?.as_str();
     if uri.scheme().is_some() {
+        // cheap test first: most absolute-form requests name another port
+        if uri.port_u16() != Some(shared.own_port) {
+            return None;
+        }
         let host = normalize_host(uri.host()?);
         let own = matches!(host.as_str(), "127.0.0.1" | "localhost" | "::1");
         if !own || uri.port_u16() != Some(shared.own_port) {
