@@ -8,8 +8,9 @@
 //! answers them in one write. On the gateway side ([`Lane`]) the calling task writes its
 //! frame straight into the socket and reads the answer itself: one waiting task at a time
 //! is the reader and hands the answers of the others to them (no writer or reader task, no
-//! channel hop). Before it sleeps on readiness the reader polls the socket a few times,
-//! yielding to the runtime in between (never blocking a runtime thread).
+//! channel hop). It tries the socket once before it sleeps on readiness (optionally for a
+//! while, yielding to the runtime in between: `VIS_FILTER_LANE_SPIN_US`); a runtime thread
+//! is never blocked.
 //!
 //! Frames (little-endian, `bytes` = u32 length + data, `opt` = u32 length or `u32::MAX`):
 //!
@@ -268,16 +269,17 @@ pub fn decode_reply(body: &[u8]) -> Option<(u64, Reply)> {
 // The gateway side
 // ---------------------------------------------------------------------------------------
 
-/// How long the reader polls the socket (yielding in between) before it sleeps on
-/// readiness: a worker answers a trivial filter in a few microseconds, and a sleeping
-/// runtime thread takes longer than that to wake. `VIS_FILTER_LANE_SPIN_US` overrides it.
+/// How long a caller polls the socket (yielding to the runtime in between) before it
+/// sleeps on readiness. Default 0 (one try, then sleep): on a small machine a polling
+/// runtime thread takes the CPU the worker's lane thread was just woken on, which costs
+/// more than the wake-up it saves. `VIS_FILTER_LANE_SPIN_US` sets it (at most 10 ms).
 fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
         let us = std::env::var("VIS_FILTER_LANE_SPIN_US")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(40);
+            .unwrap_or(0);
         Duration::from_micros(us.min(10_000))
     })
 }
