@@ -1066,3 +1066,86 @@ async fn the_reload_title_names_the_configuration_keys_that_changed() {
         "the transcript form carries the reply's title: {rows}"
     );
 }
+
+const CHECKER: &str = r#"
+import blockether.vis.extension as vis
+
+def render(phase, args, kwargs, result, error):
+    if phase == "success":
+        rows = tuple((f, "yes") for f in result)
+        return vis.ActivityPresentation(f"Checked {len(result)} files", "all good",
+                                        [vis.ActivityHeading("Files"),
+                                         vis.ActivityTable(("file", "ok"), rows=rows)])
+    return None
+
+def check(paths: list[str]) -> list[str]:
+    """Check the files."""
+    shown = vis.publish_activity(vis.ActivityPresentation(
+        "Checking", "in progress", [vis.ActivityProgress("files", 1, 2)]))
+    return [p for p in paths] + ([] if shown else ["publish_activity was not shown"])
+
+vis.register(vis.Extension(name="checker", alias="chk", description="Checks files.",
+    symbols=[vis.Symbol(check, activity=vis.Activity(presenter="tests", label="Run checks",
+                                                     render=render))]))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn activity_presentations_reach_the_tool_block_live_and_in_its_output() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "checker.py", CHECKER);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    let list = extensions(&gw, &dirs.root()).await;
+    let tool = list["extensions"][0]["symbols"][0]["tool_name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("tool_name: {list}"))
+        .to_string();
+    llm.push(Script::tool_call(&tool, json!({"paths": ["a.py", "b.py"]})));
+    llm.push(Script::text(&["Checked."]));
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "check my files").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+
+    let started = evs.iter().find(|e| e.event == "block.started").unwrap();
+    let block_id = started.data["block_id"].clone();
+    let update = evs
+        .iter()
+        .find(|e| e.event == "activity" && e.data.get("presentation").is_some())
+        .unwrap_or_else(|| {
+            panic!(
+                "no activity update: {:?}; output: {}",
+                ev_types(&evs),
+                first_output(&evs)
+            )
+        });
+    assert_eq!(update.data["block_id"], block_id, "{}", update.data);
+    assert_eq!(update.data["result_summary"], "Checking");
+    assert_eq!(
+        update.data["result_render"], "in progress\n\n**files**: 1 / 2 (50 %)",
+        "{}",
+        update.data
+    );
+
+    let out = first_output(&evs);
+    assert_eq!(out["block_id"], block_id);
+    assert_eq!(
+        out["result"], r#"["a.py", "b.py"]"#,
+        "publish_activity was shown while the tool ran: {out}"
+    );
+    assert_eq!(out["result_summary"], "Checked 2 files", "{out}");
+    assert_eq!(out["result_detail"], "all good");
+    assert_eq!(out["result_kind"], "activity");
+    assert_eq!(
+        out["result_render"],
+        "all good\n\n### Files\n\n| file | ok |\n|---|---|\n| a.py | yes |\n| b.py | yes |",
+        "{out}"
+    );
+    assert_eq!(out["render_segments"][1]["type"], "table", "{out}");
+
+    let (_, rows) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    assert!(
+        rows.to_string()
+            .contains(r#""result_summary":"Checked 2 files""#),
+        "history renders like the live card: {rows}"
+    );
+}

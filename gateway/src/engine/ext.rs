@@ -52,15 +52,19 @@ impl StateStore for SqliteState {
     }
 }
 
-/// `vis.notify` → a live `notification` event; `publish_activity` → a live `activity` event.
-pub struct BusEvents(pub Arc<Bus>);
+/// `vis.notify` → a live `notification` event; `publish_activity` → a live `activity` update
+/// carrying the running tool call's block id and display fields (§6.8).
+pub struct BusEvents {
+    pub bus: Arc<Bus>,
+    pub presentations: Arc<super::presentation::Presentations>,
+}
 
 impl HostEvents for BusEvents {
     fn notify(&self, session_id: Option<&str>, extension: &str, text: &str, level: &str) {
         tracing::info!(target: "vis::extension", extension, level, "{text}");
         if let Some(sid) = session_id {
             let now = crate::engine::now_ms();
-            self.0.publish(
+            self.bus.publish(
                 sid,
                 "notification",
                 payload(
@@ -73,14 +77,13 @@ impl HostEvents for BusEvents {
 
     fn activity(&self, session_id: Option<&str>, extension: &str, presentation: Value) -> bool {
         let Some(sid) = session_id else { return false };
-        self.0.publish(
-            sid,
-            "activity",
-            payload(
-                json!({"activity": "tool", "extension": extension, "presentation": presentation}),
-            ),
-        );
-        true
+        match self.presentations.publish(sid, extension, presentation) {
+            Some(update) => {
+                self.bus.publish(sid, "activity", payload(update));
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -10,6 +10,7 @@ mod coalesce;
 pub mod ext;
 pub mod human_input;
 mod lifecycle;
+pub mod presentation;
 pub mod runner;
 mod slash;
 pub mod turn;
@@ -93,6 +94,8 @@ pub struct Gateway {
     pub sandbox: std::sync::OnceLock<Arc<crate::sandbox::Sandbox>>,
     /// Pending `vis.ask` forms, live views, secrets and extension shells (§6.9).
     pub human_input: Arc<human_input::HumanInput>,
+    /// The running tool call of each session and what its extension last presented (§6.8).
+    pub presentations: Arc<presentation::Presentations>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -119,10 +122,14 @@ impl Gateway {
         // The host serves its ask/live/shell doors through `human_input`, which reaches the
         // gateway through a weak reference bound right after the `Arc<Gateway>` exists.
         let human_input = human_input::HumanInput::new(bus.clone());
+        let presentations = Arc::new(presentation::Presentations::default());
         let extensions = ExtensionHost::new(
             host_cfg,
             Arc::new(ext::SqliteState(store.clone())),
-            Arc::new(ext::BusEvents(bus.clone())),
+            Arc::new(ext::BusEvents {
+                bus: bus.clone(),
+                presentations: presentations.clone(),
+            }),
             human_input.clone(),
         );
         let gw = Arc::new(Gateway {
@@ -143,6 +150,7 @@ impl Gateway {
             stopping: std::sync::atomic::AtomicBool::new(false),
             sandbox: std::sync::OnceLock::new(),
             human_input,
+            presentations,
         });
         gw.human_input.bind(&gw);
         Ok(gw)

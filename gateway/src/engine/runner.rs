@@ -182,6 +182,7 @@ async fn run_tool(
         "op": call.name, "tool_call_id": call.id, "iteration": iteration, "started_at_ms": started,
         "tag": "tool", "is_repaired": false});
     ctx.emit("block.started", display.clone());
+    ctx.gw.presentations.start(&ctx.sid, &block_id, &call.name);
     ctx.emit(
         "activity",
         json!({"activity": "tool", "iteration": iteration, "op": call.name,
@@ -224,6 +225,9 @@ async fn run_tool(
     m.insert("silent".into(), json!(false));
     m.insert("is_timeout".into(), json!(out.is_timeout));
     m.insert("duration_ms".into(), json!(t0.elapsed().as_millis() as u64));
+    if let Some(p) = ctx.gw.presentations.finish(&ctx.sid, &block_id) {
+        m.extend(super::presentation::display_fields(&p));
+    }
     ctx.emit("block.output", form.clone());
     (form, out)
 }
