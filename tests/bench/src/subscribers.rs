@@ -62,8 +62,14 @@ impl Conn {
             if self.filled == self.buf.len() {
                 self.buf.resize(self.buf.len() * 2, 0);
             }
+            let room = self.buf.len() - self.filled;
             match self.sock.read(&mut self.buf[self.filled..]) {
                 Ok(0) => return false,
+                // A short read drained the socket; data arriving later raises a new edge.
+                Ok(n) if n < room => {
+                    self.filled += n;
+                    break;
+                }
                 Ok(n) => self.filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
