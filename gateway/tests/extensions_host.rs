@@ -142,3 +142,124 @@ fn closing_the_workers_input_ends_it() {
     drop(stdin);
     assert!(child.wait().expect("wait").success());
 }
+
+/// One filter-lane request frame (see `gateway/src/extensions/lane.rs`).
+fn lane_frame(id: u64, file: &str, host: &str, phase: u8, status: Option<u32>) -> Vec<u8> {
+    fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    let mut body = Vec::new();
+    body.extend_from_slice(&id.to_le_bytes());
+    body.extend_from_slice(&u64::MAX.to_le_bytes()); // no deadline
+    body.extend_from_slice(&0u32.to_le_bytes()); // filter index
+    bytes(&mut body, file.as_bytes());
+    body.push(phase);
+    bytes(&mut body, b"GET");
+    bytes(&mut body, host.as_bytes());
+    body.extend_from_slice(&443u16.to_le_bytes());
+    bytes(&mut body, b"/x");
+    body.extend_from_slice(&1u32.to_le_bytes());
+    bytes(&mut body, b"user-agent");
+    bytes(&mut body, b"it");
+    body.extend_from_slice(&u32::MAX.to_le_bytes()); // no body
+    body.extend_from_slice(&status.unwrap_or(u32::MAX).to_le_bytes());
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// `(id, kind, first text of the reply)`.
+fn lane_replies(stream: &mut std::os::unix::net::UnixStream, n: usize) -> Vec<(u64, u8, String)> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len).expect("reply length");
+        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+        stream.read_exact(&mut body).expect("reply body");
+        let id = u64::from_le_bytes(body[0..8].try_into().expect("id"));
+        let kind = body[8];
+        let text = if body.len() > 14 {
+            let n = u32::from_le_bytes(body[10..14].try_into().expect("len")) as usize;
+            String::from_utf8_lossy(&body[14..14 + n]).into_owned()
+        } else {
+            String::new()
+        };
+        out.push((id, kind, text));
+    }
+    out
+}
+
+#[test]
+fn the_filter_lane_answers_a_batch_written_at_once_in_order() {
+    use std::os::unix::io::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let home = temp().join("lane");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let ext = home.join("f.py");
+    std::fs::write(
+        &ext,
+        "import blockether.vis.extension as vis\n\ndef f(ctx):\n    if ctx['host'] == 'raise.test':\n        raise KeyError('k')\n    if ctx['status'] == 418 or ctx['host'] == 'block.test':\n        return vis.block(ctx['phase'] + ' ' + ctx['headers']['user-agent'])\n\nvis.register(vis.Extension(name='f', description='d', network_filters=[vis.NetworkFilter(f)]))\n",
+    )
+    .expect("write");
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let fd = theirs.as_raw_fd();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vis-gateway"));
+    cmd.arg("--home")
+        .arg(&home)
+        .arg("worker")
+        .arg("--label")
+        .arg("lane")
+        .arg("--lane-fd")
+        .arg(fd.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    // SAFETY: only fcntl between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn worker");
+    drop(theirs);
+    let mut w = Worker {
+        stdin: child.stdin.take().expect("stdin"),
+        stdout: BufReader::new(child.stdout.take().expect("stdout")),
+        child,
+    };
+    let file = ext.to_string_lossy().into_owned();
+    assert_eq!(
+        w.request(1, "load", json!({"file": file}))["value"]["loaded"],
+        true
+    );
+    let mut batch = Vec::new();
+    for (id, host, phase, status) in [
+        (10, "ok.test", 1, None),
+        (11, "block.test", 1, None),
+        (12, "raise.test", 0, None),
+        (13, "ok.test", 4, Some(418)),
+        (14, "ok.test", 4, Some(200)),
+    ] {
+        batch.extend(lane_frame(id, &file, host, phase, status));
+    }
+    ours.write_all(&batch).expect("write the batch");
+    let replies = lane_replies(&mut ours, 5);
+    assert_eq!(
+        replies,
+        vec![
+            (10, 0, String::new()),
+            (11, 1, "https it".to_string()),
+            (12, 2, "KeyError".to_string()),
+            (13, 1, "https-response it".to_string()),
+            (14, 0, String::new()),
+        ]
+    );
+    // Closing the lane ends the worker.
+    drop(ours);
+    assert!(w.child.wait().expect("wait").success());
+}

@@ -706,6 +706,10 @@ fn spawn(
         use std::os::fd::AsRawFd;
         let fd = theirs.as_raw_fd();
         cmd.arg("--lane-fd").arg(fd.to_string());
+        let spin = super::lane::worker_spin_us();
+        if spin > 0 {
+            cmd.arg("--lane-spin-us").arg(spin.to_string());
+        }
         // SAFETY: only async-signal-safe calls (fcntl) between fork and exec.
         unsafe {
             cmd.pre_exec(move || {

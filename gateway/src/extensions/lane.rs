@@ -284,6 +284,16 @@ fn spin_budget() -> Duration {
     })
 }
 
+/// How long the worker's lane thread polls for the next request after answering, before
+/// it sleeps (`VIS_FILTER_LANE_WORKER_SPIN_US`, default 0, at most 10 ms).
+pub fn worker_spin_us() -> u64 {
+    std::env::var("VIS_FILTER_LANE_WORKER_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        .min(10_000)
+}
+
 enum Slot {
     Waiting(Option<Waker>),
     Done(Reply),

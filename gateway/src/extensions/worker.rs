@@ -49,6 +49,9 @@ pub struct WorkerArgs {
     /// An inherited socket serving network-filter calls (the filter lane).
     #[arg(long, hide = true)]
     pub lane_fd: Option<i32>,
+    /// After answering, poll the filter lane this long before sleeping (microseconds).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub lane_spin_us: u64,
 }
 
 struct Io {
@@ -186,7 +189,7 @@ pub fn run(home: Option<PathBuf>, args: WorkerArgs) -> Result<ExitCode> {
         .map_err(|e| anyhow!("cannot initialize the worker's Python: {e}"))?;
 
     if let Some(fd) = args.lane_fd {
-        start_lane(fd)?;
+        start_lane(fd, Duration::from_micros(args.lane_spin_us.min(10_000)))?;
     }
 
     let label = args.label.clone();
@@ -494,7 +497,7 @@ fn lane_turn(py: Python<'_>, file: &str, deadline_ns: u64) -> Option<Turn> {
     got.then_some(Turn { lock, file: None })
 }
 
-fn start_lane(fd: i32) -> Result<()> {
+fn start_lane(fd: i32, spin: Duration) -> Result<()> {
     // SAFETY: the gateway passed this descriptor for us alone; keep it from children.
     let owned = unsafe {
         if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) < 0 {
@@ -505,7 +508,7 @@ fn start_lane(fd: i32) -> Result<()> {
     LANE_ON.store(true, Ordering::SeqCst);
     std::thread::Builder::new()
         .name("vis-filter-lane".into())
-        .spawn(move || lane_loop(owned))
+        .spawn(move || lane_loop(owned, spin))
         .context("cannot start the filter lane thread")?;
     Ok(())
 }
@@ -545,7 +548,7 @@ fn lane_send_all(fd: i32, mut buf: &[u8]) -> std::io::Result<()> {
 /// The thread keeps its Python thread state for its whole life (one `with_gil` around the
 /// loop) and releases the GIL only around socket waits: a `with_gil` per batch would create
 /// and destroy a thread state each time, which costs more than a trivial filter.
-fn lane_loop(sock: std::os::fd::OwnedFd) {
+fn lane_loop(sock: std::os::fd::OwnedFd, spin: Duration) {
     use std::os::fd::AsRawFd;
     let fd = sock.as_raw_fd();
     let mut chunk = vec![0u8; 64 * 1024];
@@ -558,7 +561,22 @@ fn lane_loop(sock: std::os::fd::OwnedFd) {
             .and_then(|g| g.bind(py).getattr("lane_filter").ok());
         loop {
             let got = py.allow_threads(|| {
-                let n = lane_recv(fd, &mut chunk, 0)?;
+                // Optionally poll a little before sleeping: the next call often comes soon.
+                let mut n = None;
+                if !spin.is_zero() {
+                    let until = std::time::Instant::now() + spin;
+                    while std::time::Instant::now() < until {
+                        if let Ok(m) = lane_recv(fd, &mut chunk, libc::MSG_DONTWAIT) {
+                            n = Some(m);
+                            break;
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+                let n = match n {
+                    Some(m) => m,
+                    None => lane_recv(fd, &mut chunk, 0)?,
+                };
                 inbuf.extend_from_slice(&chunk[..n]);
                 if n == 0 {
                     return Ok(0);
