@@ -46,5 +46,9 @@ pub trait Tool: Send + Sync {
     fn is_hidden(&self) -> bool {
         false
     }
+    /// How the running call is shown (`{presenter, label?}` of an extension's `vis.Activity`).
+    fn activity(&self) -> Option<Value> {
+        None
+    }
     async fn call(&self, ctx: &ToolCtx, args: Value) -> ToolOutput;
 }

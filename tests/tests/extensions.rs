@@ -1108,6 +1108,13 @@ async fn activity_presentations_reach_the_tool_block_live_and_in_its_output() {
 
     let started = evs.iter().find(|e| e.event == "block.started").unwrap();
     let block_id = started.data["block_id"].clone();
+    assert_eq!(started.data["presenter"], "tests", "{}", started.data);
+    let running = evs
+        .iter()
+        .find(|e| e.event == "activity" && e.data["op"] == json!(tool))
+        .unwrap_or_else(|| panic!("no tool activity: {:?}", ev_types(&evs)));
+    assert_eq!(running.data["label"], "Run checks", "{}", running.data);
+    assert_eq!(running.data["phrase"], "Vis is running Run checks");
     let update = evs
         .iter()
         .find(|e| e.event == "activity" && e.data.get("presentation").is_some())

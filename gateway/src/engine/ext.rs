@@ -106,6 +106,9 @@ impl Tool for ExtTool {
     fn is_hidden(&self) -> bool {
         self.def.is_hidden
     }
+    fn activity(&self) -> Option<Value> {
+        self.def.activity.clone()
+    }
     async fn call(&self, _ctx: &ToolCtx, args: Value) -> ToolOutput {
         match self
             .host

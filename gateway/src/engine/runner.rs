@@ -178,18 +178,31 @@ async fn run_tool(
     let block_id = format!("{}:tool:{iteration}:{n}", ctx.tid);
     let code = format!("{}({})", call.name, call.arguments);
     let started = super::now_ms();
-    let display = json!({"block_id": block_id, "code": code, "display_code": code, "display_language": "json",
+    let tool = tools.iter().find(|t| t.spec().name == call.name);
+    let declared = tool.and_then(|t| t.activity());
+    let text = |k: &str| {
+        declared
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let (presenter, label) = (text("presenter"), text("label"));
+    let shown = label.unwrap_or_else(|| call.name.clone());
+    let mut display = json!({"block_id": block_id, "code": code, "display_code": code, "display_language": "json",
         "op": call.name, "tool_call_id": call.id, "iteration": iteration, "started_at_ms": started,
         "tag": "tool", "is_repaired": false});
+    let mut activity = json!({"activity": "tool", "iteration": iteration, "op": call.name,
+        "label": shown, "phrase": format!("Vis is running {shown}")});
+    if let Some(p) = &presenter {
+        display["presenter"] = json!(p);
+        activity["presenter"] = json!(p);
+    }
     ctx.emit("block.started", display.clone());
     ctx.gw.presentations.start(&ctx.sid, &block_id, &call.name);
-    ctx.emit(
-        "activity",
-        json!({"activity": "tool", "iteration": iteration, "op": call.name,
-        "label": call.name, "phrase": format!("Vis is running {}", call.name)}),
-    );
+    ctx.emit("activity", activity);
     let t0 = Instant::now();
-    let out = match tools.iter().find(|t| t.spec().name == call.name) {
+    let out = match tool {
         None => ToolOutput::fail(format!("unknown tool {:?}", call.name)),
         Some(tool) => match serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
             "{}"

@@ -298,6 +298,8 @@ pub struct ToolDef {
     pub is_hidden: bool,
     /// `observation` or `mutation`.
     pub tag: String,
+    /// The Symbol's `vis.Activity` (`{presenter, show_start, label?}`), if declared.
+    pub activity: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -498,6 +500,7 @@ struct MemberCat {
     doc: String,
     contract: Value,
     tool: ToolCat,
+    activity: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -1135,6 +1138,7 @@ impl ExtensionHost {
                         extension: e.catalog.name.clone(),
                         is_hidden: m.is_hidden,
                         tag: m.tag.clone(),
+                        activity: m.activity.clone(),
                     });
                 }
             }
