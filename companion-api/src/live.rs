@@ -98,19 +98,31 @@ impl LiveRx {
         cx: &mut Context<'_>,
         take: &mut impl FnMut(Frame),
     ) -> Poll<Option<()>> {
+        if self.drain(take) {
+            return Poll::Ready(Some(()));
+        }
+        // Register only before waiting (a poll that finds frames needs no wake-up), then look
+        // again so a push that raced the registration is not missed.
         self.0.waker.register(cx.waker());
+        if self.drain(take) {
+            return Poll::Ready(Some(()));
+        }
+        if self.0.lock().tx_gone {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn drain(&mut self, take: &mut impl FnMut(Frame)) -> bool {
         let mut st = self.0.lock();
         if st.frames.is_empty() {
-            return if st.tx_gone {
-                Poll::Ready(None)
-            } else {
-                Poll::Pending
-            };
+            return false;
         }
         for f in st.frames.drain(..) {
             take(f);
         }
-        Poll::Ready(Some(()))
+        true
     }
 }
 
