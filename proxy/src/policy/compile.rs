@@ -1,6 +1,7 @@
 //! Compile a [`NetworkConfig`] once into a frozen [`Policy`] (§4.2–4.5).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
 use super::config::{Access, NetworkConfig};
 use super::glob::Glob;
@@ -121,6 +122,41 @@ pub struct Policy {
     pub(crate) allow_private: bool,
     pub(crate) rules: Vec<Rule>,
     pub(crate) denied_names: Vec<String>,
+    /// `allowed` / `denied` domains as hash sets (built by `compile`), so the
+    /// host gate costs one lookup per label instead of a scan of the lists.
+    pub(crate) index: Option<Arc<HostIndex>>,
+}
+
+/// The `Domain` patterns of the host lists, for suffix lookups.
+#[derive(Debug, Default)]
+pub(crate) struct HostIndex {
+    pub(crate) allowed: HashSet<String>,
+    pub(crate) denied: HashSet<String>,
+}
+
+impl HostIndex {
+    fn of(list: &[HostPattern]) -> HashSet<String> {
+        list.iter()
+            .filter_map(|p| match p {
+                HostPattern::Domain(d) => Some(d.clone()),
+                HostPattern::Any => None,
+            })
+            .collect()
+    }
+}
+
+/// Does a `Domain` pattern in `set` match `host` — `host` itself or a
+/// suffix after one of its dots (exactly [`HostPattern::matches`])?
+pub(crate) fn domain_set_matches(set: &HashSet<String>, host: &str) -> bool {
+    if set.is_empty() {
+        return false;
+    }
+    if set.contains(host) {
+        return true;
+    }
+    host.bytes()
+        .enumerate()
+        .any(|(i, b)| b == b'.' && set.contains(&host[i + 1..]))
 }
 
 impl Policy {
@@ -135,6 +171,7 @@ impl Policy {
             allow_private: false,
             rules: vec![],
             denied_names: vec![],
+            index: None,
         }
     }
 
@@ -262,15 +299,22 @@ impl Policy {
                 HostPattern::Any => None,
             })
             .collect();
+        let allowed: Vec<HostPattern> = allowed.into_iter().map(|(_, p)| p).collect();
+        let denied: Vec<HostPattern> = denied.into_iter().map(|(_, p)| p).collect();
+        let index = Arc::new(HostIndex {
+            allowed: HostIndex::of(&allowed),
+            denied: HostIndex::of(&denied),
+        });
         Ok(Policy {
             restricted: true,
             deny_all: None,
-            allowed: allowed.into_iter().map(|(_, p)| p).collect(),
-            denied: denied.into_iter().map(|(_, p)| p).collect(),
+            allowed,
+            denied,
             exclude: exclude.into_iter().map(|(_, p)| p).collect(),
             allow_private: cfg.allow_private,
             rules,
             denied_names,
+            index: Some(index),
         })
     }
 
@@ -356,5 +400,49 @@ mod tests {
         assert_eq!(normalize_host("127.000.000.001"), "127.0.0.1");
         assert_eq!(normalize_host("10.0.0.1"), "10.0.0.1");
         assert_eq!(normalize_host("[0:0:0:0:0:0:0:1]"), "::1");
+    }
+
+    #[test]
+    fn the_host_index_agrees_with_the_pattern_scan() {
+        let pol = Policy::from_yaml(
+            "allowed_domains: [example.com, '*.svc.test', .dot.org, 127.0.0.1, '::1']\ndenied_domains: [bad.example.com, '*.x.example.com']\n",
+        )
+        .unwrap();
+        let idx = pol.index.as_deref().unwrap();
+        for host in [
+            "example.com",
+            "a.example.com",
+            "xexample.com",
+            "bad.example.com",
+            "a.bad.example.com",
+            "x.example.com",
+            "y.x.example.com",
+            "svc.test",
+            "a.svc.test",
+            "asvc.test",
+            "dot.org",
+            "a.b.dot.org",
+            "org",
+            "com",
+            "127.0.0.1",
+            "0.0.1",
+            "::1",
+            "",
+            ".",
+            "example.com.evil",
+        ] {
+            let scan_a = pol.allowed.iter().any(|p| !p.is_any() && p.matches(host));
+            let scan_d = pol.denied.iter().any(|p| !p.is_any() && p.matches(host));
+            assert_eq!(
+                domain_set_matches(&idx.allowed, host),
+                scan_a,
+                "allowed {host}"
+            );
+            assert_eq!(
+                domain_set_matches(&idx.denied, host),
+                scan_d,
+                "denied {host}"
+            );
+        }
     }
 }

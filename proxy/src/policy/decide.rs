@@ -1,6 +1,8 @@
 //! `decide(policy, request)` — a pure function, evaluated in the order of
 //! §4.7 with decision P3's fixes.
 
+use std::collections::HashSet;
+
 use super::compile::{Policy, Rule};
 use crate::deny::{kind, DeciderKind, Denial};
 
@@ -29,24 +31,27 @@ pub struct Allowed {
 }
 
 fn host_denial(policy: &Policy, host: &str) -> Option<Denial> {
-    let specific =
-        |list: &[super::HostPattern]| list.iter().any(|p| !p.is_any() && p.matches(host));
+    let specific = |list: &[super::HostPattern], set: Option<&HashSet<String>>| match set {
+        Some(set) => super::compile::domain_set_matches(set, host),
+        None => list.iter().any(|p| !p.is_any() && p.matches(host)),
+    };
     let has_star = |list: &[super::HostPattern]| list.iter().any(|p| p.is_any());
-    let reason = format!("host not permitted: {host}");
-    if specific(&policy.denied) {
+    let index = policy.index.as_deref();
+    let reason = || format!("host not permitted: {host}");
+    if specific(&policy.denied, index.map(|i| &i.denied)) {
         return Some(Denial::policy(
             kind::DENYLIST,
-            reason,
+            reason(),
             DeciderKind::HostGate,
         ));
     }
-    if specific(&policy.allowed) {
+    if specific(&policy.allowed, index.map(|i| &i.allowed)) {
         return None;
     }
     if has_star(&policy.denied) {
         return Some(Denial::policy(
             kind::DENYLIST,
-            reason,
+            reason(),
             DeciderKind::HostGate,
         ));
     }
@@ -55,7 +60,7 @@ fn host_denial(policy: &Policy, host: &str) -> Option<Denial> {
     }
     Some(Denial::policy(
         kind::ALLOWLIST,
-        reason,
+        reason(),
         DeciderKind::HostGate,
     ))
 }
