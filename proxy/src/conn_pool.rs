@@ -380,6 +380,10 @@ impl<F: Future> Future for Run<'_, F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
+        // Upstream first: a response that just arrived reaches its request
+        // (and the client) in this same poll, instead of after the
+        // scheduler re-polls the task for the wake-up it caused.
+        this.pool.poll_conns(cx);
         this.pool.in_poll.store(true, Ordering::SeqCst);
         let r = this.server.as_mut().poll(cx);
         this.pool.in_poll.store(false, Ordering::SeqCst);
