@@ -35,6 +35,15 @@ async fn extensions(gw: &Gateway, root: &Path) -> Value {
     v
 }
 
+/// The provider tool name of the first Symbol of the first extension listed for `root`.
+async fn first_tool_name(gw: &Gateway, root: &Path) -> String {
+    let list = extensions(gw, root).await;
+    list["extensions"][0]["symbols"][0]["tool_name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("tool_name: {list}"))
+        .to_string()
+}
+
 /// Runs one turn (e.g. a slash command) and returns every event of it as one string, plus the
 /// terminal event's type.
 async fn turn_text(gw: &Gateway, sid: &str, request: &str) -> (String, String) {
@@ -168,11 +177,7 @@ async fn a_symbol_called_by_the_model_runs_in_the_extension_and_its_result_goes_
     let dirs = Dirs::new();
     global_ext(&dirs, "greeter.py", GREETER);
     let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
-    let list = extensions(&gw, &dirs.root()).await;
-    let tool = list["extensions"][0]["symbols"][0]["tool_name"]
-        .as_str()
-        .unwrap_or_else(|| panic!("tool_name: {list}"))
-        .to_string();
+    let tool = first_tool_name(&gw, &dirs.root()).await;
     llm.push(Script::tool_call(&tool, json!({"name": "Ada"})));
     llm.push(Script::text(&["Greeted Ada."]));
 
@@ -1095,11 +1100,7 @@ async fn activity_presentations_reach_the_tool_block_live_and_in_its_output() {
     let dirs = Dirs::new();
     global_ext(&dirs, "checker.py", CHECKER);
     let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
-    let list = extensions(&gw, &dirs.root()).await;
-    let tool = list["extensions"][0]["symbols"][0]["tool_name"]
-        .as_str()
-        .unwrap_or_else(|| panic!("tool_name: {list}"))
-        .to_string();
+    let tool = first_tool_name(&gw, &dirs.root()).await;
     llm.push(Script::tool_call(&tool, json!({"paths": ["a.py", "b.py"]})));
     llm.push(Script::text(&["Checked."]));
     let sid = gw.create_session_at(&dirs.root()).await;
