@@ -318,6 +318,19 @@ fn serve(id: u64, op: &str, payload: Value) {
     send(&msg);
 }
 
+/// A Python exception as the protocol's error: class name, message, formatted traceback.
+fn wire_error(py: Python<'_>, e: &PyErr) -> WireError {
+    WireError {
+        kind: e
+            .get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "Exception".into()),
+        message: e.to_string(),
+        traceback: e.traceback(py).and_then(|tb| tb.format().ok()),
+    }
+}
+
 fn call_glue(py: Python<'_>, op: &str, payload: &Value) -> Result<Value, WireError> {
     let glue = io()
         .glue
@@ -329,18 +342,7 @@ fn call_glue(py: Python<'_>, op: &str, payload: &Value) -> Result<Value, WireErr
         .getattr("handle")
         .and_then(|h| h.call1((op, text)))
         .and_then(|r| r.extract::<String>())
-        .map_err(|e| {
-            let traceback = e.traceback(py).and_then(|tb| tb.format().ok());
-            WireError {
-                kind: e
-                    .get_type(py)
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_else(|_| "Exception".into()),
-                message: e.to_string(),
-                traceback,
-            }
-        })?;
+        .map_err(|e| wire_error(py, &e))?;
     serde_json::from_str(&out).map_err(|e| WireError::host("WorkerError", e.to_string()))
 }
 
@@ -702,15 +704,7 @@ fn lane_one(
     drop(turn);
     let reply = match result {
         Err(e) => Reply::Error {
-            error: WireError {
-                kind: e
-                    .get_type(py)
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_else(|_| "Exception".into()),
-                message: e.to_string(),
-                traceback: e.traceback(py).and_then(|tb| tb.format().ok()),
-            },
+            error: wire_error(py, &e),
             restart: false,
         },
         Ok(v) if v.is_none() => Reply::Allow,
