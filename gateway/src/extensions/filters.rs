@@ -1,0 +1,180 @@
+//! Network filters (decision P6): each `vis.NetworkFilter` as a `vis_proxy` filter that
+//! runs in the registration worker over the filter lane; a raise or a timeout denies.
+
+use super::*;
+
+impl ExtensionHost {
+    /// Every registered network filter, in registration order (global, then projects).
+    pub fn filters(&self) -> Vec<FilterInfo> {
+        self.inner.registry.read().filter_infos()
+    }
+
+    /// Runs one filter in the registration worker. A raise or a timeout DENIES.
+    pub async fn run_one_filter(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
+        match filter_ctx_of(ctx) {
+            Some(c) => filter_verdict(&self.inner, filter, &file_str(&filter.file), &c).await,
+            None => self.run_one_filter_json(filter, ctx).await,
+        }
+    }
+
+    /// [`Self::run_one_filter`] over the request protocol, for a ctx the filter lane cannot
+    /// carry (an unknown phase).
+    async fn run_one_filter_json(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
+        let payload = json!({"file": file_str(&filter.file), "index": filter.index, "ctx": ctx});
+        let limit = self.inner.cfg.filter_timeout;
+        // The limit also bounds waiting for the registration worker (a slow provider
+        // callback must not stall egress); only a filter that is itself running when the
+        // time is up gets its worker killed.
+        let outcome = self
+            .inner
+            .registration
+            .call_waiting_at_most(CallCtx::default(), "run_filter", payload, limit, limit)
+            .await;
+        match outcome {
+            Ok(v) if v.get("blocked").and_then(Value::as_bool) == Some(true) => Verdict::Deny {
+                extension: filter.extension.clone(),
+                reason: v
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                kind: "blocked-by-filter",
+                traceback: None,
+            },
+            Ok(_) => Verdict::Allow,
+            Err(e) => filter_error(filter, &e),
+        }
+    }
+
+    /// Runs every filter on a P6 ctx (`phase, method, host, port, path, headers, body?,
+    /// status?`) in order; the first deny wins.
+    pub async fn run_filter(&self, ctx: &Value) -> Verdict {
+        for f in self.filters() {
+            let v = self.run_one_filter(&f, ctx).await;
+            if v != Verdict::Allow {
+                return v;
+            }
+        }
+        Verdict::Allow
+    }
+
+    /// The filters as `vis_proxy` network filters (registration order). Cheap: the list is
+    /// built when the extensions are (re)loaded.
+    pub fn network_filters(&self) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
+        self.inner.registry.read().filters.clone()
+    }
+}
+
+/// A Python network filter as a `vis_proxy` filter. Holds the host weakly: the registry
+/// keeps the list ([`Registry::filters`]).
+pub(super) struct PyNetworkFilter {
+    pub(super) host: Weak<Inner>,
+    pub(super) info: FilterInfo,
+    /// `info.file` as a string, once.
+    pub(super) file: String,
+}
+
+#[async_trait]
+impl vis_proxy::NetworkFilter for PyNetworkFilter {
+    fn name(&self) -> &str {
+        &self.info.extension
+    }
+
+    async fn check(
+        &self,
+        ctx: &vis_proxy::FilterCtx,
+    ) -> Result<vis_proxy::FilterVerdict, vis_proxy::FilterError> {
+        let Some(inner) = self.host.upgrade() else {
+            return Err(vis_proxy::FilterError {
+                message: "the extension host has shut down".into(),
+                trace: None,
+            });
+        };
+        match filter_verdict(&inner, &self.info, &self.file, ctx).await {
+            Verdict::Allow => Ok(vis_proxy::FilterVerdict::Allow),
+            Verdict::Deny {
+                reason,
+                kind: "blocked-by-filter",
+                ..
+            } => Ok(vis_proxy::FilterVerdict::Block(reason)),
+            Verdict::Deny {
+                reason, traceback, ..
+            } => Err(vis_proxy::FilterError {
+                message: reason,
+                trace: traceback,
+            }),
+        }
+    }
+}
+
+/// One filter over the registration worker's filter lane. A raise, a timeout, a crash or
+/// an extension that stays busy DENIES (`filter-error`).
+async fn filter_verdict(
+    inner: &Inner,
+    filter: &FilterInfo,
+    file: &str,
+    ctx: &vis_proxy::FilterCtx,
+) -> Verdict {
+    let index = u32::try_from(filter.index).unwrap_or(u32::MAX);
+    let limit = inner.cfg.filter_timeout;
+    match inner.registration.filter(file, index, ctx, limit).await {
+        Ok(lane::Reply::Allow) => Verdict::Allow,
+        Ok(lane::Reply::Block(reason)) => Verdict::Deny {
+            extension: filter.extension.clone(),
+            reason,
+            kind: "blocked-by-filter",
+            traceback: None,
+        },
+        Ok(lane::Reply::Busy) => filter_error(filter, &CallError::Busy(limit)),
+        Ok(lane::Reply::Error { error, .. }) => filter_error(filter, &CallError::Python(error)),
+        Err(e) => filter_error(filter, &e),
+    }
+}
+
+fn filter_error(filter: &FilterInfo, e: &CallError) -> Verdict {
+    Verdict::Deny {
+        extension: filter.extension.clone(),
+        reason: format!(
+            "network filter error in '{}': {}",
+            filter.extension,
+            e.message()
+        ),
+        kind: "filter-error",
+        traceback: e.traceback(),
+    }
+}
+
+/// A P6 ctx given as JSON, as the proxy's struct (`None`: an unknown phase).
+fn filter_ctx_of(v: &Value) -> Option<vis_proxy::FilterCtx> {
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let phase = lane::phase_from_name(v.get("phase").and_then(Value::as_str)?)?;
+    let headers = v
+        .get("headers")
+        .and_then(Value::as_object)
+        .map(|h| {
+            h.iter()
+                .map(|(k, x)| {
+                    let x = x.as_str().map_or_else(|| x.to_string(), str::to_string);
+                    (k.clone(), x)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(vis_proxy::FilterCtx {
+        phase,
+        method: text("method"),
+        host: text("host").unwrap_or_default(),
+        port: v
+            .get("port")
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(0),
+        path: text("path"),
+        headers,
+        body: text("body"),
+        status: v
+            .get("status")
+            .and_then(Value::as_u64)
+            .and_then(|s| u16::try_from(s).ok()),
+    })
+}
