@@ -41,16 +41,17 @@ async fn curl_reaches_a_local_origin_and_gets_403_with_the_error_kind_for_a_deni
     assert_eq!(origin.requests().len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_requests_uses_the_proxy_from_the_environment() {
+/// A Python HTTP client module (`requests`, `httpx`) run as a sandbox child reaches the local
+/// origin through the proxy named by the environment and gets the proxy's 403 elsewhere.
+async fn python_client_uses_the_proxy_from_the_environment(module: &str) {
     let origin = Origin::start().await;
     let gw = start_with_network(loopback_policy(), Opts::default()).await;
     let sid = gw.create_session_at(&gw.dirs.root()).await;
     let code = format!(
-        "import requests\n\
-         r = requests.get('{}/from-requests', timeout=10)\n\
+        "import {module}\n\
+         r = {module}.get('{}/from-{module}', timeout=10)\n\
          print(r.status_code, r.text.strip())\n\
-         d = requests.get('http://example.com/', timeout=10)\n\
+         d = {module}.get('http://example.com/', timeout=10)\n\
          print(d.status_code, d.headers.get('X-Vis-Egress-Error'))\n",
         origin.url()
     );
@@ -58,40 +59,19 @@ async fn python_requests_uses_the_proxy_from_the_environment() {
     let out = gw.exec(&sid, &[&py, "-c", &code]).await;
     assert!(out.ok(), "{out:?}");
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(
-        lines,
-        [
-            "200 origin-ok GET /from-requests",
-            "403 blocked-by-allowlist"
-        ],
-        "{out:?}"
-    );
+    let ok = format!("200 origin-ok GET /from-{module}");
+    assert_eq!(lines, [ok.as_str(), "403 blocked-by-allowlist"], "{out:?}");
     assert_eq!(origin.requests().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_requests_uses_the_proxy_from_the_environment() {
+    python_client_uses_the_proxy_from_the_environment("requests").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_httpx_uses_the_proxy_from_the_environment() {
-    let origin = Origin::start().await;
-    let gw = start_with_network(loopback_policy(), Opts::default()).await;
-    let sid = gw.create_session_at(&gw.dirs.root()).await;
-    let code = format!(
-        "import httpx\n\
-         r = httpx.get('{}/from-httpx', timeout=10)\n\
-         print(r.status_code, r.text.strip())\n\
-         d = httpx.get('http://example.com/', timeout=10)\n\
-         print(d.status_code, d.headers.get('X-Vis-Egress-Error'))\n",
-        origin.url()
-    );
-    let py = python();
-    let out = gw.exec(&sid, &[&py, "-c", &code]).await;
-    assert!(out.ok(), "{out:?}");
-    let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(
-        lines,
-        ["200 origin-ok GET /from-httpx", "403 blocked-by-allowlist"],
-        "{out:?}"
-    );
-    assert_eq!(origin.requests().len(), 1);
+    python_client_uses_the_proxy_from_the_environment("httpx").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
