@@ -37,6 +37,22 @@ const SETTLED_KEPT: usize = 512;
 const CLOSED_VIEWS_KEPT: usize = 64;
 /// Lines of a log node carried in the view tree (the window).
 const LOG_WINDOW: usize = 2000;
+
+/// The `lines` of a log node or an `append` op as text (non-strings as their JSON).
+fn log_lines(v: &Value) -> Vec<String> {
+    v.get("lines")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|l| {
+                    l.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| l.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
 /// Lines of a log node kept in the view's record (older ones are dropped).
 const LOG_KEPT: usize = 100_000;
 /// Live patches are coalesced at most this long.
@@ -975,19 +991,7 @@ fn apply_op(
             Ok(())
         }
         ("append", "log") => {
-            let lines: Vec<String> = op
-                .get("lines")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|l| {
-                            l.as_str()
-                                .map(str::to_string)
-                                .unwrap_or_else(|| l.to_string())
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let lines = log_lines(op);
             let window = array_mut(node, "lines");
             window.extend(lines.iter().cloned().map(Value::String));
             if window.len() > LOG_WINDOW {
@@ -1209,19 +1213,7 @@ impl HumanInput {
         for n in &leaves {
             if n.get("type").and_then(Value::as_str) == Some("log") {
                 let id = n["id"].as_str().unwrap_or("").to_string();
-                let lines: Vec<String> = n
-                    .get("lines")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .map(|l| {
-                                l.as_str()
-                                    .map(str::to_string)
-                                    .unwrap_or_else(|| l.to_string())
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let lines = log_lines(n);
                 if let Some(node) = find_node_mut(&mut nodes, &id) {
                     let w: Vec<Value> = lines
                         .iter()
@@ -1827,19 +1819,8 @@ fn spawn_proc(
 ) -> std::io::Result<Arc<Proc>> {
     use std::process::Stdio;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut argv: Vec<&str> = jail.iter().map(String::as_str).collect();
-    argv.extend(["/bin/sh", "-c", command]);
-    let mut child = tokio::process::Command::new(argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child =
+        crate::sandbox::run::sh_command(command, cwd, env, jail, Stdio::piped()).spawn()?;
     let pid = child.id();
     let (done_tx, done_rx) = watch::channel(false);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();

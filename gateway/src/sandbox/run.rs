@@ -59,6 +59,30 @@ pub async fn run(
     run_with(command, root, env, None, timeout, cancel).await
 }
 
+/// `sh -c command` as a sandbox child: behind the jail argv prefix (empty: no jail), with
+/// exactly `env`, in `cwd`, its own process group, stdout/stderr piped, killed on drop.
+pub fn sh_command(
+    command: &str,
+    cwd: &Path,
+    env: &BTreeMap<String, String>,
+    jail: &[String],
+    stdin: Stdio,
+) -> tokio::process::Command {
+    let mut argv: Vec<&str> = jail.iter().map(String::as_str).collect();
+    argv.extend(["/bin/sh", "-c", command]);
+    let mut cmd = tokio::process::Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .current_dir(cwd)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
+}
+
 /// Runs `command` with `sh -c`, inside the jail when `jail` (the argv prefix from
 /// `Sandbox::jail_prefix`) is given.
 pub async fn run_with(
@@ -69,23 +93,8 @@ pub async fn run_with(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> std::io::Result<RunOutput> {
-    let mut argv: Vec<&str> = jail
-        .unwrap_or_default()
-        .iter()
-        .map(|s| s.as_str())
-        .collect();
-    argv.extend(["/bin/sh", "-c", command]);
-    let mut child = tokio::process::Command::new(argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child =
+        sh_command(command, root, env, jail.unwrap_or_default(), Stdio::null()).spawn()?;
     let pid = child.id();
     let out = tokio::spawn(read_capped(
         child
