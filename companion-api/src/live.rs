@@ -93,31 +93,30 @@ impl LiveRx {
         cx: &mut Context<'_>,
         take: &mut impl FnMut(Frame),
     ) -> Poll<Option<()>> {
-        if self.drain(take) {
-            return Poll::Ready(Some(()));
+        if let ready @ Poll::Ready(_) = self.drain(take) {
+            return ready;
         }
         // Register only before waiting (a poll that finds frames needs no wake-up), then look
         // again so a push that raced the registration is not missed.
         self.0.waker.register(cx.waker());
-        if self.drain(take) {
-            return Poll::Ready(Some(()));
-        }
-        if self.0.lock().tx_gone {
-            Poll::Ready(None)
-        } else {
-            Poll::Pending
-        }
+        self.drain(take)
     }
 
-    fn drain(&mut self, take: &mut impl FnMut(Frame)) -> bool {
+    /// Everything queued, under one lock: `Ready(Some)` with frames, `Ready(None)` when the
+    /// sender is gone and nothing is left, `Pending` otherwise.
+    fn drain(&mut self, take: &mut impl FnMut(Frame)) -> Poll<Option<()>> {
         let mut st = self.0.lock();
         if st.frames.is_empty() {
-            return false;
+            return if st.tx_gone {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
+            };
         }
         for f in st.frames.drain(..) {
             take(f);
         }
-        true
+        Poll::Ready(Some(()))
     }
 }
 
