@@ -31,7 +31,6 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
-use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
 
 use crate::body::ProxyBody;
@@ -411,39 +410,46 @@ const IDLE_PER_ADDR: usize = 32;
 const IDLE_ADDRS: usize = 256;
 
 /// Process-wide idle plain-HTTP upstream sockets, keyed by the validated
-/// address they were dialled to. Nobody reads them while they wait; a
-/// socket the origin closed (or that has unexpected bytes) is dropped on
-/// checkout.
+/// address they were dialled to. They wait as `std` sockets, registered with
+/// no event loop, so a connection on any proxy thread can take one. Nobody
+/// reads them while they wait; a socket the origin closed (or that has
+/// unexpected bytes) is dropped on checkout.
 #[derive(Default)]
 pub(crate) struct IdleTcp {
-    map: Mutex<HashMap<SocketAddr, Vec<(Instant, TcpStream)>>>,
+    map: Mutex<HashMap<SocketAddr, Vec<(Instant, std::net::TcpStream)>>>,
 }
 
-fn alive(s: &TcpStream) -> bool {
+/// Nothing to read and not closed: still a usable idle socket.
+fn alive(s: &std::net::TcpStream) -> bool {
     let mut b = [0u8; 1];
-    let mut rb = ReadBuf::new(&mut b);
-    // Pending = nothing to read and not closed: still a usable idle socket.
-    noop_cx_poll(|cx| s.poll_peek(cx, &mut rb)).is_pending()
+    matches!(s.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 impl IdleTcp {
+    /// An idle socket to `addr`, registered with the calling thread's runtime.
     pub(crate) fn take(&self, addr: SocketAddr) -> Option<TcpStream> {
-        let mut map = self.map.lock().ok()?;
-        let v = map.get_mut(&addr)?;
-        let mut found = None;
-        while let Some((t, s)) = v.pop() {
-            if t.elapsed() < IDLE_TTL && alive(&s) {
-                found = Some(s);
-                break;
+        let found = {
+            let mut map = self.map.lock().ok()?;
+            let v = map.get_mut(&addr)?;
+            let mut found = None;
+            while let Some((t, s)) = v.pop() {
+                if t.elapsed() < IDLE_TTL && alive(&s) {
+                    found = Some(s);
+                    break;
+                }
             }
-        }
-        if v.is_empty() {
-            map.remove(&addr);
-        }
-        found
+            if v.is_empty() {
+                map.remove(&addr);
+            }
+            found
+        }?;
+        TcpStream::from_std(found).ok()
     }
 
     pub(crate) fn put(&self, addr: SocketAddr, s: TcpStream) {
+        let Ok(s) = s.into_std() else {
+            return;
+        };
         let Ok(mut map) = self.map.lock() else {
             return;
         };

@@ -170,7 +170,13 @@ impl Proxy {
             sessions: Mutex::new(HashMap::new()),
         });
         let (stop, stop_rx) = watch::channel(false);
-        tokio::spawn(crate::listener::serve(listener, shared.clone(), stop_rx));
+        let io = crate::io_threads::IoThreads::start(shared.cfg.io_threads, &stop_rx)?;
+        tokio::spawn(crate::listener::serve(
+            listener,
+            shared.clone(),
+            io,
+            stop_rx,
+        ));
         Ok(Proxy { shared, addr, stop })
     }
 

@@ -123,6 +123,7 @@ pub mod dial;
 mod engine;
 pub mod error;
 pub mod filters;
+mod io_threads;
 pub mod lanes;
 mod listener;
 pub mod policy;

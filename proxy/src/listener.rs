@@ -9,10 +9,12 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::detect::{detect, Protocol};
 use crate::engine::Shared;
+use crate::io_threads::IoThreads;
 
 pub(crate) async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
+    io: IoThreads,
     mut stop: watch::Receiver<bool>,
 ) {
     let sem = Arc::new(Semaphore::new(shared.cfg.max_connections.max(1)));
@@ -35,7 +37,7 @@ pub(crate) async fn serve(
             continue;
         };
         let shared = shared.clone();
-        tokio::spawn(async move {
+        io.spawn_conn(stream, move |stream| async move {
             handle(stream, shared).await;
             drop(permit);
         });

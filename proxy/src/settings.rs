@@ -37,6 +37,10 @@ pub struct ProxyConfig {
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// How long resolved addresses of denied names are cached (30 s).
     pub denied_name_ttl: Duration,
+    /// Event-loop threads that serve connections, each a single-threaded
+    /// runtime that keeps a connection for its whole life (one per CPU, at
+    /// most 4). `0` serves connections on the runtime that started the proxy.
+    pub io_threads: usize,
 }
 
 impl Default for ProxyConfig {
@@ -55,6 +59,9 @@ impl Default for ProxyConfig {
             use_system_roots: true,
             extra_roots: Vec::new(),
             denied_name_ttl: Duration::from_secs(30),
+            io_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
         }
     }
 }

@@ -439,17 +439,18 @@ pub async fn raw_bytes(port: u16, bytes: &[u8], until: &str) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+        // After a complete response without the marker, a pipelined second
+        // answer may still be on its way: wait for it briefly, not 10 s.
+        let wait = if !until.is_empty() && complete_response(&out) {
+            Duration::from_millis(300)
+        } else {
+            Duration::from_secs(10)
+        };
+        match tokio::time::timeout(wait, s.read(&mut buf)).await {
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
             Ok(Ok(n)) => {
                 out.extend_from_slice(&buf[..n]);
                 if !until.is_empty() && String::from_utf8_lossy(&out).contains(until) {
-                    break;
-                }
-                if until.is_empty() {
-                    continue;
-                }
-                if complete_response(&out) {
                     break;
                 }
             }

@@ -291,6 +291,9 @@ async fn proxy(args: Args) -> Result<()> {
         .await
         .map_err(|e| anyhow!("{e}"))?;
     pc.listen = args.addr("listen")?;
+    if let Some(n) = args.get("io-threads") {
+        pc.io_threads = n.parse().map_err(|_| anyhow!("--io-threads: bad number {n}"))?;
+    }
     let sink = Arc::new(NullSink(AtomicU64::new(0)));
     let p = Proxy::start(pc, Services::new(Arc::new(TokenPolicies(map)), sink.clone()))
         .await
