@@ -18,6 +18,24 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
+/// The default number of event-loop threads: one per CPU, at most 4.
+pub fn default_io_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+}
+
+thread_local! {
+    static INDEX: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Which proxy event-loop thread this is (`0..io_threads`), `None` elsewhere. Hosts that
+/// keep per-thread resources for the proxy's callbacks (a socket per thread, registered
+/// with that thread's event loop) pick them by this index.
+pub fn io_thread_index() -> Option<usize> {
+    INDEX.with(|i| i.get())
+}
+
 /// One event-loop thread.
 pub(crate) struct Worker {
     handle: tokio::runtime::Handle,
@@ -68,6 +86,7 @@ impl IoThreads {
             std::thread::Builder::new()
                 .name(format!("vis-proxy-io-{i}"))
                 .spawn(move || {
+                    INDEX.with(|x| x.set(Some(i)));
                     rt.block_on(async move {
                         // Run until the proxy stops (or is dropped) …
                         while !*stop.borrow_and_update() {
@@ -157,7 +176,9 @@ mod tests {
             let (release_tx, release_rx) = oneshot::channel::<()>();
             let (done_tx, done_rx) = oneshot::channel();
             io.spawn_conn(server, move |s| async move {
-                let _ = name_tx.send(std::thread::current().name().map(str::to_string));
+                let name = std::thread::current().name().map(str::to_string);
+                let index = io_thread_index().map(|i| i.to_string());
+                let _ = name_tx.send(name.zip(index).map(|(n, i)| format!("{n}#{i}")));
                 let _ = release_rx.await;
                 // Still able to do I/O on its own event loop after the stop.
                 let _ = done_tx.send(s.peer_addr().is_ok());

@@ -124,6 +124,7 @@ mod engine;
 pub mod error;
 pub mod filters;
 mod io_threads;
+pub use io_threads::{default_io_threads, io_thread_index};
 pub mod lanes;
 mod listener;
 pub mod policy;

@@ -59,9 +59,7 @@ impl Default for ProxyConfig {
             use_system_roots: true,
             extra_roots: Vec::new(),
             denied_name_ttl: Duration::from_secs(30),
-            io_threads: std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(4),
+            io_threads: crate::io_threads::default_io_threads(),
         }
     }
 }

@@ -11,7 +11,7 @@
 //! calling task, concurrently with each other and with the serialized calls (the worker
 //! keeps calls into one extension serialized).
 
-use super::lane::{Lane, LaneError, Reply};
+use super::lane::{Lane, LaneError, Lanes, Reply};
 use super::protocol::{Msg, WireError};
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -193,8 +193,8 @@ pub struct Running {
     failures: Mutex<HashMap<PathBuf, WireError>>,
     /// Doors waiting for a human ([`Running::hold`]): requests do not time out meanwhile.
     holds: Arc<std::sync::atomic::AtomicUsize>,
-    /// The filter lane, when the worker has one.
-    lane: Option<Arc<Lane>>,
+    /// The filter lanes, when the worker has them.
+    lane: Option<Lanes>,
     /// How the process ended (`None` while it runs).
     exit: watch::Receiver<Option<String>>,
 }
@@ -292,7 +292,7 @@ impl Running {
         ctx: &vis_proxy::FilterCtx,
         timeout: Duration,
     ) -> Result<Reply, CallError> {
-        let Some(lane) = self.lane.as_ref() else {
+        let Some(lane) = self.lane.as_ref().map(Lanes::pick) else {
             return Err(CallError::Unavailable(
                 "the worker has no filter lane".into(),
             ));
@@ -305,6 +305,7 @@ impl Running {
         };
         let mut watch = Watchdog {
             running: self,
+            lane: lane.clone(),
             id: call.id(),
             timeout,
             armed: true,
@@ -393,6 +394,7 @@ impl Drop for Abandon<'_> {
 /// caller had waited (a hung filter must not block the lane for everybody).
 struct Watchdog<'a> {
     running: &'a Arc<Running>,
+    lane: Arc<Lane>,
     id: u64,
     timeout: Duration,
     armed: bool,
@@ -403,16 +405,18 @@ impl Drop for Watchdog<'_> {
         if !self.armed {
             return;
         }
-        let (running, id, timeout) = (self.running.clone(), self.id, self.timeout);
+        let (running, lane, id, timeout) = (
+            self.running.clone(),
+            self.lane.clone(),
+            self.id,
+            self.timeout,
+        );
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         rt.spawn(async move {
             tokio::time::sleep(timeout).await;
-            let stuck = running
-                .lane
-                .as_ref()
-                .is_some_and(|l| l.is_outstanding(id));
+            let stuck = lane.is_outstanding(id);
             if stuck && running.holds.load(Ordering::SeqCst) == 0 {
                 tracing::warn!(worker = %running.label, "an abandoned network filter call never answered; killing the worker");
                 running.kill();
@@ -689,23 +693,28 @@ fn spawn(
     if let Some(cwd) = spec.cwd.as_ref().filter(|c| c.is_dir()) {
         cmd.current_dir(cwd);
     }
-    // The filter lane: one end stays here, the other is inherited by this child only (it
-    // is close-on-exec everywhere else).
-    let lane_pair = if spec.filter_lane {
-        match lane_socketpair() {
-            Ok(pair) => Some(pair),
+    // The filter lanes (one per proxy thread, plus one): one end of each stays here, the
+    // other is inherited by this child only (it is close-on-exec everywhere else).
+    let lane_pairs = if spec.filter_lane {
+        match (0..Lanes::wanted())
+            .map(|_| lane_socketpair())
+            .collect::<std::io::Result<Vec<_>>>()
+        {
+            Ok(pairs) => pairs,
             Err(e) => {
                 tracing::warn!(worker = %spec.label, "no filter lane ({e}); filters use the request protocol");
-                None
+                Vec::new()
             }
         }
     } else {
-        None
+        Vec::new()
     };
-    if let Some((_, theirs)) = &lane_pair {
+    if !lane_pairs.is_empty() {
         use std::os::fd::AsRawFd;
-        let fd = theirs.as_raw_fd();
-        cmd.arg("--lane-fd").arg(fd.to_string());
+        let fds: Vec<i32> = lane_pairs.iter().map(|(_, t)| t.as_raw_fd()).collect();
+        for fd in &fds {
+            cmd.arg("--lane-fd").arg(fd.to_string());
+        }
         let spin = super::lane::worker_spin_us();
         if spin > 0 {
             cmd.arg("--lane-spin-us").arg(spin.to_string());
@@ -713,8 +722,10 @@ fn spawn(
         // SAFETY: only async-signal-safe calls (fcntl) between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
+                for &fd in &fds {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -729,18 +740,19 @@ fn spawn(
     else {
         return Err(CallError::Start("the worker's pipes are missing".into()));
     };
-    let lane = match lane_pair {
-        Some((ours, theirs)) => {
+    let lanes = lane_pairs
+        .into_iter()
+        .map(|(ours, theirs)| {
             drop(theirs);
-            match Lane::new(ours) {
-                Ok(l) => Some(l),
-                Err(e) => {
-                    tracing::warn!(worker = %spec.label, "no filter lane ({e}); filters use the request protocol");
-                    None
-                }
-            }
+            Lane::new(ours)
+        })
+        .collect::<std::io::Result<Vec<_>>>();
+    let lane = match lanes {
+        Ok(lanes) => Lanes::new(lanes),
+        Err(e) => {
+            tracing::warn!(worker = %spec.label, "no filter lane ({e}); filters use the request protocol");
+            None
         }
-        None => None,
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let (kill_tx, kill_rx) = oneshot::channel::<()>();

@@ -33,7 +33,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
@@ -324,9 +324,51 @@ pub enum LaneError {
 
 /// The gateway end of one worker's filter lane.
 pub struct Lane {
-    fd: AsyncFd<OwnedFd>,
+    /// `fd`'s registration with the event loop of the first thread that waits on it
+    /// (declared before `fd`: it is dropped, and deregistered, first).
+    reg: OnceLock<AsyncFd<LaneFd>>,
+    fd: OwnedFd,
     st: Mutex<State>,
     next_id: AtomicU64,
+}
+
+/// The lane's descriptor as the registration sees it (owned by [`Lane::fd`]).
+struct LaneFd(RawFd);
+
+impl AsRawFd for LaneFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// A worker's filter lanes: one per proxy event-loop thread, and one for every other
+/// caller (the last). A proxy thread always uses its own lane, so the lane's socket is
+/// registered with that thread's event loop and an answer wakes the waiting thread
+/// directly, not another runtime's thread that would then have to wake it.
+pub struct Lanes(Vec<Arc<Lane>>);
+
+impl Lanes {
+    /// How many lanes a worker gets: one per proxy thread, plus one.
+    pub fn wanted() -> usize {
+        vis_proxy::default_io_threads() + 1
+    }
+
+    /// `None` without any lane.
+    pub fn new(lanes: Vec<Arc<Lane>>) -> Option<Lanes> {
+        (!lanes.is_empty()).then_some(Lanes(lanes))
+    }
+
+    /// The calling thread's lane.
+    pub fn pick(&self) -> &Arc<Lane> {
+        let last = self.0.len() - 1;
+        let i = vis_proxy::io_thread_index().filter(|i| *i < last);
+        &self.0[i.unwrap_or(last)]
+    }
+
+    /// Fails every waiting call on every lane (the worker ended).
+    pub fn fail_all(&self, why: &str) {
+        self.0.iter().for_each(|l| l.fail_all(why));
+    }
 }
 
 fn sys_err(r: isize) -> Result<usize, io::Error> {
@@ -399,8 +441,8 @@ impl State {
 }
 
 impl Lane {
-    /// Wraps the gateway's end of the socket pair (made non-blocking here). Must run inside
-    /// a tokio runtime.
+    /// Wraps the gateway's end of the socket pair (made non-blocking here). The socket is
+    /// registered for readiness on first need, with the runtime of the thread that needs it.
     pub fn new(fd: OwnedFd) -> io::Result<Arc<Lane>> {
         // SAFETY: plain fcntl calls on a descriptor we own.
         unsafe {
@@ -410,13 +452,32 @@ impl Lane {
                 return Err(io::Error::last_os_error());
             }
         }
-        // SAFETY: an OwnedFd is a valid open descriptor and stays the same until dropped.
-        let fd = unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)?;
         Ok(Arc::new(Lane {
+            reg: OnceLock::new(),
             fd,
             st: Mutex::new(State::default()),
             next_id: AtomicU64::new(1),
         }))
+    }
+
+    /// The readiness registration (made by the first thread that asks).
+    fn reg(&self) -> io::Result<&AsyncFd<LaneFd>> {
+        if let Some(r) = self.reg.get() {
+            return Ok(r);
+        }
+        // SAFETY: the descriptor is owned by `self.fd`, which outlives the registration
+        // (`reg` is declared, so dropped, first).
+        match unsafe { AsyncFd::register(LaneFd(self.fd.as_raw_fd())) } {
+            Ok(r) => {
+                // A thread that lost the race drops its registration; the winner's stays.
+                let _ = self.reg.set(r);
+            }
+            Err(e) if self.reg.get().is_none() => return Err(e.into_parts().1),
+            Err(_) => {}
+        }
+        self.reg
+            .get()
+            .ok_or_else(|| io::Error::other("no registration"))
     }
 
     /// Fails every waiting call (the worker ended).
@@ -486,7 +547,14 @@ impl Lane {
     /// Writes what the socket did not take at once (a large body).
     async fn flush(self: Arc<Self>) {
         loop {
-            let mut guard = match self.fd.writable().await {
+            let reg = match self.reg() {
+                Ok(r) => r,
+                Err(e) => {
+                    self.fail_all(&format!("the filter lane failed: {e}"));
+                    return;
+                }
+            };
+            let mut guard = match reg.writable().await {
                 Ok(g) => g,
                 Err(e) => {
                     self.fail_all(&format!("the filter lane failed: {e}"));
@@ -665,7 +733,14 @@ impl LaneCall {
             let Some(cx) = cx.as_deref_mut() else {
                 return Poll::Pending;
             };
-            match lane.fd.poll_read_ready(cx) {
+            let reg = match lane.reg() {
+                Ok(r) => r,
+                Err(e) => {
+                    st.kill_all(&format!("the filter lane failed: {e}"), wake);
+                    continue;
+                }
+            };
+            match reg.poll_read_ready(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(mut guard)) => {
                     guard.clear_ready();
@@ -720,6 +795,50 @@ mod tests {
             body: Some("x".repeat(70_000)),
             status: Some(204),
         }
+    }
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        (a.into(), b.into())
+    }
+
+    #[test]
+    fn a_thread_outside_the_proxy_uses_the_last_lane() {
+        let lanes: Vec<_> = (0..3).map(|_| Lane::new(pair().0).unwrap()).collect();
+        let last = lanes[2].clone();
+        let lanes = Lanes::new(lanes).unwrap();
+        assert!(Arc::ptr_eq(lanes.pick(), &last));
+        assert!(Lanes::new(Vec::new()).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_lane_registers_with_the_runtime_of_its_first_waiter_and_answers() {
+        let (ours, theirs) = pair();
+        let lane = Lane::new(ours).unwrap();
+        let mut call = lane.call("f.py", 0, &ctx(), u64::MAX).unwrap();
+        // Play the worker: read the request, answer "allow".
+        let worker = std::thread::spawn(move || {
+            let mut s = std::os::unix::net::UnixStream::from(theirs);
+            let mut got = Vec::new();
+            let mut buf = [0u8; 65536];
+            loop {
+                let n = std::io::Read::read(&mut s, &mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+                if let Ok((frames, _)) = split_frames(&got) {
+                    if let Some(f) = frames.first() {
+                        let id = u64::from_le_bytes(f[..8].try_into().unwrap());
+                        let mut out = Vec::new();
+                        encode_reply(&mut out, id, &Reply::Allow);
+                        std::io::Write::write_all(&mut s, &out).unwrap();
+                        return;
+                    }
+                }
+            }
+        });
+        let reply = call.answer().await.unwrap();
+        assert_eq!(reply, Reply::Allow);
+        assert!(lane.reg.get().is_some(), "registered on first wait");
+        worker.join().unwrap();
     }
 
     #[test]

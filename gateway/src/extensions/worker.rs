@@ -46,9 +46,10 @@ pub struct WorkerArgs {
     /// A label for log lines (`registration`, or the session id).
     #[arg(long, default_value = "worker")]
     pub label: String,
-    /// An inherited socket serving network-filter calls (the filter lane).
+    /// An inherited socket serving network-filter calls (a filter lane); repeated, one
+    /// serving thread each.
     #[arg(long, hide = true)]
-    pub lane_fd: Option<i32>,
+    pub lane_fd: Vec<i32>,
     /// After answering, poll the filter lane this long before sleeping (microseconds).
     #[arg(long, hide = true, default_value_t = 0)]
     pub lane_spin_us: u64,
@@ -188,7 +189,7 @@ pub fn run(home: Option<PathBuf>, args: WorkerArgs) -> Result<ExitCode> {
     Python::with_gil(|py| init_python(py, &sdk, &args.label))
         .map_err(|e| anyhow!("cannot initialize the worker's Python: {e}"))?;
 
-    if let Some(fd) = args.lane_fd {
+    for &fd in &args.lane_fd {
         start_lane(fd, Duration::from_micros(args.lane_spin_us.min(10_000)))?;
     }
 
