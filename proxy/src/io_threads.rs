@@ -18,8 +18,15 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 
-/// The default number of event-loop threads: one per CPU, at most 4.
+/// The default number of event-loop threads: `VIS_PROXY_IO_THREADS` when set (0 = serve
+/// on the caller's runtime, at most 64), else one per CPU, at most 4.
 pub fn default_io_threads() -> usize {
+    if let Some(n) = std::env::var("VIS_PROXY_IO_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return n.min(64);
+    }
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(4)
@@ -35,6 +42,10 @@ thread_local! {
 pub fn io_thread_index() -> Option<usize> {
     INDEX.with(|i| i.get())
 }
+
+/// The longest an event-loop thread sleeps (see [`IoThreads::start`]); shorter than every
+/// per-request timeout.
+const KEEPER: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// One event-loop thread.
 pub(crate) struct Worker {
@@ -88,10 +99,15 @@ impl IoThreads {
                 .spawn(move || {
                     INDEX.with(|x| x.set(Some(i)));
                     rt.block_on(async move {
-                        // Run until the proxy stops (or is dropped) …
+                        // Run until the proxy stops (or is dropped) … with a timer
+                        // always due within KEEPER: a connection's longer timers (head,
+                        // filter and idle timeouts, armed per request) then never need to
+                        // wake the event loop to shorten its sleep (tokio does that, an
+                        // eventfd write, whenever a new timer is the earliest one).
                         while !*stop.borrow_and_update() {
-                            if stop.changed().await.is_err() {
-                                break;
+                            match tokio::time::timeout(KEEPER, stop.changed()).await {
+                                Ok(Err(_)) => break,
+                                Ok(Ok(())) | Err(_) => {}
                             }
                         }
                         // … then until its established connections finish.
