@@ -105,9 +105,8 @@ impl IoThreads {
                         // wake the event loop to shorten its sleep (tokio does that, an
                         // eventfd write, whenever a new timer is the earliest one).
                         while !*stop.borrow_and_update() {
-                            match tokio::time::timeout(KEEPER, stop.changed()).await {
-                                Ok(Err(_)) => break,
-                                Ok(Ok(())) | Err(_) => {}
+                            if let Ok(Err(_)) = tokio::time::timeout(KEEPER, stop.changed()).await {
+                                break;
                             }
                         }
                         // … then until its established connections finish.
