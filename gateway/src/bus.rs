@@ -17,6 +17,10 @@ use vis_companion_api::live::{self, LiveTx, PushError};
 use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
 use vis_companion_api::{Frame, Ready, Subscription};
 
+/// A store row written together with an event, given the event's seq.
+pub type SeqRow =
+    Box<dyn FnOnce(&rusqlite::Connection, i64) -> crate::store::StoreResult<()> + Send>;
+
 /// Events that consume a seq but are never stored or replayed.
 pub const LIVE_ONLY: &[&str] = &[
     "activity",
@@ -91,6 +95,18 @@ impl Bus {
 
     /// Publishes one event; returns its seq (0 if the session has no channel).
     pub fn publish(&self, sid: &str, kind: &str, payload: Map<String, Value>) -> i64 {
+        self.publish_with_row(sid, kind, payload, None)
+    }
+
+    /// [`Bus::publish`], plus a row that needs the event's seq, written by the same store
+    /// job as the event (one store wake-up and one transaction for both).
+    pub fn publish_with_row(
+        &self,
+        sid: &str,
+        kind: &str,
+        payload: Map<String, Value>,
+        row: Option<SeqRow>,
+    ) -> i64 {
         let Some(chan) = self.channel(sid) else {
             tracing::warn!(
                 session = sid,
@@ -131,7 +147,11 @@ impl Bus {
                 &kind_owned,
                 stored.then_some(data.as_str()),
                 retain,
-            )
+            )?;
+            match row {
+                Some(row) => row(c, seq),
+                None => Ok(()),
+            }
         });
         seq
     }

@@ -148,14 +148,8 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
             None
         };
     let filters = Arc::new(crate::engine::ext::HostFilters(gw.extensions.clone()));
-    let sandbox = crate::sandbox::Sandbox::start(
-        &home.dir,
-        gw.bus.clone(),
-        gw.store.clone(),
-        vec![port],
-        filters,
-    )
-    .await?;
+    let sandbox =
+        crate::sandbox::Sandbox::start(&home.dir, gw.bus.clone(), vec![port], filters).await?;
     let proxy_port = sandbox.port();
     gw.set_sandbox(Arc::new(sandbox));
     tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");

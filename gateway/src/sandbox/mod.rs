@@ -12,7 +12,6 @@ pub mod tokens;
 
 use crate::bus::Bus;
 use crate::config::Config;
-use crate::store::Store;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,7 +47,6 @@ impl Sandbox {
     pub async fn start(
         home: &Path,
         bus: Arc<Bus>,
-        store: Store,
         reserved_ports: Vec<u16>,
         filters: Arc<dyn vis_proxy::FilterSet>,
     ) -> Result<Sandbox> {
@@ -60,7 +58,7 @@ impl Sandbox {
             .context("VIS_SYSTEM_CA_CERT")?;
         let svc = Services::new(
             Arc::new(tokens::TokenLookup(tokens.clone())),
-            Arc::new(sink::EgressSink { bus, store }),
+            Arc::new(sink::EgressSink { bus }),
         )
         .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())))
         .with_filters(filters);

@@ -1,15 +1,14 @@
 //! Egress decisions into the session's stream and store (decision G4): each becomes a
 //! live-only `egress.decision` event and a row served by `GET /v1/sessions/:sid/egress`.
 
-use crate::bus::{payload, Bus};
-use crate::store::{rows, Store};
+use crate::bus::{payload, Bus, SeqRow};
+use crate::store::rows;
 use serde_json::json;
 use std::sync::Arc;
 use vis_proxy::{Decision, DecisionSink};
 
 pub struct EgressSink {
     pub bus: Arc<Bus>,
-    pub store: Store,
 }
 
 impl DecisionSink for EgressSink {
@@ -17,17 +16,16 @@ impl DecisionSink for EgressSink {
         let Ok(mut record) = serde_json::to_value(&decision) else {
             return;
         };
-        let id = uuid::Uuid::new_v4().to_string();
-        record["id"] = json!(id);
-        let seq = self
-            .bus
-            .publish(session_id, "egress.decision", payload(record.clone()));
-        if seq == 0 {
-            return; // the session is gone
-        }
-        record["seq"] = json!(seq);
-        let (sid, data) = (session_id.to_string(), record.to_string());
-        self.store
-            .submit("egress", move |c| rows::insert_egress(c, &sid, seq, &data));
+        record["id"] = json!(uuid::Uuid::new_v4().to_string());
+        let event = payload(record.clone());
+        let sid = session_id.to_string();
+        // The egress row is written with the event, by one store job; its JSON is made
+        // there too, off the proxy's thread.
+        let row: SeqRow = Box::new(move |c, seq| {
+            record["seq"] = json!(seq);
+            rows::insert_egress(c, &sid, seq, &record.to_string())
+        });
+        self.bus
+            .publish_with_row(session_id, "egress.decision", event, Some(row));
     }
 }
