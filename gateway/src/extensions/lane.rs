@@ -816,7 +816,8 @@ mod tests {
         let (ours, theirs) = pair();
         let lane = Lane::new(ours).unwrap();
         let mut call = lane.call("f.py", 0, &ctx(), u64::MAX).unwrap();
-        // Play the worker: read the request, answer "allow".
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        // Play the worker: read the request, answer "allow" once told to.
         let worker = std::thread::spawn(move || {
             let mut s = std::os::unix::net::UnixStream::from(theirs);
             let mut got = Vec::new();
@@ -827,6 +828,7 @@ mod tests {
                 if let Ok((frames, _)) = split_frames(&got) {
                     if let Some(f) = frames.first() {
                         let id = u64::from_le_bytes(f[..8].try_into().unwrap());
+                        go_rx.recv().unwrap();
                         let mut out = Vec::new();
                         encode_reply(&mut out, id, &Reply::Allow);
                         std::io::Write::write_all(&mut s, &out).unwrap();
@@ -835,9 +837,17 @@ mod tests {
                 }
             }
         });
+        assert!(
+            lane.reg.get().is_none(),
+            "nothing registered before anyone waits"
+        );
+        // Nothing to read yet: the call goes to sleep on readiness, registering the socket.
+        let early = tokio::time::timeout(Duration::from_millis(20), &mut call).await;
+        assert!(early.is_err(), "no answer before the worker sends one");
+        assert!(lane.reg.get().is_some(), "registered on first wait");
+        go_tx.send(()).unwrap();
         let reply = call.answer().await.unwrap();
         assert_eq!(reply, Reply::Allow);
-        assert!(lane.reg.get().is_some(), "registered on first wait");
         worker.join().unwrap();
     }
 
