@@ -38,8 +38,10 @@ pub struct ProxyConfig {
     /// How long resolved addresses of denied names are cached (30 s).
     pub denied_name_ttl: Duration,
     /// Event-loop threads that serve connections, each a single-threaded
-    /// runtime that keeps a connection for its whole life (one per CPU, at
-    /// most 4). `0` serves connections on the runtime that started the proxy.
+    /// runtime that keeps a connection for its whole life
+    /// ([`crate::default_io_threads`]: `VIS_PROXY_IO_THREADS`, else one per
+    /// CPU, at most 4). `0` serves connections on the runtime that started
+    /// the proxy.
     pub io_threads: usize,
 }
 
