@@ -426,3 +426,40 @@ async fn pip_installs_a_package_from_a_local_index() {
         "{decisions:?}"
     );
 }
+
+/// Names of the gateway's threads (`/proc/<pid>/task/*/comm`).
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                .map(|n| n.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vis_proxy_io_threads_sets_the_proxys_own_threads_and_zero_serves_on_the_runtime() {
+    let origin = Origin::start().await;
+    for (n, expected) in [("3", 3usize), ("0", 0)] {
+        let gw = start_with_network(
+            loopback_policy(),
+            Opts::default().env("VIS_PROXY_IO_THREADS", n),
+        )
+        .await;
+        let names = thread_names(gw.pid());
+        let io: Vec<_> = names
+            .iter()
+            .filter(|t| t.starts_with("vis-proxy-io-"))
+            .collect();
+        assert_eq!(io.len(), expected, "VIS_PROXY_IO_THREADS={n}: {names:?}");
+        let sid = gw.create_session_at(&gw.dirs.root()).await;
+        let url = format!("{}/threads-{n}", origin.url());
+        let ok = gw.exec(&sid, &["curl", "-sS", "-i", &url]).await;
+        assert!(ok.stdout.starts_with("HTTP/1.1 200"), "{ok:?}");
+        assert!(ok.stdout.contains(&format!("GET /threads-{n}")), "{ok:?}");
+    }
+}
