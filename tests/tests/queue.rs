@@ -181,6 +181,59 @@ async fn with_one_execution_permit_a_second_session_waits_and_can_be_cancelled_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_gets_no_execution_permit_in_time_fails_as_stalled_and_the_running_one_is_untouched(
+) {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Stall {
+        chunks: vec!["hold. ".into()],
+    });
+    let gw = Gateway::start(
+        Opts::openai(&llm)
+            .env("VIS_GATEWAY_MAX_CONCURRENT_TURNS", "1")
+            .env("VIS_TURN_START_TIMEOUT_MS", "400"),
+    )
+    .await;
+    let a = gw.create_session().await;
+    let b = gw.create_session().await;
+    let mut sa = gw.events(&a, -1).await;
+    let (_, ta) = gw.submit(&a, "holds the permit").await;
+    sa.collect_until("content.block.delta", WAIT).await;
+    let mut sb = gw.events(&b, -1).await;
+    let (_, tb) = gw.submit(&b, "never gets to run").await;
+    let tid = tb["turn_id"].as_str().unwrap().to_string();
+    let evs = sb.collect_until_any(TERMINALS, WAIT).await;
+    let last = evs.last().unwrap();
+    assert_eq!(last.event, "turn.failed", "{evs:?}");
+    let (_, turn) = gw.get(format!("/v1/sessions/{b}/turns/{tid}")).await;
+    let blocks = turn["content"].as_array().cloned().unwrap_or_default();
+    let err = blocks
+        .iter()
+        .find(|b| b["type"] == "error")
+        .unwrap_or_else(|| panic!("no error block: {turn}"));
+    assert_eq!(err["code"], "turn_stalled", "{turn}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("never started running"),
+        "{turn}"
+    );
+    assert_eq!(
+        llm.request_count(),
+        1,
+        "the stalled turn never called the provider"
+    );
+    // The turn holding the permit is untouched and still cancellable.
+    let ta = ta["turn_id"].as_str().unwrap().to_string();
+    let (s, _) = gw
+        .post_empty(&format!("/v1/sessions/{a}/turns/{ta}/cancel"))
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let evs = sa.collect_until_any(TERMINALS, WAIT).await;
+    assert_eq!(evs.last().unwrap().event, "turn.cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_records_do_not_leak_internal_fields() {
     let llm = FixtureLlm::start().await;
     llm.push(slow(100, 30));

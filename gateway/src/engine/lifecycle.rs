@@ -30,6 +30,16 @@ pub enum Terminal {
     Cancelled,
 }
 
+/// How long a started turn may wait for an execution permit before it fails
+/// (`VIS_TURN_START_TIMEOUT_MS`, default 60 s: "no worker activity 60 s", §6.6).
+fn start_timeout() -> Duration {
+    std::env::var("VIS_TURN_START_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(60))
+}
+
 impl Gateway {
     pub async fn submit(self: &Arc<Self>, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)> {
         let request = match &req.request {
@@ -220,13 +230,26 @@ impl Gateway {
     }
 
     async fn work(self: Arc<Self>, l: Launch) {
+        // The start watchdog (§6.6): a turn that gets no execution permit in time fails.
+        let limit = start_timeout();
         let permit = tokio::select! {
-            p = self.permits.clone().acquire_owned() => p.ok(),
+            p = tokio::time::timeout(limit, self.permits.clone().acquire_owned()) => match p {
+                Ok(p) => p.ok().map(Some),
+                Err(_) => Some(None),
+            },
             _ = l.cancel.cancelled() => None,
         };
         let terminal = match permit {
             None => Terminal::Cancelled,
-            Some(_permit) => {
+            Some(None) => Terminal::Failed {
+                code: "turn_stalled".into(),
+                message: format!(
+                    "turn never started running: no execution slot came free within {} s \
+                     (VIS_GATEWAY_MAX_CONCURRENT_TURNS turns were running)",
+                    limit.as_secs_f64()
+                ),
+            },
+            Some(Some(_permit)) => {
                 self.counters.executing.fetch_add(1, Ordering::Relaxed);
                 let t = tokio::select! {
                     biased;
