@@ -246,3 +246,52 @@ async fn a_long_multiline_first_request_is_previewed_on_one_line_within_240_char
     assert!(first.chars().count() <= 241, "{}", first.chars().count());
     assert!(first.ends_with('…'));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_silent_after_its_first_output_is_failed_as_stalled_by_the_silence_watchdog() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Stall {
+        chunks: vec!["Starting. ".into()],
+    });
+    // The provider stall (120 s by default) would come much later than the silence limit.
+    let gw = Gateway::start(Opts::openai(&llm).env("VIS_TURN_SILENCE_MS", "300")).await;
+    let evs = one_turn(&gw, "hi").await;
+    let term = evs
+        .iter()
+        .find(|e| TERMINALS.contains(&e.event.as_str()))
+        .unwrap();
+    assert_eq!(term.event, "turn.failed", "{:?}", term.data);
+    let err = error_block(&term.data);
+    assert_eq!(err["code"], "turn_stalled", "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("went silent"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_longer_than_the_silence_limit_is_exempt_from_the_watchdog() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::tool_call(
+        "shell",
+        json!({"command": "sleep 1; echo slept"}),
+    ));
+    llm.push(Script::text(&["Done."]));
+    let gw = Gateway::start(Opts::openai(&llm).env("VIS_TURN_SILENCE_MS", "300")).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "sleep a second").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let out = evs
+        .iter()
+        .find(|e| e.event == "block.output")
+        .unwrap_or_else(|| panic!("no tool output: {:?}", ev_types(&evs)));
+    assert!(
+        out.data["stdout"].as_str().unwrap_or("").contains("slept")
+            || out.data["result"].as_str().unwrap_or("").contains("slept"),
+        "{}",
+        out.data
+    );
+}

@@ -40,6 +40,16 @@ fn start_timeout() -> Duration {
         .unwrap_or(Duration::from_secs(60))
 }
 
+/// How long a model turn may stay silent after its first output, outside tool calls,
+/// before it is force-failed (`VIS_TURN_SILENCE_MS`, default 6 min, §6.6).
+fn silence_timeout() -> Duration {
+    std::env::var("VIS_TURN_SILENCE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_secs(6 * 60))
+}
+
 impl Gateway {
     pub async fn submit(self: &Arc<Self>, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)> {
         let request = match &req.request {
@@ -325,7 +335,19 @@ impl Gateway {
             progress: l.progress.clone(),
             cancel: l.cancel.clone(),
         };
-        match runner::run(&ctx, client, model, messages, tools, &prompts).await {
+        let limit = silence_timeout();
+        let outcome = tokio::select! {
+            o = runner::run(&ctx, client, model, messages, tools, &prompts) => o,
+            _ = runner::silence(&l.progress, limit) => Outcome::Failed {
+                code: "turn_stalled",
+                message: format!(
+                    "the turn went silent: no output for {} s after it had started answering \
+                     (outside any tool call)",
+                    limit.as_secs_f64()
+                ),
+            },
+        };
+        match outcome {
             Outcome::Completed { content } => Terminal::Completed { content },
             Outcome::Failed { code, message } => Terminal::Failed {
                 code: code.into(),

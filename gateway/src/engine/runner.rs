@@ -10,7 +10,7 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use vis_providers::{
     ChatMessage, ChatRequest, Client, ProviderError, RetryInfo, StreamEvent, ToolCall,
@@ -30,6 +30,49 @@ pub struct Progress {
     pub tokens: Tokens,
     pub provider: Option<String>,
     pub model: Option<String>,
+    /// When the turn last produced output (any turn event but `activity`); `None` before
+    /// the first. Read by the silence watchdog.
+    pub last_output: Option<Instant>,
+    /// Tool calls running now (the silence watchdog exempts tool phases).
+    pub tools_running: usize,
+}
+
+/// Counts a tool call as running until dropped (also when the call is abandoned).
+struct ToolPhase<'a>(&'a Mutex<Progress>);
+
+impl<'a> ToolPhase<'a> {
+    fn enter(p: &'a Mutex<Progress>) -> Self {
+        p.lock().tools_running += 1;
+        ToolPhase(p)
+    }
+}
+
+impl Drop for ToolPhase<'_> {
+    fn drop(&mut self) {
+        let mut p = self.0.lock();
+        p.tools_running = p.tools_running.saturating_sub(1);
+    }
+}
+
+/// Resolves once the turn has produced output and then stayed silent for `limit` outside
+/// a tool call (§6.6: "output, then 6 min silence in a non-tool phase"); never before the
+/// first output.
+pub async fn silence(progress: &Mutex<Progress>, limit: Duration) {
+    loop {
+        let (last, in_tool) = {
+            let p = progress.lock();
+            (p.last_output, p.tools_running > 0)
+        };
+        let wait = match last {
+            Some(t) if !in_tool => match limit.checked_sub(t.elapsed()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return,
+            },
+            // Not armed yet, or inside a tool: look again later (a tool's end is output).
+            _ => limit,
+        };
+        tokio::time::sleep(wait).await;
+    }
 }
 
 pub enum Outcome {
@@ -53,6 +96,9 @@ impl RunCtx {
             _ => Map::new(),
         };
         m.entry("turn_id").or_insert_with(|| json!(self.tid));
+        if kind != "activity" {
+            self.progress.lock().last_output = Some(Instant::now());
+        }
         self.gw.bus.publish(&self.sid, kind, m)
     }
 }
@@ -202,6 +248,7 @@ async fn run_tool(
     ctx.gw.presentations.start(&ctx.sid, &block_id, &call.name);
     ctx.emit("activity", activity);
     let t0 = Instant::now();
+    let phase = ToolPhase::enter(&ctx.progress);
     let out = match tool {
         None => ToolOutput::fail(format!("unknown tool {:?}", call.name)),
         Some(tool) => match serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
@@ -238,6 +285,7 @@ async fn run_tool(
     m.insert("silent".into(), json!(false));
     m.insert("is_timeout".into(), json!(out.is_timeout));
     m.insert("duration_ms".into(), json!(t0.elapsed().as_millis() as u64));
+    drop(phase);
     if let Some(p) = ctx.gw.presentations.finish(&ctx.sid, &block_id) {
         m.extend(super::presentation::display_fields(&p));
     }
