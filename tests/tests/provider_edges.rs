@@ -25,6 +25,16 @@ fn answer(done: &Event) -> String {
         .collect()
 }
 
+/// The turn's terminal, asserted to be `turn.failed`.
+fn failed_terminal(evs: &[Event]) -> &Event {
+    let term = evs
+        .iter()
+        .find(|e| TERMINALS.contains(&e.event.as_str()))
+        .unwrap_or_else(|| panic!("no terminal: {:?}", ev_types(evs)));
+    assert_eq!(term.event, "turn.failed", "{:?}", term.data);
+    term
+}
+
 async fn one_turn(gw: &Gateway, request: &str) -> Vec<Event> {
     let sid = gw.create_session().await;
     let mut sse = gw.events(&sid, -1).await;
@@ -44,11 +54,7 @@ async fn a_stalled_provider_stream_fails_the_turn_with_provider_stream_stalled()
     }
     let gw = Gateway::start(Opts::openai(&llm).env("VIS_PROVIDER_STALL_MS", "400")).await;
     let evs = one_turn(&gw, "hi").await;
-    let term = evs
-        .iter()
-        .find(|e| TERMINALS.contains(&e.event.as_str()))
-        .unwrap();
-    assert_eq!(term.event, "turn.failed", "{:?}", term.data);
+    let term = failed_terminal(&evs);
     assert_eq!(error_block(&term.data)["code"], "provider_stream_stalled");
     // blocks opened before the stall are closed before the terminal
     let opened: Vec<_> = evs
@@ -103,11 +109,7 @@ async fn a_malformed_provider_stream_fails_the_turn_and_the_gateway_keeps_servin
     }
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let evs = one_turn(&gw, "hi").await;
-    let term = evs
-        .iter()
-        .find(|e| TERMINALS.contains(&e.event.as_str()))
-        .unwrap();
-    assert_eq!(term.event, "turn.failed", "{:?}", term.data);
+    let term = failed_terminal(&evs);
     let b = error_block(&term.data);
     assert!(b["message"].is_string());
     let (s, _) = gw.get("/healthz").await;
@@ -256,11 +258,7 @@ async fn a_turn_silent_after_its_first_output_is_failed_as_stalled_by_the_silenc
     // The provider stall (120 s by default) would come much later than the silence limit.
     let gw = Gateway::start(Opts::openai(&llm).env("VIS_TURN_SILENCE_MS", "300")).await;
     let evs = one_turn(&gw, "hi").await;
-    let term = evs
-        .iter()
-        .find(|e| TERMINALS.contains(&e.event.as_str()))
-        .unwrap();
-    assert_eq!(term.event, "turn.failed", "{:?}", term.data);
+    let term = failed_terminal(&evs);
     let err = error_block(&term.data);
     assert_eq!(err["code"], "turn_stalled", "{err}");
     assert!(
