@@ -50,6 +50,16 @@ pub struct Config {
     pub environment: BTreeMap<String, String>,
 }
 
+/// A duration in milliseconds from the environment variable `name`, else `default`
+/// (unset or not a whole number).
+pub fn env_ms(name: &str, default: std::time::Duration) -> std::time::Duration {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map(std::time::Duration::from_millis)
+        .unwrap_or(default)
+}
+
 /// The dotted keys whose values differ between two configurations, one level deep under
 /// the sections (`providers.local`, `jail.network`, `default_model`), sorted.
 pub fn changed_keys(old: &Config, new: &Config) -> Vec<String> {

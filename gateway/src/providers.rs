@@ -178,9 +178,5 @@ impl Router {
 /// Mid-stream silence after which a provider stream counts as stalled
 /// (`VIS_PROVIDER_STALL_MS`, default 120 s).
 fn stall_timeout() -> Duration {
-    std::env::var("VIS_PROVIDER_STALL_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(Duration::from_secs(120))
+    crate::config::env_ms("VIS_PROVIDER_STALL_MS", Duration::from_secs(120))
 }

@@ -33,21 +33,13 @@ pub enum Terminal {
 /// How long a started turn may wait for an execution permit before it fails
 /// (`VIS_TURN_START_TIMEOUT_MS`, default 60 s: "no worker activity 60 s", §6.6).
 fn start_timeout() -> Duration {
-    std::env::var("VIS_TURN_START_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(Duration::from_secs(60))
+    crate::config::env_ms("VIS_TURN_START_TIMEOUT_MS", Duration::from_secs(60))
 }
 
 /// How long a model turn may stay silent after its first output, outside tool calls,
 /// before it is force-failed (`VIS_TURN_SILENCE_MS`, default 6 min, §6.6).
 fn silence_timeout() -> Duration {
-    std::env::var("VIS_TURN_SILENCE_MS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .map(Duration::from_millis)
-        .unwrap_or(Duration::from_secs(6 * 60))
+    crate::config::env_ms("VIS_TURN_SILENCE_MS", Duration::from_secs(6 * 60))
 }
 
 impl Gateway {
