@@ -180,6 +180,8 @@ type Outcome = Result<Value, CallError>;
 /// One live worker process.
 pub struct Running {
     label: String,
+    /// Only the tests ask ([`Running::pid`]).
+    #[cfg(test)]
     pid: Option<u32>,
     generation: u64,
     tx: mpsc::UnboundedSender<String>,
@@ -209,6 +211,7 @@ impl Drop for Hold {
 }
 
 impl Running {
+    #[cfg(test)]
     pub fn pid(&self) -> Option<u32> {
         self.pid
     }
@@ -463,6 +466,7 @@ impl WorkerClient {
 
     /// [`Self::call`] that gives up (without touching the worker) when the worker stays busy
     /// with other calls for longer than `wait`.
+    #[cfg(test)]
     pub async fn call_waiting_at_most(
         &self,
         ctx: CallCtx,
@@ -540,7 +544,8 @@ impl WorkerClient {
     }
 
     /// Runs `f` with the running process while holding the call lock (several requests in a
-    /// row without another caller in between, e.g. a reload).
+    /// row without another caller in between: the `fs_access` gates).
+    #[cfg(test)]
     pub async fn with_worker<F, Fut, T>(&self, f: F) -> Result<T, CallError>
     where
         F: FnOnce(Arc<Running>) -> Fut,
@@ -759,6 +764,7 @@ fn spawn(
     let (exit_tx, exit_rx) = watch::channel::<Option<String>>(None);
     let running = Arc::new(Running {
         label: spec.label.clone(),
+        #[cfg(test)]
         pid,
         generation,
         tx,

@@ -79,6 +79,7 @@ pub fn phase_name(code: u8) -> &'static str {
     }
 }
 
+#[cfg(test)]
 pub fn phase_from_name(name: &str) -> Option<vis_proxy::Phase> {
     Some(match name {
         "http" => vis_proxy::Phase::Http,
@@ -485,10 +486,6 @@ impl Lane {
         let mut wake = Vec::new();
         self.st.lock().kill_all(why, &mut wake);
         wake.into_iter().for_each(Waker::wake);
-    }
-
-    pub fn is_dead(&self) -> bool {
-        self.st.lock().dead.is_some()
     }
 
     /// The call `id` was abandoned by its caller and has not been answered yet.

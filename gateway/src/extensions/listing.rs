@@ -123,20 +123,4 @@ impl ExtensionHost {
         }
         md
     }
-
-    /// Current load failures of the global scope and `project`.
-    pub fn failures(&self, project: Option<&Path>) -> Vec<LoadFailure> {
-        let reg = self.inner.registry.read();
-        let mut out = reg
-            .scopes
-            .get(&Scope::Global)
-            .map(|s| s.failures.clone())
-            .unwrap_or_default();
-        if let Some(p) = project {
-            if let Some(s) = reg.scopes.get(&Scope::Project(p.to_path_buf())) {
-                out.extend(s.failures.iter().cloned());
-            }
-        }
-        out
-    }
 }

@@ -17,10 +17,6 @@
 //! host.stop_session(&session.id).await;
 //! ```
 
-// The lead wires this API into the engine, the slash registry and the HTTP routes; until
-// then most of it is only used by the tests.
-#![allow(dead_code)]
-
 pub mod client;
 pub mod discovery;
 mod doors;
@@ -92,7 +88,7 @@ pub trait DoorWorker: Send + Sync + 'static {
 
 /// The doors that reach the human or the session's sandbox: `request_input` (`vis.ask`),
 /// `live`, `reveal_secret` / `forget_secret` and the shell family. The gateway implements
-/// it; [`NoHumanDoors`] answers "not available".
+/// it; the tests' `NoHumanDoors` answers "not available".
 #[async_trait]
 pub trait HumanDoors: Send + Sync + 'static {
     /// `vis.ask`: the door payload (`request`, `validators`, `run_validator`); answers
@@ -133,9 +129,11 @@ pub trait HumanDoors: Send + Sync + 'static {
 
 /// [`HumanDoors`] of a host without a gateway behind it: every door answers
 /// "`<op>` is not available in this gateway build yet".
+#[cfg(test)]
 #[derive(Default)]
 pub struct NoHumanDoors;
 
+#[cfg(test)]
 fn not_available(op: &str) -> client::DoorError {
     client::DoorError::typed(
         "NotImplementedError",
@@ -143,6 +141,7 @@ fn not_available(op: &str) -> client::DoorError {
     )
 }
 
+#[cfg(test)]
 #[async_trait]
 impl HumanDoors for NoHumanDoors {
     async fn request_input(
@@ -181,12 +180,14 @@ impl HumanDoors for NoHumanDoors {
     }
 }
 
-/// An in-memory [`StateStore`] (tests, and a gateway without a database).
+/// An in-memory [`StateStore`] (tests).
+#[cfg(test)]
 #[derive(Default)]
 pub struct MemoryState {
     map: Mutex<BTreeMap<(String, String), Value>>,
 }
 
+#[cfg(test)]
 #[async_trait]
 impl StateStore for MemoryState {
     async fn get(&self, extension: &str, key: &str) -> anyhow::Result<Option<Value>> {
@@ -216,19 +217,6 @@ impl StateStore for MemoryState {
             .filter(|(e, _)| e == extension)
             .map(|(_, k)| k.clone())
             .collect())
-    }
-}
-
-/// [`HostEvents`] that only logs.
-#[derive(Default)]
-pub struct LogEvents;
-
-impl HostEvents for LogEvents {
-    fn notify(&self, session_id: Option<&str>, extension: &str, text: &str, level: &str) {
-        tracing::info!(target: "vis::extension", extension, session = ?session_id, level, "notify: {text}");
-    }
-    fn activity(&self, _: Option<&str>, _: &str, _: Value) -> bool {
-        false
     }
 }
 
@@ -776,7 +764,7 @@ fn file_str(p: &Path) -> String {
 
 impl ExtensionHost {
     /// Creates the host. No process starts until the first load or call. `human` serves
-    /// the ask / live / secret / shell doors ([`NoHumanDoors`] refuses them).
+    /// the ask / live / secret / shell doors.
     pub fn new(
         cfg: HostConfig,
         state: Arc<dyn StateStore>,
@@ -809,11 +797,8 @@ impl ExtensionHost {
         ExtensionHost { inner }
     }
 
-    pub fn config(&self) -> &HostConfig {
-        &self.inner.cfg
-    }
-
     /// Reload notifications (only when a scope's files actually changed).
+    #[cfg(test)]
     pub fn changes(&self) -> tokio::sync::broadcast::Receiver<ExtensionsChanged> {
         self.inner.changes.subscribe()
     }
@@ -1110,13 +1095,15 @@ impl ExtensionHost {
         self.inner.registration.stop().await;
     }
 
-    /// Process id of a session's worker, when it runs (diagnostics, tests).
+    /// Process id of a session's worker, when it runs (tests).
+    #[cfg(test)]
     pub fn session_worker_pid(&self, session_id: &str) -> Option<u32> {
         let w = self.inner.sessions.lock().get(session_id).cloned()?;
         w.client.running().and_then(|r| r.pid())
     }
 
-    /// Process id of the registration worker, when it runs.
+    /// Process id of the registration worker, when it runs (tests).
+    #[cfg(test)]
     pub fn registration_worker_pid(&self) -> Option<u32> {
         self.inner.registration.running().and_then(|r| r.pid())
     }
