@@ -1,7 +1,14 @@
 //! Network filters (decision P6): each `vis.NetworkFilter` as a `vis_proxy` filter that
 //! runs in the registration worker over the filter lane; a raise or a timeout denies.
 
+#[cfg(test)]
+use super::client::CallCtx;
+use super::client::CallError;
 use super::*;
+use async_trait::async_trait;
+#[cfg(test)]
+use serde_json::{json, Value};
+use std::sync::{Arc, Weak};
 
 impl ExtensionHost {
     /// Every registered network filter, in registration order (global, then projects).

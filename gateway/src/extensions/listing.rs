@@ -2,6 +2,8 @@
 //! extension provides and every load failure.
 
 use super::*;
+use serde_json::{json, Value};
+use std::path::Path;
 
 impl ExtensionHost {
     /// `GET /v1/extensions` (companion-api §3.2): the global extensions and, with

@@ -1,6 +1,9 @@
 //! `vis.Provider`s (§7): listing and calling their callbacks in the registration worker.
 
+use super::client::CallCtx;
 use super::*;
+use serde_json::{json, Value};
+use std::path::Path;
 
 impl ExtensionHost {
     /// Every `vis.Provider` of the global extensions and of `project`.

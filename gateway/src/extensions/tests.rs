@@ -4,8 +4,15 @@
 //! package has integration tests), or `VIS_TEST_WORKER_EXE`.
 
 use super::*;
+use async_trait::async_trait;
+use parking_lot::Mutex;
 use serde_json::json;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 fn worker_exe() -> PathBuf {
     if let Some(p) = std::env::var_os("VIS_TEST_WORKER_EXE") {

@@ -1,7 +1,12 @@
 //! Symbols as turn tools (decision E9): the session's tool list, calls through the
 //! session worker with the op hooks around them, and the `apropos`/`doc` catalogue.
 
+use super::client::{CallError, WorkerClient};
 use super::*;
+use serde_json::{json, Value};
+#[cfg(test)]
+use std::path::Path;
+use std::sync::Arc;
 
 impl ExtensionHost {
     /// Every tool of the session's extensions (hidden ones flagged).

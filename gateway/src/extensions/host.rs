@@ -1,0 +1,435 @@
+//! The extension host: its workers, their owners, sessions, slash commands, turns.
+
+use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
+use super::{
+    doors, Entry, ExtensionsChanged, HostConfig, HostEvents, HumanDoors, Registry, SessionCtx,
+    StateStore, TurnExtras,
+};
+use async_trait::async_trait;
+use parking_lot::{Mutex, RwLock};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Weak};
+
+pub(super) struct Inner {
+    pub(super) cfg: HostConfig,
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) events: Arc<dyn HostEvents>,
+    pub(super) human: Arc<dyn HumanDoors>,
+    pub(super) registry: RwLock<Registry>,
+    pub(super) registration: WorkerClient,
+    pub(super) sessions: Mutex<HashMap<String, Arc<SessionWorker>>>,
+    pub(super) reload_lock: tokio::sync::Mutex<()>,
+    pub(super) changes: tokio::sync::broadcast::Sender<ExtensionsChanged>,
+    pub(super) frozen_cleared: std::sync::atomic::AtomicBool,
+}
+
+pub(super) struct SessionWorker {
+    pub(super) session: SessionCtx,
+    pub(super) client: WorkerClient,
+}
+
+/// The extension host. Cheap to clone.
+#[derive(Clone)]
+pub struct ExtensionHost {
+    pub(super) inner: Arc<Inner>,
+}
+
+struct RegistrationOwner {
+    host: Weak<Inner>,
+}
+
+struct SessionOwner {
+    host: Weak<Inner>,
+    session: SessionCtx,
+}
+
+#[async_trait]
+impl WorkerOwner for RegistrationOwner {
+    fn preload(&self) -> (u64, Vec<Preload>) {
+        let Some(host) = self.host.upgrade() else {
+            return (0, Vec::new());
+        };
+        let reg = host.registry.read();
+        let list = reg
+            .all()
+            .iter()
+            .map(|e| Preload {
+                ctx: CallCtx {
+                    project_root: e.scope.project_root().map(Path::to_path_buf),
+                    ..CallCtx::default()
+                },
+                file: e.file.clone(),
+                source: e.source.clone(),
+                import_root: e.import_root.clone(),
+            })
+            .collect();
+        (reg.generation, list)
+    }
+    fn generation(&self) -> Option<u64> {
+        None
+    }
+    async fn door(
+        &self,
+        worker: Arc<client::Running>,
+        ctx: CallCtx,
+        op: String,
+        payload: Value,
+    ) -> Result<Value, client::DoorError> {
+        answer_door(&self.host, worker, ctx, op, payload).await
+    }
+}
+
+/// Both kinds of worker answer their doors the same way, while the host is alive.
+async fn answer_door(
+    host: &Weak<Inner>,
+    worker: Arc<client::Running>,
+    ctx: CallCtx,
+    op: String,
+    payload: Value,
+) -> Result<Value, client::DoorError> {
+    match host.upgrade() {
+        Some(h) => doors::answer(&h, worker, ctx, &op, payload).await,
+        None => Err(client::DoorError::new("the gateway is shutting down")),
+    }
+}
+
+pub(super) fn session_call_ctx(s: &SessionCtx) -> CallCtx {
+    CallCtx {
+        session_id: Some(s.id.clone()),
+        project_root: s.project_root.clone(),
+        workspace_root: Some(s.workspace_root.clone()),
+        is_gate: false,
+    }
+}
+
+#[async_trait]
+impl WorkerOwner for SessionOwner {
+    fn preload(&self) -> (u64, Vec<Preload>) {
+        let Some(host) = self.host.upgrade() else {
+            return (0, Vec::new());
+        };
+        let reg = host.registry.read();
+        let ctx = session_call_ctx(&self.session);
+        let list = reg
+            .resolve(self.session.project_root.as_deref())
+            .iter()
+            .map(|e| Preload {
+                ctx: ctx.clone(),
+                file: e.file.clone(),
+                source: e.source.clone(),
+                import_root: e.import_root.clone(),
+            })
+            .collect();
+        (reg.generation, list)
+    }
+    fn generation(&self) -> Option<u64> {
+        self.host.upgrade().map(|h| h.registry.read().generation)
+    }
+    async fn door(
+        &self,
+        worker: Arc<client::Running>,
+        ctx: CallCtx,
+        op: String,
+        payload: Value,
+    ) -> Result<Value, client::DoorError> {
+        answer_door(&self.host, worker, ctx, op, payload).await
+    }
+}
+
+pub(super) fn file_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+impl ExtensionHost {
+    /// Creates the host. No process starts until the first load or call. `human` serves
+    /// the ask / live / secret / shell doors.
+    pub fn new(
+        cfg: HostConfig,
+        state: Arc<dyn StateStore>,
+        events: Arc<dyn HostEvents>,
+        human: Arc<dyn HumanDoors>,
+    ) -> ExtensionHost {
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let spec = WorkerSpec {
+                exe: cfg.worker_exe.clone(),
+                home: cfg.home.clone(),
+                label: "registration".into(),
+                cwd: Some(cfg.home.clone()),
+                load_timeout: cfg.load_timeout,
+                filter_lane: true,
+            };
+            let owner = Arc::new(RegistrationOwner { host: weak.clone() });
+            Inner {
+                registration: WorkerClient::new(spec, CallCtx::default(), owner),
+                cfg,
+                state,
+                events,
+                human,
+                registry: RwLock::new(Registry::default()),
+                sessions: Mutex::new(HashMap::new()),
+                reload_lock: tokio::sync::Mutex::new(()),
+                changes: tokio::sync::broadcast::channel(64).0,
+                frozen_cleared: std::sync::atomic::AtomicBool::new(false),
+            }
+        });
+        ExtensionHost { inner }
+    }
+
+    /// Reload notifications (only when a scope's files actually changed).
+    #[cfg(test)]
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<ExtensionsChanged> {
+        self.inner.changes.subscribe()
+    }
+
+    pub(super) fn resolve(&self, project: Option<&Path>) -> Vec<Arc<Entry>> {
+        self.inner.registry.read().resolve(project)
+    }
+
+    // -- sessions -----------------------------------------------------------------------
+
+    pub(super) fn session_worker(&self, session: &SessionCtx) -> Arc<SessionWorker> {
+        let mut map = self.inner.sessions.lock();
+        if let Some(w) = map.get(&session.id) {
+            if w.session == *session {
+                return w.clone();
+            }
+        }
+        let spec = WorkerSpec {
+            exe: self.inner.cfg.worker_exe.clone(),
+            home: self.inner.cfg.home.clone(),
+            label: format!("session:{}", session.id),
+            cwd: Some(session.workspace_root.clone()),
+            load_timeout: self.inner.cfg.load_timeout,
+            filter_lane: false,
+        };
+        let owner = Arc::new(SessionOwner {
+            host: Arc::downgrade(&self.inner),
+            session: session.clone(),
+        });
+        let w = Arc::new(SessionWorker {
+            session: session.clone(),
+            client: WorkerClient::new(spec, session_call_ctx(session), owner),
+        });
+        if let Some(old) = map.insert(session.id.clone(), w.clone()) {
+            tokio::spawn(async move { old.client.stop().await });
+        }
+        w
+    }
+
+    /// Stops a session's worker (session disposal). The registration worker keeps running.
+    pub async fn stop_session(&self, session_id: &str) {
+        self.inner.human.session_disposed(session_id);
+        let w = self.inner.sessions.lock().remove(session_id);
+        if let Some(w) = w {
+            w.client.stop().await;
+        }
+    }
+
+    /// Stops every worker.
+    pub async fn shutdown(&self) {
+        let all: Vec<_> = self.inner.sessions.lock().drain().map(|(_, w)| w).collect();
+        for w in all {
+            w.client.stop().await;
+        }
+        self.inner.registration.stop().await;
+    }
+
+    /// Process id of a session's worker, when it runs (tests).
+    #[cfg(test)]
+    pub fn session_worker_pid(&self, session_id: &str) -> Option<u32> {
+        let w = self.inner.sessions.lock().get(session_id).cloned()?;
+        w.client.running().and_then(|r| r.pid())
+    }
+
+    /// Process id of the registration worker, when it runs (tests).
+    #[cfg(test)]
+    pub fn registration_worker_pid(&self) -> Option<u32> {
+        self.inner.registration.running().and_then(|r| r.pid())
+    }
+
+    // -- slash commands -----------------------------------------------------------------
+
+    /// `(name, doc)` of the slash commands a project sees (doc falls back to usage).
+    pub async fn slashes(&self, project: Option<&Path>) -> Vec<(String, String)> {
+        self.ensure_project(project).await;
+        let mut out = Vec::new();
+        for e in self.resolve(project) {
+            for c in &e.catalog.slash_commands {
+                let doc = c
+                    .doc
+                    .clone()
+                    .or_else(|| c.usage.clone())
+                    .unwrap_or_else(|| e.catalog.description.clone());
+                out.push((c.name.clone(), doc));
+            }
+        }
+        out
+    }
+
+    /// Runs `/name args` (args = the text after the command). Ok: Markdown (title, then
+    /// body). Err: Markdown of an `vis.err(...)` result or of the exception.
+    pub async fn run_slash(
+        &self,
+        session: &SessionCtx,
+        name: &str,
+        args: &str,
+    ) -> Result<String, String> {
+        self.run_slash_with_channel(session, name, args, None).await
+    }
+
+    /// [`Self::run_slash`] with the channel the command came from.
+    pub async fn run_slash_with_channel(
+        &self,
+        session: &SessionCtx,
+        name: &str,
+        args: &str,
+        channel: Option<&str>,
+    ) -> Result<String, String> {
+        let name = name.trim_start_matches('/');
+        self.ensure_project(session.project_root.as_deref()).await;
+        let entry = self
+            .resolve(session.project_root.as_deref())
+            .into_iter()
+            .find(|e| e.catalog.slash_commands.iter().any(|c| c.name == name))
+            .ok_or_else(|| format!("no extension slash command named '/{name}'"))?;
+        let argv: Vec<&str> = args.split_whitespace().collect();
+        let raw = if args.trim().is_empty() {
+            format!("/{name}")
+        } else {
+            format!("/{name} {}", args.trim())
+        };
+        let payload = json!({
+            "file": file_str(&entry.file),
+            "name": name,
+            "ctx": {"channel": channel, "args": argv, "raw": raw, "session_id": session.id},
+        });
+        let worker = self.session_worker(session);
+        match worker
+            .client
+            .call(
+                session_call_ctx(session),
+                "run_slash",
+                payload,
+                self.inner.cfg.call_timeout,
+            )
+            .await
+        {
+            Ok(v) => {
+                let title = v.get("title").and_then(Value::as_str).unwrap_or("");
+                let mut md = title.to_string();
+                if let Some(body) = v.get("body").and_then(Value::as_str) {
+                    md.push_str("\n\n");
+                    md.push_str(body);
+                }
+                if v.get("status").and_then(Value::as_str) == Some("error") {
+                    Err(md)
+                } else {
+                    Ok(md)
+                }
+            }
+            Err(e) => {
+                let e = self.explain(&worker.client, &entry, e);
+                let mut md = e.message;
+                if let Some(tb) = e.traceback {
+                    md.push_str(&format!("\n\n```\n{}\n```", tb.trim_end()));
+                }
+                Err(md)
+            }
+        }
+    }
+
+    // -- per-turn callables -------------------------------------------------------------
+
+    /// Runs every extension's `activation`, `prompt` and `ctx` for one turn (§5.5). A
+    /// raising `activation` hides the extension; a raising `prompt`/`ctx` adds nothing.
+    pub async fn turn(&self, session: &SessionCtx, channel: Option<&str>) -> TurnExtras {
+        self.ensure_project(session.project_root.as_deref()).await;
+        let env = json!({
+            "cwd": file_str(&session.workspace_root),
+            "session_id": session.id,
+            "channel": channel,
+        });
+        let mut out = TurnExtras {
+            session: json!({}),
+            ..TurnExtras::default()
+        };
+        let entries = self.resolve(session.project_root.as_deref());
+        if !entries
+            .iter()
+            .any(|e| e.catalog.has_activation || e.catalog.has_prompt_fn || e.catalog.has_ctx)
+        {
+            for e in entries {
+                if let Some(p) = &e.catalog.prompt {
+                    out.prompts.push((e.catalog.name.clone(), p.clone()));
+                }
+            }
+            return out;
+        }
+        let worker = self.session_worker(session);
+        for e in entries {
+            let name = e.catalog.name.clone();
+            let call = |which: &'static str| {
+                let payload = json!({"file": file_str(&e.file), "which": which, "env": env});
+                worker.client.call(
+                    session_call_ctx(session),
+                    "turn",
+                    payload,
+                    self.inner.cfg.turn_timeout,
+                )
+            };
+            if e.catalog.has_activation {
+                match call("activation").await {
+                    Ok(Value::Bool(true)) => {}
+                    Ok(_) => {
+                        out.inactive.push(name);
+                        continue;
+                    }
+                    Err(err) => {
+                        tracing::warn!(target: "vis::extension", extension = %name, "activation failed: {}", err.message());
+                        out.inactive.push(name);
+                        continue;
+                    }
+                }
+            }
+            if e.catalog.has_prompt_fn {
+                match call("prompt").await {
+                    Ok(Value::String(p)) => out.prompts.push((name.clone(), p)),
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::warn!(target: "vis::extension", extension = %name, "prompt failed: {}", err.message())
+                    }
+                }
+            } else if let Some(p) = &e.catalog.prompt {
+                out.prompts.push((name.clone(), p.clone()));
+            }
+            if e.catalog.has_ctx {
+                match call("ctx").await {
+                    Ok(v @ Value::Object(_)) => deep_merge(&mut out.session, v),
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::warn!(target: "vis::extension", extension = %name, "ctx failed: {}", err.message())
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn deep_merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) => deep_merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}

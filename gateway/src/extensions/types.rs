@@ -1,0 +1,236 @@
+//! The host's configuration and its public value types.
+
+use super::client::CallError;
+use super::protocol::WireError;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The project's `environment:` block, by project root (`None`: no project).
+pub type EnvironmentFn = Arc<dyn Fn(Option<&Path>) -> BTreeMap<String, String> + Send + Sync>;
+
+#[derive(Clone)]
+pub struct HostConfig {
+    /// The Vis home (global extensions live in `<home>/extensions/`).
+    pub home: PathBuf,
+    /// The binary started in worker mode (default: the running executable).
+    pub worker_exe: PathBuf,
+    /// Tool calls and slash commands (default 30 s).
+    pub call_timeout: Duration,
+    /// Op hooks and `fs_access` gates (default 10 s).
+    pub hook_timeout: Duration,
+    /// One network filter call (default 5 s); a timeout denies.
+    pub filter_timeout: Duration,
+    /// Loading one file (default 30 s).
+    pub load_timeout: Duration,
+    /// `prompt` / `activation` / `ctx` per turn (default 5 s, §13 O8).
+    pub turn_timeout: Duration,
+    /// Provider callbacks (default 30 s).
+    pub provider_timeout: Duration,
+    /// The project's `environment:` block (E5). Default: empty.
+    pub environment: EnvironmentFn,
+}
+
+impl HostConfig {
+    pub fn new(home: impl Into<PathBuf>) -> HostConfig {
+        HostConfig {
+            home: home.into(),
+            worker_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("vis-gateway")),
+            call_timeout: Duration::from_secs(30),
+            hook_timeout: Duration::from_secs(10),
+            filter_timeout: Duration::from_secs(5),
+            load_timeout: Duration::from_secs(30),
+            turn_timeout: Duration::from_secs(5),
+            provider_timeout: Duration::from_secs(30),
+            environment: Arc::new(|_| BTreeMap::new()),
+        }
+    }
+}
+
+/// The session an extension call belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCtx {
+    pub id: String,
+    /// The project whose `.vis/extensions/` apply (and whose `.env` files E5 reads).
+    pub project_root: Option<PathBuf>,
+    /// `vis.fs` is confined to this folder.
+    pub workspace_root: PathBuf,
+}
+
+/// One tool offered to the model (E9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    /// Provider tool name: the full dotted name with `.` → `__`.
+    pub name: String,
+    /// The full dotted Python name (`tracker.issues.find`).
+    pub full_name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+    pub extension: String,
+    /// Callable but not offered to the model.
+    pub is_hidden: bool,
+    /// `observation` or `mutation`.
+    pub tag: String,
+    /// The Symbol's `vis.Activity` (`{presenter, show_start, label?}`), if declared.
+    pub activity: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// What the model sees: the string result, or the JSON text of the value.
+    pub text: String,
+    /// The portable result (objects as `__vis_object__` records).
+    pub value: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    /// `ValueError: …` for a Python exception; the hook's reason for a block.
+    pub message: String,
+    pub traceback: Option<String>,
+    /// For a block: "Blocked by the '<ext>' Python extension. Ask the user before retrying."
+    pub hint: Option<String>,
+    /// `blocked`, `python`, `timeout`, `worker-exited`, `unavailable`, `unknown-tool`.
+    pub kind: String,
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl ToolError {
+    pub(super) fn from_call(e: CallError) -> ToolError {
+        let kind = match &e {
+            CallError::Python(_) => "python",
+            CallError::Timeout(_) => "timeout",
+            CallError::Busy(_) => "busy",
+            CallError::Exited(_) => "worker-exited",
+            CallError::Start(_) => "worker-start",
+            CallError::Unavailable(_) => "unavailable",
+        };
+        ToolError {
+            message: e.message(),
+            traceback: e.traceback(),
+            hint: None,
+            kind: kind.into(),
+        }
+    }
+}
+
+/// A network filter's decision (P6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny {
+        extension: String,
+        reason: String,
+        /// `blocked-by-filter` (a `vis.block`) or `filter-error` (a raise or a timeout).
+        kind: &'static str,
+        traceback: Option<String>,
+    },
+}
+
+/// One registered network filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterInfo {
+    pub extension: String,
+    pub file: PathBuf,
+    pub index: usize,
+}
+
+/// One `apropos`/`doc` catalogue entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogEntry {
+    pub name: String,
+    pub summary: String,
+    pub doc: String,
+    pub extension: String,
+    pub is_hidden: bool,
+}
+
+/// One `vis.Provider` from the catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderInfo {
+    pub extension: String,
+    pub id: String,
+    pub label: String,
+    /// `ProviderPreset` wire form or `null`.
+    pub preset: Value,
+    pub is_managed: bool,
+    /// Filled callback slots (`get_token_fn`, `status_fn`, `enrich_models_fn`, …).
+    pub slots: Vec<String>,
+}
+
+/// A file that failed to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadFailure {
+    pub file: PathBuf,
+    pub project_root: Option<PathBuf>,
+    /// The extension this file registered last time it loaded, if it ever did.
+    pub extension: Option<String>,
+    pub error: WireError,
+    /// A previous version of the file stays active.
+    pub is_stale: bool,
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, Default)]
+pub struct ReloadReport {
+    pub loaded: Vec<String>,
+    pub failures: Vec<LoadFailure>,
+    pub removed: Vec<String>,
+}
+
+impl ReloadReport {
+    /// `Python extensions: N loaded[, F failed: a.py (ValueError: …)]`.
+    pub fn summary(&self) -> String {
+        let mut s = format!("Python extensions: {} loaded", self.loaded.len());
+        if !self.failures.is_empty() {
+            let names: Vec<String> = self
+                .failures
+                .iter()
+                .map(|f| {
+                    let stale = if f.is_stale { ", last good kept" } else { "" };
+                    format!("{} ({}{stale})", f.file.display(), f.error.message)
+                })
+                .collect();
+            s.push_str(&format!(
+                ", {} failed: {}",
+                self.failures.len(),
+                names.join("; ")
+            ));
+        }
+        if !self.removed.is_empty() {
+            s.push_str(&format!(", removed: {}", self.removed.join(", ")));
+        }
+        s
+    }
+}
+
+/// Sent after a reload changed what a scope provides (live sessions rebind their tools and
+/// slash palettes; the next extension call of a session runs the new versions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtensionsChanged {
+    /// `None`: the global scope.
+    pub project_root: Option<PathBuf>,
+    /// Names registered in the scope now.
+    pub extensions: Vec<String>,
+    /// Names that disappeared.
+    pub removed: Vec<String>,
+}
+
+/// What `prompt`, `activation` and `ctx` produced for one turn (§5.5).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnExtras {
+    /// `(extension, fragment)` for every active extension with a prompt.
+    pub prompts: Vec<(String, String)>,
+    /// Extensions whose `activation` returned false or raised (their tools are hidden).
+    pub inactive: Vec<String>,
+    /// The deep-merged `ctx` dicts.
+    pub session: Value,
+}
