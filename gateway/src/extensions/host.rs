@@ -2,8 +2,7 @@
 
 use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
 use super::{
-    doors, Entry, ExtensionsChanged, HostConfig, HostEvents, HumanDoors, Registry, SessionCtx,
-    StateStore, TurnExtras,
+    doors, Entry, HostConfig, HostEvents, HumanDoors, Registry, SessionCtx, StateStore, TurnExtras,
 };
 use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
@@ -21,7 +20,6 @@ pub(super) struct Inner {
     pub(super) registration: WorkerClient,
     pub(super) sessions: Mutex<HashMap<String, Arc<SessionWorker>>>,
     pub(super) reload_lock: tokio::sync::Mutex<()>,
-    pub(super) changes: tokio::sync::broadcast::Sender<ExtensionsChanged>,
     pub(super) frozen_cleared: std::sync::atomic::AtomicBool,
 }
 
@@ -170,17 +168,10 @@ impl ExtensionHost {
                 registry: RwLock::new(Registry::default()),
                 sessions: Mutex::new(HashMap::new()),
                 reload_lock: tokio::sync::Mutex::new(()),
-                changes: tokio::sync::broadcast::channel(64).0,
                 frozen_cleared: std::sync::atomic::AtomicBool::new(false),
             }
         });
         ExtensionHost { inner }
-    }
-
-    /// Reload notifications (only when a scope's files actually changed).
-    #[cfg(test)]
-    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<ExtensionsChanged> {
-        self.inner.changes.subscribe()
     }
 
     pub(super) fn resolve(&self, project: Option<&Path>) -> Vec<Arc<Entry>> {

@@ -3,8 +3,8 @@
 use super::client::{self, CallCtx};
 use super::protocol::WireError;
 use super::{
-    discovery, file_str, freeze, Catalog, Entry, ExtensionHost, ExtensionsChanged, LoadFailure,
-    ReloadReport, Scope, ScopeState,
+    discovery, file_str, freeze, Catalog, Entry, ExtensionHost, LoadFailure, ReloadReport, Scope,
+    ScopeState,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -221,7 +221,7 @@ impl ExtensionHost {
                 .map(|e| (e.file.clone(), e.import_root.clone(), e.is_stale))
                 .collect()
         };
-        let changed = {
+        {
             let mut reg = self.inner.registry.write();
             let known = reg.scopes.contains_key(&scope);
             let changed = !known || fingerprint(&previous) != fingerprint(&next);
@@ -229,21 +229,8 @@ impl ExtensionHost {
                 // Session workers load the new versions before their next call.
                 reg.generation += 1;
             }
-            let names = next
-                .entries
-                .iter()
-                .map(|e| e.catalog.name.clone())
-                .collect();
             reg.scopes.insert(scope.clone(), next);
             reg.rebuild_filters(&Arc::downgrade(&self.inner));
-            changed.then_some(names)
-        };
-        if let Some(extensions) = changed {
-            let _ = self.inner.changes.send(ExtensionsChanged {
-                project_root: scope.project_root().map(Path::to_path_buf),
-                extensions,
-                removed: report.removed.clone(),
-            });
         }
         report
     }

@@ -43,8 +43,8 @@ pub use self::traits::{DoorWorker, HostEvents, HumanDoors, StateStore};
 #[cfg(test)]
 pub use self::traits::{MemoryState, NoHumanDoors};
 pub use self::types::{
-    CatalogEntry, ExtensionsChanged, FilterInfo, HostConfig, LoadFailure, ProviderInfo,
-    ReloadReport, SessionCtx, ToolDef, ToolError, ToolResult, TurnExtras, Verdict,
+    CatalogEntry, FilterInfo, HostConfig, LoadFailure, ProviderInfo, ReloadReport, SessionCtx,
+    ToolDef, ToolError, ToolResult, TurnExtras, Verdict,
 };
 
 // The host's internals, for the modules that extend it (`use super::*`).

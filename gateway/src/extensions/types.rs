@@ -212,18 +212,6 @@ impl ReloadReport {
     }
 }
 
-/// Sent after a reload changed what a scope provides (live sessions rebind their tools and
-/// slash palettes; the next extension call of a session runs the new versions).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExtensionsChanged {
-    /// `None`: the global scope.
-    pub project_root: Option<PathBuf>,
-    /// Names registered in the scope now.
-    pub extensions: Vec<String>,
-    /// Names that disappeared.
-    pub removed: Vec<String>,
-}
-
 /// What `prompt`, `activation` and `ctx` produced for one turn (§5.5).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnExtras {
