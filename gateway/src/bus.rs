@@ -107,6 +107,47 @@ impl Bus {
         payload: Map<String, Value>,
         row: Option<SeqRow>,
     ) -> i64 {
+        self.publish_core(sid, kind, row, |seq| {
+            let mut ev = payload;
+            ev.insert("schema".into(), Value::from(1));
+            ev.insert("seq".into(), Value::from(seq));
+            ev.insert("ts".into(), Value::from(now_ms()));
+            ev.insert("session_id".into(), Value::from(sid));
+            ev.insert("type".into(), Value::from(kind));
+            Value::Object(ev).to_string()
+        })
+    }
+
+    /// [`Bus::publish_with_row`] for a payload already serialized: `members` is the text of
+    /// a JSON object's members after its `{` (closing `}` included, e.g. `"a":1}`), and must
+    /// not contain the envelope's own keys (`schema`, `seq`, `ts`, `session_id`, `type`).
+    /// The hot path of egress decisions: no `Value` tree is built.
+    pub fn publish_members_with_row(
+        &self,
+        sid: &str,
+        kind: &str,
+        members: &str,
+        row: Option<SeqRow>,
+    ) -> i64 {
+        self.publish_core(sid, kind, row, |seq| {
+            let (sid, kind) = (Value::from(sid), Value::from(kind));
+            let sep = if members.starts_with('}') { "" } else { "," };
+            format!(
+                "{{\"schema\":1,\"seq\":{seq},\"ts\":{},\"session_id\":{sid},\"type\":{kind}{sep}{members}",
+                now_ms()
+            )
+        })
+    }
+
+    /// Assigns the seq, builds the event's JSON with `data(seq)`, offers the frame to every
+    /// sink and queues the journal write (and `row`), all under the session's lock.
+    fn publish_core(
+        &self,
+        sid: &str,
+        kind: &str,
+        row: Option<SeqRow>,
+        data: impl FnOnce(i64) -> String,
+    ) -> i64 {
         let Some(chan) = self.channel(sid) else {
             tracing::warn!(
                 session = sid,
@@ -118,13 +159,7 @@ impl Bus {
         let mut ch = chan.lock();
         ch.seq += 1;
         let seq = ch.seq;
-        let mut ev = payload;
-        ev.insert("schema".into(), Value::from(1));
-        ev.insert("seq".into(), Value::from(seq));
-        ev.insert("ts".into(), Value::from(now_ms()));
-        ev.insert("session_id".into(), Value::from(sid));
-        ev.insert("type".into(), Value::from(kind));
-        let data = Value::Object(ev).to_string();
+        let data = data(seq);
         let frame = Frame {
             seq,
             bytes: format_frame(Some(seq), kind, &data),
@@ -140,18 +175,20 @@ impl Bus {
         let stored = !is_live_only(kind);
         let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
         self.store.submit("event", move |c| {
-            rows::insert_event(
-                c,
-                &sid_owned,
-                seq,
-                &kind_owned,
-                stored.then_some(data.as_str()),
-                retain,
-            )?;
-            match row {
-                Some(row) => row(c, seq),
-                None => Ok(()),
-            }
+            crate::store::atomically(c, |c| {
+                rows::insert_event(
+                    c,
+                    &sid_owned,
+                    seq,
+                    &kind_owned,
+                    stored.then_some(data.as_str()),
+                    retain,
+                )?;
+                match row {
+                    Some(row) => row(c, seq),
+                    None => Ok(()),
+                }
+            })
         });
         seq
     }

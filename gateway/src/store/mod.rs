@@ -97,6 +97,32 @@ impl Store {
     }
 }
 
+/// Runs `f` as one unit: its statements commit together (one commit instead of one per
+/// statement when the job runs alone) or not at all. Nests inside the batch transaction of
+/// [`run`] (a savepoint), so it is correct in both places.
+pub fn atomically<T>(
+    c: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    exec(c, "SAVEPOINT job")?;
+    match f(c) {
+        Ok(v) => {
+            exec(c, "RELEASE job")?;
+            Ok(v)
+        }
+        Err(e) => {
+            let _ = exec(c, "ROLLBACK TO job").and_then(|_| exec(c, "RELEASE job"));
+            Err(e)
+        }
+    }
+}
+
+/// One statement without parameters, prepared once per connection (transaction control runs
+/// for every store job; parsing it each time showed in profiles).
+fn exec(c: &Connection, sql: &str) -> rusqlite::Result<usize> {
+    c.prepare_cached(sql)?.execute([])
+}
+
 /// The database and its WAL files are readable by the owner only.
 fn restrict(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
@@ -116,15 +142,84 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let in_tx = batch.len() > 1 && conn.execute_batch("BEGIN IMMEDIATE").is_ok();
+        let in_tx = batch.len() > 1 && exec(&conn, "BEGIN IMMEDIATE").is_ok();
         for job in batch {
             job(&conn);
         }
         if in_tx {
-            if let Err(e) = conn.execute_batch("COMMIT") {
+            if let Err(e) = exec(&conn, "COMMIT") {
                 tracing::error!(error = %e, "store commit failed");
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = exec(&conn, "ROLLBACK");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Connection {
+        let c = Connection::open_in_memory().expect("open");
+        c.execute_batch("CREATE TABLE t (x INTEGER PRIMARY KEY)")
+            .expect("create");
+        c
+    }
+
+    fn count(c: &Connection) -> i64 {
+        c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+            .expect("count")
+    }
+
+    fn two_inserts(c: &Connection, second: i64) -> StoreResult<()> {
+        c.execute("INSERT INTO t (x) VALUES (1)", [])?;
+        c.execute("INSERT INTO t (x) VALUES (?1)", [second])?;
+        Ok(())
+    }
+
+    #[test]
+    fn an_atomic_job_commits_all_its_statements_alone_and_inside_a_batch() {
+        let c = table();
+        atomically(&c, |c| two_inserts(c, 2)).expect("alone");
+        assert!(c.is_autocommit(), "the savepoint is released");
+        assert_eq!(count(&c), 2);
+        c.execute_batch("BEGIN IMMEDIATE").expect("begin");
+        atomically(&c, |c| {
+            c.execute("INSERT INTO t (x) VALUES (3)", [])?;
+            Ok(())
+        })
+        .expect("nested");
+        assert!(!c.is_autocommit(), "the batch transaction stays open");
+        c.execute_batch("COMMIT").expect("commit");
+        assert_eq!(count(&c), 3);
+    }
+
+    #[test]
+    fn a_failing_atomic_job_leaves_none_of_its_writes_and_keeps_the_batch_going() {
+        let c = table();
+        c.execute_batch("BEGIN IMMEDIATE").expect("begin");
+        c.execute("INSERT INTO t (x) VALUES (10)", [])
+            .expect("earlier job");
+        // The second insert repeats the key of the first: the job fails half way.
+        assert!(atomically(&c, |c| two_inserts(c, 1)).is_err());
+        c.execute_batch("COMMIT").expect("commit");
+        let xs: Vec<i64> = c
+            .prepare("SELECT x FROM t ORDER BY x")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(
+            xs,
+            vec![10],
+            "the earlier job's write stays, the failed job's is gone"
+        );
+        assert!(atomically(&c, |c| two_inserts(c, 1)).is_err());
+        assert!(
+            c.is_autocommit(),
+            "no transaction is left open after a failure"
+        );
+        assert_eq!(count(&c), 1);
     }
 }
