@@ -99,7 +99,9 @@ impl Bus {
     }
 
     /// [`Bus::publish`], plus a row that needs the event's seq, written by the same store
-    /// job as the event (one store wake-up and one transaction for both).
+    /// job as the event (one store wake-up and one transaction for both). The row must keep
+    /// the seq: the session's high-water on load is read from `sessions.last_seq` and the
+    /// egress rows (`rows::get_session`), and is not bumped separately for such events.
     pub fn publish_with_row(
         &self,
         sid: &str,
@@ -173,6 +175,9 @@ impl Bus {
             Err(PushError::Closed) => false,
         });
         let stored = !is_live_only(kind);
+        // A row written with the event keeps its seq (egress rows), so the session's
+        // high-water needs no update of its own.
+        let seq_kept = row.is_some();
         let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
         self.store.submit("event", move |c| {
             crate::store::atomically(c, |c| {
@@ -183,6 +188,7 @@ impl Bus {
                     &kind_owned,
                     stored.then_some(data.as_str()),
                     retain,
+                    seq_kept,
                 )?;
                 match row {
                     Some(row) => row(c, seq),

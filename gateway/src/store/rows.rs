@@ -30,7 +30,8 @@ pub struct SessionRow {
 }
 
 const SESSION_COLS: &str = "id, channel, title, external_id, workspace_id, root, owner_id, created_at, modified_at, \
-    last_active_at, turn_count, first_request, favorite_rank, model_pref, last_seq, trimmed_through, last_status, \
+    last_active_at, turn_count, first_request, favorite_rank, model_pref, \
+    MAX(last_seq, COALESCE((SELECT MAX(e.seq) FROM egress e WHERE e.sid = sessions.id), 0)), trimmed_through, last_status, \
     queue_paused, cancel_floor";
 
 fn session_from(r: &Row) -> rusqlite::Result<SessionRow> {
@@ -170,8 +171,10 @@ pub fn max_turn_ord(c: &Connection) -> StoreResult<i64> {
     Ok(c.query_row("SELECT COALESCE(MAX(ord), 0) FROM turns", [], |r| r.get(0))?)
 }
 
-/// Records an event: bumps the session's seq high-water and, for stored events, appends it
-/// to the journal and trims the journal to `retain` rows.
+/// Records an event: bumps the session's seq high-water (unless `seq_kept` says a row
+/// written with the event keeps the seq: egress rows, which the session's high-water on
+/// load includes) and, for stored events, appends it to the journal and trims the journal
+/// to `retain` rows.
 pub fn insert_event(
     c: &Connection,
     sid: &str,
@@ -179,9 +182,12 @@ pub fn insert_event(
     kind: &str,
     data: Option<&str>,
     retain: i64,
+    seq_kept: bool,
 ) -> StoreResult<()> {
-    c.prepare_cached("UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1")?
-        .execute(params![sid, seq])?;
+    if !seq_kept || data.is_some() {
+        c.prepare_cached("UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1")?
+            .execute(params![sid, seq])?;
+    }
     let Some(data) = data else { return Ok(()) };
     c.prepare_cached(
         "INSERT OR REPLACE INTO events (sid, seq, type, data) VALUES (?1, ?2, ?3, ?4)",
@@ -376,7 +382,7 @@ mod tests {
     fn retention_trims_the_oldest_events_and_remembers_how_far() {
         let c = db();
         for seq in 1..=100 {
-            insert_event(&c, "s", seq, "x", Some("{}"), 32).unwrap();
+            insert_event(&c, "s", seq, "x", Some("{}"), 32, false).unwrap();
         }
         let (trimmed, rows) = events_between(&c, "s", 0, 100).unwrap();
         assert!(
@@ -390,9 +396,21 @@ mod tests {
     #[test]
     fn live_only_events_move_the_high_water_without_a_journal_row() {
         let c = db();
-        insert_event(&c, "s", 1, "x", Some("{}"), 100).unwrap();
-        insert_event(&c, "s", 2, "activity", None, 100).unwrap();
+        insert_event(&c, "s", 1, "x", Some("{}"), 100, false).unwrap();
+        insert_event(&c, "s", 2, "activity", None, 100, false).unwrap();
         assert_eq!(get_session(&c, "s").unwrap().unwrap().last_seq, 2);
         assert_eq!(events_between(&c, "s", 0, 10).unwrap().1.len(), 1);
+    }
+
+    #[test]
+    fn an_egress_row_keeps_the_high_water_of_the_live_event_it_was_published_with() {
+        let c = db();
+        insert_event(&c, "s", 1, "x", Some("{}"), 100, false).unwrap();
+        insert_event(&c, "s", 2, "egress.decision", None, 100, true).unwrap();
+        insert_egress(&c, "s", 2, "{}").unwrap();
+        assert_eq!(get_session(&c, "s").unwrap().unwrap().last_seq, 2);
+        assert_eq!(all_sessions(&c).unwrap()[0].last_seq, 2);
+        insert_event(&c, "s", 3, "activity", None, 100, false).unwrap();
+        assert_eq!(get_session(&c, "s").unwrap().unwrap().last_seq, 3);
     }
 }
