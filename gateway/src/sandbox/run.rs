@@ -47,8 +47,8 @@ fn kill_group(pid: Option<u32>) {
     }
 }
 
-/// Runs `command` with `sh -c` (no jail).
-#[allow(dead_code)] // the unjailed form, for callers outside a session's config
+/// Runs `command` with `sh -c` (no jail); the tests drive [`run_with`] through it.
+#[cfg(test)]
 pub async fn run(
     command: &str,
     root: &Path,
