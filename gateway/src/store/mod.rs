@@ -104,17 +104,18 @@ pub fn atomically<T>(
     c: &Connection,
     f: impl FnOnce(&Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
+    let outermost = c.is_autocommit();
     exec(c, "SAVEPOINT job")?;
-    match f(c) {
-        Ok(v) => {
-            exec(c, "RELEASE job")?;
-            Ok(v)
-        }
-        Err(e) => {
-            let _ = exec(c, "ROLLBACK TO job").and_then(|_| exec(c, "RELEASE job"));
-            Err(e)
+    let out = f(c).and_then(|v| exec(c, "RELEASE job").map(|_| v).map_err(Into::into));
+    if out.is_err() {
+        // Undo the job's writes; if the savepoint was the transaction (its RELEASE is the
+        // commit, which can fail), make sure no transaction is left open for later jobs.
+        let _ = exec(c, "ROLLBACK TO job").and_then(|_| exec(c, "RELEASE job"));
+        if outermost && !c.is_autocommit() {
+            let _ = exec(c, "ROLLBACK");
         }
     }
+    out
 }
 
 /// One statement without parameters, prepared once per connection (transaction control runs
@@ -221,5 +222,33 @@ mod tests {
             "no transaction is left open after a failure"
         );
         assert_eq!(count(&c), 1);
+    }
+
+    #[test]
+    fn an_atomic_job_whose_commit_fails_leaves_no_transaction_open() {
+        let c = Connection::open_in_memory().expect("open");
+        c.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             CREATE TABLE p (id INTEGER PRIMARY KEY);
+             CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .expect("schema");
+        // The deferred foreign key is checked at commit, which is this savepoint's RELEASE.
+        let out = atomically(&c, |c| {
+            c.execute("INSERT INTO k (p) VALUES (7)", [])?;
+            Ok(())
+        });
+        assert!(out.is_err(), "the commit fails");
+        assert!(c.is_autocommit(), "no transaction is left open");
+        let n: i64 = c
+            .query_row("SELECT COUNT(*) FROM k", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(n, 0);
+        atomically(&c, |c| {
+            c.execute("INSERT INTO p (id) VALUES (7)", [])?;
+            c.execute("INSERT INTO k (p) VALUES (7)", [])?;
+            Ok(())
+        })
+        .expect("a later job commits");
     }
 }
