@@ -180,7 +180,7 @@ impl Bus {
         let seq_kept = row.is_some();
         let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
         self.store.submit("event", move |c| {
-            crate::store::atomically(c, |c| {
+            let out = crate::store::atomically(c, |c| {
                 rows::insert_event(
                     c,
                     &sid_owned,
@@ -194,7 +194,13 @@ impl Bus {
                     Some(row) => row(c, seq),
                     None => Ok(()),
                 }
-            })
+            });
+            if out.is_err() && seq_kept {
+                // The row that would have kept the seq is gone; the seq was still handed
+                // out (live), so record it where the next start reads the high-water.
+                let _ = rows::bump_high_water(c, &sid_owned, seq);
+            }
+            out
         });
         seq
     }
@@ -272,5 +278,55 @@ pub fn payload(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
         _ => Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
+        let dir = std::env::temp_dir().join(format!("vis-bus-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let store = Store::open(&dir.join("db.sqlite")).expect("store");
+        store
+            .call(|c| {
+                rows::put_session(
+                    c,
+                    &rows::SessionRow {
+                        id: "s".into(),
+                        channel: "web".into(),
+                        root: "/".into(),
+                        last_status: "idle".into(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
+            .expect("session");
+        let bus = Bus::new(store.clone(), 100);
+        bus.open("s", 0);
+        let kept: SeqRow = Box::new(|c, seq| rows::insert_egress(c, "s", seq, "{}"));
+        assert_eq!(
+            bus.publish_with_row("s", "egress.decision", Map::new(), Some(kept)),
+            1
+        );
+        let failing: SeqRow =
+            Box::new(|_, _| Err(crate::store::StoreError::Other("the row failed".into())));
+        assert_eq!(
+            bus.publish_with_row("s", "egress.decision", Map::new(), Some(failing)),
+            2
+        );
+        let high = store
+            .call(|c| Ok(rows::get_session(c, "s")?.map(|r| r.last_seq)))
+            .await
+            .expect("read");
+        assert_eq!(
+            high,
+            Some(2),
+            "the next start must not hand out seq 2 again"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

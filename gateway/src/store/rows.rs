@@ -171,6 +171,13 @@ pub fn max_turn_ord(c: &Connection) -> StoreResult<i64> {
     Ok(c.query_row("SELECT COALESCE(MAX(ord), 0) FROM turns", [], |r| r.get(0))?)
 }
 
+/// Raises the session's stored seq high-water to `seq`.
+pub fn bump_high_water(c: &Connection, sid: &str, seq: i64) -> StoreResult<()> {
+    c.prepare_cached("UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1")?
+        .execute(params![sid, seq])?;
+    Ok(())
+}
+
 /// Records an event: bumps the session's seq high-water (unless `seq_kept` says a row
 /// written with the event keeps the seq: egress rows, which the session's high-water on
 /// load includes) and, for stored events, appends it to the journal and trims the journal
@@ -185,8 +192,7 @@ pub fn insert_event(
     seq_kept: bool,
 ) -> StoreResult<()> {
     if !seq_kept || data.is_some() {
-        c.prepare_cached("UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1")?
-            .execute(params![sid, seq])?;
+        bump_high_water(c, sid, seq)?;
     }
     let Some(data) = data else { return Ok(()) };
     c.prepare_cached(
