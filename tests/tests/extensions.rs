@@ -536,6 +536,64 @@ async fn a_network_filter_that_raises_denies_real_proxied_traffic_with_a_filter_
     assert_eq!(deny["host"], "127.0.0.1", "{deny}");
 }
 
+const PATH_FILTER: &str = r#"
+import blockether.vis.extension as vis
+
+def no_secret_paths(ctx):
+    if (ctx.get("path") or "").startswith("/secret"):
+        return vis.block("secret paths are off limits")
+    return None
+
+vis.register(vis.Extension(
+    name="paths", description="Blocks /secret paths.",
+    network_filters=[vis.NetworkFilter(no_secret_paths)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_filtered_traffic_over_every_proxy_threads_lane_gets_each_requests_own_verdict()
+{
+    let origin = Origin::start().await;
+    let dirs = Dirs::new();
+    write_network_policy(&dirs.root(), &loopback_policy());
+    global_ext(&dirs, "paths.py", PATH_FILTER);
+    let gw = Gateway::start_in(
+        dirs.clone(),
+        Opts::default().env("VIS_PROXY_IO_THREADS", "3"),
+    )
+    .await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    // Twelve connections at once spread over the three proxy threads, so their filter
+    // calls arrive on different lanes of the same worker.
+    let base = origin.url();
+    let script = format!(
+        "for i in $(seq 1 12); do \
+           if [ $((i % 3)) = 0 ]; then p=secret; else p=open; fi; \
+           curl -s -o /dev/null -w \"$p %{{http_code}}\\n\" {base}/$p/$i & \
+         done; wait"
+    );
+    let ran = gw.exec(&sid, &["sh", "-c", &script]).await;
+    let mut codes: Vec<&str> = ran.stdout.lines().collect();
+    codes.sort_unstable();
+    let mut expected = vec!["open 200"; 8];
+    expected.extend(vec!["secret 403"; 4]);
+    assert_eq!(codes, expected, "{ran:?}");
+    assert_eq!(
+        origin.requests().len(),
+        8,
+        "only the open paths reached the origin"
+    );
+
+    let worker = worker_pids_of(gw.pid(), "registration");
+    assert_eq!(worker.len(), 1, "one registration worker: {worker:?}");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", worker[0])).expect("cmdline");
+    let lanes = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| *a == b"--lane-fd")
+        .count();
+    assert_eq!(lanes, 4, "a lane per proxy thread plus one");
+}
+
 const SLEEPY: &str = r#"
 import time
 import blockether.vis.extension as vis
