@@ -40,6 +40,8 @@ pub fn is_live_only(kind: &str) -> bool {
 struct Sink {
     tx: LiveTx,
     kick: CancellationToken,
+    /// The high-water when the sink joined: frames up to it come from its replay.
+    from: i64,
 }
 
 struct Channel {
@@ -166,14 +168,7 @@ impl Bus {
             seq,
             bytes: format_frame(Some(seq), kind, &data),
         };
-        ch.sinks.retain(|s| match s.tx.push(frame.clone()) {
-            Ok(()) => true,
-            Err(PushError::Full) => {
-                s.kick.cancel();
-                false
-            }
-            Err(PushError::Closed) => false,
-        });
+        let live = chan.clone();
         let stored = !is_live_only(kind);
         // A row written with the event keeps its seq (egress rows), so the session's
         // high-water needs no update of its own.
@@ -196,12 +191,18 @@ impl Bus {
                 }
             });
             if out.is_err() && seq_kept {
-                // The row that would have kept the seq is gone; the seq was still handed
+                // The row that would have kept the seq is gone; the seq is still handed
                 // out (live), so record it where the next start reads the high-water.
                 let _ = rows::bump_high_water(c, &sid_owned, seq);
             }
+            // Live streams get the frame once it is committed: a client never sees an event
+            // that a crash could take back. Jobs commit in seq order, so frames stay in order.
+            crate::store::after_commit(move || deliver(&live, frame));
             out
         });
+        // Queued while the lock is held: the store runs the jobs, and so delivers the
+        // frames, in seq order.
+        drop(ch);
         seq
     }
 
@@ -223,7 +224,11 @@ impl Bus {
             } else {
                 cursor
             };
-            ch.sinks.push(Sink { tx, kick });
+            ch.sinks.push(Sink {
+                tx,
+                kick,
+                from: high,
+            });
             (high, effective)
         };
         let sid_owned = sid.to_string();
@@ -273,6 +278,24 @@ impl Bus {
     }
 }
 
+/// Hands a committed frame to every live stream of the channel that joined before it; a
+/// stream whose queue is full is dropped and its connection killed.
+fn deliver(chan: &Mutex<Channel>, frame: Frame) {
+    chan.lock().sinks.retain(|s| {
+        if frame.seq <= s.from {
+            return true;
+        }
+        match s.tx.push(frame.clone()) {
+            Ok(()) => true,
+            Err(PushError::Full) => {
+                s.kick.cancel();
+                false
+            }
+            Err(PushError::Closed) => false,
+        }
+    });
+}
+
 /// Convenience for building payload maps.
 pub fn payload(v: Value) -> Map<String, Value> {
     match v {
@@ -284,6 +307,83 @@ pub fn payload(v: Value) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::Context;
+
+    fn fixture() -> (Arc<Bus>, Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("vis-bus-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let store = Store::open(&dir.join("db.sqlite")).expect("store");
+        let bus = Arc::new(Bus::new(store.clone(), 100));
+        bus.open("s", 0);
+        (bus, store, dir)
+    }
+
+    /// Holds the store thread until the returned sender is dropped or sent to.
+    fn hold_store(store: &Store) -> std::sync::mpsc::Sender<()> {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        store.submit("hold", move |_| {
+            let _ = rx.recv();
+            Ok(())
+        });
+        tx
+    }
+
+    fn drain(rx: &mut live::LiveRx) -> Vec<i64> {
+        let mut seqs = Vec::new();
+        let waker = futures::task::noop_waker();
+        let _ = rx.poll_drain(&mut Context::from_waker(&waker), &mut |f| seqs.push(f.seq));
+        seqs
+    }
+
+    #[tokio::test]
+    async fn a_live_stream_gets_an_event_only_once_the_store_has_committed_it() {
+        let (bus, store, dir) = fixture();
+        let mut sub = bus
+            .subscribe("s", 0, None, CancellationToken::new())
+            .await
+            .expect("subscription");
+        let hold = hold_store(&store);
+        bus.publish("s", "x.one", Map::new());
+        bus.publish("s", "x.two", Map::new());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(
+            drain(&mut sub.live),
+            Vec::<i64>::new(),
+            "nothing before the commit"
+        );
+        drop(hold);
+        store.flush().await;
+        assert_eq!(drain(&mut sub.live), vec![1, 2], "both, in seq order");
+        let stored = store
+            .call(|c| rows::events_between(c, "s", 0, 10))
+            .await
+            .expect("read")
+            .1;
+        assert_eq!(stored.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn an_event_published_before_a_subscription_comes_once_in_its_replay_not_live() {
+        let (bus, store, dir) = fixture();
+        let hold = hold_store(&store);
+        bus.publish("s", "x.one", Map::new());
+        let subscribing = {
+            let bus = bus.clone();
+            tokio::spawn(async move { bus.subscribe("s", 0, None, CancellationToken::new()).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        drop(hold);
+        let mut sub = subscribing.await.expect("task").expect("subscription");
+        assert_eq!(
+            sub.replay.iter().map(|f| f.seq).collect::<Vec<_>>(),
+            vec![1]
+        );
+        bus.publish("s", "x.two", Map::new());
+        store.flush().await;
+        assert_eq!(drain(&mut sub.live), vec![2], "seq 1 is not repeated live");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[tokio::test]
     async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {

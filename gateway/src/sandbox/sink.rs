@@ -109,6 +109,8 @@ mod tests {
             .await
             .expect("subscription");
         EgressSink { bus: bus.clone() }.record("s", decision());
+        // Live streams get the event once the store has committed it.
+        store.flush().await;
 
         let mut frames = Vec::new();
         let waker = futures::task::noop_waker();
@@ -145,7 +147,6 @@ mod tests {
         assert!(event["ts"].as_u64().is_some_and(|t| t > 1_700_000_000_123));
 
         // The row: the record with the decision's own `ts` and the event's seq.
-        store.flush().await;
         let rows = store
             .call(|c| rows::egress_page(c, "s", None, 10))
             .await

@@ -134,6 +134,24 @@ fn restrict(path: &Path) {
     }
 }
 
+thread_local! {
+    /// Actions the current batch's jobs asked to run once their writes are committed.
+    static AFTER_COMMIT: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// From inside a store job: runs `f` on the store thread once the job's writes are
+/// committed (after the batch's `COMMIT`), in the order the jobs asked. Used to hand
+/// events to live streams only when they are durable.
+pub fn after_commit(f: impl FnOnce() + 'static) {
+    AFTER_COMMIT.with(|a| a.borrow_mut().push(Box::new(f)));
+}
+
+fn run_after_commit() {
+    let actions = AFTER_COMMIT.with(|a| std::mem::take(&mut *a.borrow_mut()));
+    actions.into_iter().for_each(|f| f());
+}
+
 fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -153,6 +171,9 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
                 let _ = exec(&conn, "ROLLBACK");
             }
         }
+        // Also after a failed commit: live delivery goes on even when the journal could not
+        // keep the event (as it did before the store was involved).
+        run_after_commit();
     }
 }
 
