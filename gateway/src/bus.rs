@@ -1,11 +1,13 @@
 //! The event bus: per-session monotonic `seq`, the envelope, fan-out to SSE sinks, and the
 //! durable journal (decision G2).
 //!
-//! `publish` assigns the seq, formats the frame once, offers it to every sink without
-//! blocking (a full sink is dropped and its connection killed), and queues the journal write
-//! — all under the session's lock, so journal order is seq order. `subscribe` registers a sink
-//! under the same lock and then reads the replay through the store thread, whose FIFO order
-//! guarantees the replay includes every event published before the registration.
+//! `publish` assigns the seq, formats the frame once and queues the journal write under the
+//! session's lock, so journal order is seq order. The store thread offers the frame to every
+//! sink once the write is committed (durable before live), without blocking: a full sink is
+//! dropped and its connection killed. `subscribe` registers a sink under the same lock, with
+//! the high-water it joined at, and then reads the replay through the store thread, whose FIFO
+//! order guarantees the replay includes every event published before the registration; the
+//! sink takes only later frames live.
 
 use crate::store::{rows, Store};
 use parking_lot::Mutex;
