@@ -91,9 +91,17 @@ impl Store {
         }
     }
 
-    /// Waits until every job queued before this call has run.
+    /// Waits until every job queued before this call has run, been committed, and had its
+    /// [`after_commit`] actions run (events queued before are on their live streams).
     pub async fn flush(&self) {
-        let _ = self.call(|_| Ok(())).await;
+        let (tx, rx) = oneshot::channel::<()>();
+        self.submit("flush", move |_| {
+            after_commit(move || {
+                let _ = tx.send(());
+            });
+            Ok(())
+        });
+        let _ = rx.await;
     }
 }
 
