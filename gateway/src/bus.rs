@@ -389,9 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
-        let dir = std::env::temp_dir().join(format!("vis-bus-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let store = Store::open(&dir.join("db.sqlite")).expect("store");
+        let (bus, store, dir) = fixture();
         store
             .call(|c| {
                 rows::put_session(
@@ -407,8 +405,6 @@ mod tests {
             })
             .await
             .expect("session");
-        let bus = Bus::new(store.clone(), 100);
-        bus.open("s", 0);
         let kept: SeqRow = Box::new(|c, seq| rows::insert_egress(c, "s", seq, "{}"));
         assert_eq!(
             bus.publish_with_row("s", "egress.decision", Map::new(), Some(kept)),

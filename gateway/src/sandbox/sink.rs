@@ -5,7 +5,7 @@
 //! once, straight to text (no `serde_json::Value` tree), and the event and the row are cut
 //! from that text.
 
-use crate::bus::{payload, Bus, SeqRow};
+use crate::bus::{Bus, SeqRow};
 use crate::store::rows;
 use std::sync::Arc;
 use vis_proxy::{Decision, DecisionSink};
@@ -25,36 +25,19 @@ impl DecisionSink for EgressSink {
         let sid = session_id.to_string();
         // `json` is `{"ts":…,"decision":…,…}`. The row keeps every member and adds `id` and
         // `seq`; the event drops `ts` (the envelope's `ts` is the publish time) and adds `id`.
-        match json.strip_prefix(ts_member.as_str()) {
-            Some(rest) => {
-                let members = format!("\"id\":\"{id}\",{rest}");
-                let row: SeqRow = Box::new(move |c, seq| {
-                    let all = &json[1..];
-                    let data = format!("{{\"id\":\"{id}\",\"seq\":{seq},{all}");
-                    rows::insert_egress(c, &sid, seq, &data)
-                });
-                self.bus.publish_members_with_row(
-                    session_id,
-                    "egress.decision",
-                    &members,
-                    Some(row),
-                );
-            }
-            // Not reached while `ts` is the record's first field (a test holds it there).
-            None => {
-                let Ok(mut record) = serde_json::from_str::<serde_json::Value>(&json) else {
-                    return;
-                };
-                record["id"] = id.to_string().into();
-                let event = payload(record.clone());
-                let row: SeqRow = Box::new(move |c, seq| {
-                    record["seq"] = seq.into();
-                    rows::insert_egress(c, &sid, seq, &record.to_string())
-                });
-                self.bus
-                    .publish_with_row(session_id, "egress.decision", event, Some(row));
-            }
-        }
+        let Some(rest) = json.strip_prefix(ts_member.as_str()) else {
+            // `ts` is the record's first field (`the_record_serializes_ts_first…` holds it).
+            tracing::error!("an egress record did not start with its ts; not recorded");
+            return;
+        };
+        let members = format!("\"id\":\"{id}\",{rest}");
+        let row: SeqRow = Box::new(move |c, seq| {
+            let all = &json[1..];
+            let data = format!("{{\"id\":\"{id}\",\"seq\":{seq},{all}");
+            rows::insert_egress(c, &sid, seq, &data)
+        });
+        self.bus
+            .publish_members_with_row(session_id, "egress.decision", &members, Some(row));
     }
 }
 
