@@ -61,7 +61,9 @@ impl Store {
         &self.path
     }
 
-    /// Runs `f` on the store thread and returns its result.
+    /// Runs `f` on the store thread and returns its result once its writes are committed:
+    /// a caller never acts on (or answers a client with) a write that a crash could still
+    /// take back. When the batch's commit fails, the caller gets that error instead.
     pub async fn call<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -70,7 +72,16 @@ impl Store {
         let (otx, orx) = oneshot::channel();
         self.tx
             .send(Box::new(move |c| {
-                let _ = otx.send(f(c));
+                let out = f(c);
+                after_commit(move || {
+                    let out = match (out, COMMIT_FAILED.get()) {
+                        (Ok(_), true) => Err(StoreError::Other(
+                            "the database could not commit this write".into(),
+                        )),
+                        (out, _) => out,
+                    };
+                    let _ = otx.send(out);
+                });
             }))
             .map_err(|_| StoreError::Gone)?;
         orx.await.map_err(|_| StoreError::Gone)?
@@ -146,6 +157,8 @@ thread_local! {
     /// Actions the current batch's jobs asked to run once their writes are committed.
     static AFTER_COMMIT: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(Vec::new()) };
+    /// Whether the batch whose [`after_commit`] actions are running failed to commit.
+    static COMMIT_FAILED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// From inside a store job: runs `f` on the store thread once the job's writes are
@@ -173,12 +186,15 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
         for job in batch {
             job(&conn);
         }
+        let mut failed = false;
         if in_tx {
             if let Err(e) = exec(&conn, "COMMIT") {
                 tracing::error!(error = %e, "store commit failed");
                 let _ = exec(&conn, "ROLLBACK");
+                failed = true;
             }
         }
+        COMMIT_FAILED.set(failed);
         // Also after a failed commit: live delivery goes on even when the journal could not
         // keep the event (as it did before the store was involved).
         run_after_commit();
@@ -279,5 +295,116 @@ mod tests {
             Ok(())
         })
         .expect("a later job commits");
+    }
+
+    fn temp_store() -> Store {
+        let dir = std::env::temp_dir().join(format!("vis-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        Store::open(&dir.join("db.sqlite")).expect("store")
+    }
+
+    /// Queues a job that holds the store thread; returns once it is running, with the sender
+    /// that releases it.
+    fn hold(store: &Store) -> std::sync::mpsc::Sender<()> {
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        store.submit("hold", move |_| {
+            let _ = started_tx.send(());
+            let _ = rx.recv();
+            Ok(())
+        });
+        started_rx.recv().expect("the hold job runs");
+        tx
+    }
+
+    /// Polls a `call` once, which queues its job (a call sends its job when first polled).
+    async fn queue<F: std::future::Future + Unpin>(fut: &mut F) {
+        std::future::poll_fn(|cx| {
+            let _ = std::pin::Pin::new(&mut *fut).poll(cx);
+            std::task::Poll::Ready(())
+        })
+        .await
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn a_call_is_answered_only_once_its_batch_is_committed() {
+        let store = temp_store();
+        rt().block_on(async {
+            store
+                .call(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
+                .await
+                .expect("schema");
+            let first = hold(&store);
+            // Queued while the thread is held, so both land in the next batch: the write,
+            // then a job that holds the batch open before its COMMIT.
+            let mut write = Box::pin(store.call(|c| {
+                c.execute("INSERT INTO t (x) VALUES (1)", [])?;
+                Ok(())
+            }));
+            queue(&mut write).await;
+            let (second_tx, second_rx) = std::sync::mpsc::channel::<()>();
+            store.submit("hold the batch", move |_| {
+                let _ = second_rx.recv();
+                Ok(())
+            });
+            let _ = first.send(());
+            let early = tokio::time::timeout(std::time::Duration::from_millis(200), &mut write);
+            assert!(
+                early.await.is_err(),
+                "no answer while the batch holding the write is not committed"
+            );
+            let _ = second_tx.send(());
+            write.await.expect("answered after the commit");
+            let n: i64 = store
+                .call(|c| Ok(c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))?))
+                .await
+                .expect("count");
+            assert_eq!(n, 1);
+        });
+    }
+
+    #[test]
+    fn a_call_whose_batch_fails_to_commit_gets_an_error_and_its_write_is_gone() {
+        let store = temp_store();
+        rt().block_on(async {
+            store
+                .call(|c| {
+                    Ok(c.execute_batch(
+                        "CREATE TABLE p (id INTEGER PRIMARY KEY);
+                         CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED);",
+                    )?)
+                })
+                .await
+                .expect("schema");
+            let held = hold(&store);
+            let mut write = Box::pin(store.call(|c| {
+                c.execute("INSERT INTO p (id) VALUES (1)", [])?;
+                Ok(())
+            }));
+            queue(&mut write).await;
+            // A later job of the same batch breaks a deferred foreign key: COMMIT fails.
+            store.submit("dangling reference", |c| {
+                c.execute("INSERT INTO k (p) VALUES (99)", [])?;
+                Ok(())
+            });
+            let _ = held.send(());
+            let out = write.await;
+            assert!(
+                matches!(&out, Err(StoreError::Other(m)) if m.contains("could not commit")),
+                "{out:?}"
+            );
+            let n: i64 = store
+                .call(|c| Ok(c.query_row("SELECT COUNT(*) FROM p", [], |r| r.get(0))?))
+                .await
+                .expect("count");
+            assert_eq!(n, 0, "the answered-with-error write was rolled back");
+        });
     }
 }
