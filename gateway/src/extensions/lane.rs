@@ -37,6 +37,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// Frames larger than this are refused (a body is at most 1 MiB, headers are bounded).
 pub const MAX_FRAME: usize = 16 << 20;
@@ -468,7 +469,11 @@ impl Lane {
         }
         // SAFETY: the descriptor is owned by `self.fd`, which outlives the registration
         // (`reg` is declared, so dropped, first).
-        match unsafe { AsyncFd::register(LaneFd(self.fd.as_raw_fd())) } {
+        // Readable only: an `EPOLLOUT` interest would wake this thread every time the worker
+        // reads a request (a Unix socket announces write space on each read), for nothing.
+        match unsafe {
+            AsyncFd::register_with_interest(LaneFd(self.fd.as_raw_fd()), Interest::READABLE)
+        } {
             Ok(r) => {
                 // A thread that lost the race drops its registration; the winner's stays.
                 let _ = self.reg.set(r);
@@ -541,16 +546,22 @@ impl Lane {
         })
     }
 
-    /// Writes what the socket did not take at once (a large body).
+    /// Writes what the socket did not take at once (a large body). Waits for write space
+    /// through its own registration of a duplicate descriptor, which lives only while there
+    /// is something to write (the lane's own registration is for input only).
     async fn flush(self: Arc<Self>) {
+        let reg = match self.fd.try_clone().and_then(|fd| {
+            // SAFETY: the registration owns the duplicate, which stays open while it lives.
+            unsafe { AsyncFd::register_with_interest(fd, Interest::WRITABLE) }
+                .map_err(|e| e.into_parts().1)
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fail_all(&format!("the filter lane failed: {e}"));
+                return;
+            }
+        };
         loop {
-            let reg = match self.reg() {
-                Ok(r) => r,
-                Err(e) => {
-                    self.fail_all(&format!("the filter lane failed: {e}"));
-                    return;
-                }
-            };
             let mut guard = match reg.writable().await {
                 Ok(g) => g,
                 Err(e) => {

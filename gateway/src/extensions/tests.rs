@@ -1559,6 +1559,60 @@ async fn the_filter_lane_allows_blocks_and_keeps_the_traceback_of_a_raise() {
     f.host.shutdown().await;
 }
 
+/// Voluntary context switches of the calling thread.
+fn own_voluntary_switches() -> i64 {
+    // SAFETY: getrusage writes one rusage.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) };
+    u.ru_nvcsw
+}
+
+/// Voluntary context switches of a process's threads named `name`.
+fn voluntary_switches_of(pid: u32, name: &str) -> i64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        })
+        .sum()
+}
+
+// One sleep per call on each side: on a Unix socket, reading wakes whoever waits on the
+// peer's socket with "write space", so a gateway thread that also waits for writability,
+// or a lane thread blocked in `recv`, used to sleep twice per call.
+#[tokio::test(flavor = "current_thread")]
+async fn a_filter_call_costs_each_side_one_sleep_not_two() {
+    use vis_proxy::{FilterVerdict, Phase};
+    let (f, filter) = lane_fixture(Duration::from_secs(5)).await;
+    let ok = pctx(Phase::Http, "ok.test");
+    assert_eq!(filter.check(&ok).await, Ok(FilterVerdict::Allow));
+    let pid = f.host.registration_worker_pid().expect("pid");
+    const N: i64 = 200;
+    let (gw0, lane0) = (
+        own_voluntary_switches(),
+        voluntary_switches_of(pid, "vis-filter-lane"),
+    );
+    for _ in 0..N {
+        assert_eq!(filter.check(&ok).await, Ok(FilterVerdict::Allow));
+    }
+    let gw = own_voluntary_switches() - gw0;
+    let lane = voluntary_switches_of(pid, "vis-filter-lane") - lane0;
+    assert!(
+        gw <= N * 3 / 2,
+        "the gateway thread slept {gw} times for {N} calls"
+    );
+    assert!(
+        lane <= N * 3 / 2,
+        "the lane thread slept {lane} times for {N} calls"
+    );
+    f.host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_filter_that_hangs_times_out_kills_the_worker_and_the_next_call_recovers() {
     use vis_proxy::{FilterVerdict, Phase};

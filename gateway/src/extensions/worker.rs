@@ -530,6 +530,34 @@ fn lane_recv(fd: i32, buf: &mut [u8], flags: i32) -> std::io::Result<usize> {
     }
 }
 
+/// Sleeps until the lane has data, then reads it. The sleep is a `poll(POLLIN)`, not a
+/// blocking `recv`: a thread blocked in `recv` on a Unix socket is also woken whenever the
+/// gateway reads this socket's earlier answers (the kernel announces write space on the
+/// same wait queue), which cost a useless wake-up of this thread per answer; `poll`
+/// sleeps only for input.
+fn lane_recv_waiting(fd: i32, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, -1) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        match lane_recv(fd, buf, libc::MSG_DONTWAIT) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            other => return other,
+        }
+    }
+}
+
 fn lane_send_all(fd: i32, mut buf: &[u8]) -> std::io::Result<()> {
     while !buf.is_empty() {
         // SAFETY: `buf` is valid for `buf.len()` bytes.
@@ -578,7 +606,7 @@ fn lane_loop(sock: std::os::fd::OwnedFd, spin: Duration) {
                 }
                 let n = match n {
                     Some(m) => m,
-                    None => lane_recv(fd, &mut chunk, 0)?,
+                    None => lane_recv_waiting(fd, &mut chunk)?,
                 };
                 inbuf.extend_from_slice(&chunk[..n]);
                 if n == 0 {
