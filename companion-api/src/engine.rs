@@ -182,11 +182,13 @@ pub trait Engine: Send + Sync + 'static {
     async fn router(&self) -> ApiResult<Value>;
 
     /// The environment and working directory for a sandbox child of a session (used by
-    /// `vis-gateway exec`); creates a session for `root` when no session id is given.
+    /// `vis-gateway exec`); creates a session for `root` (with `title`, which lists it in
+    /// the Companion) when no session id is given.
     async fn sandbox_env(
         &self,
         session_id: Option<String>,
         root: Option<String>,
+        title: Option<String>,
     ) -> ApiResult<Value>;
 
     /// Asks the process to stop (`POST /v1/admin/stop`).

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use reqwest::StatusCode;
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -101,6 +102,11 @@ async fn a_child_sees_every_proxy_and_ca_variable_and_no_operator_secret() {
     let subjects = String::from_utf8_lossy(&subjects.stdout);
     assert!(subjects.contains("vis ephemeral CA"), "{subjects}");
     assert_eq!(env.get("UV_NATIVE_TLS").map(String::as_str), Some("1"));
+    assert_eq!(
+        env.get("VIS_SESSION_ID"),
+        Some(&sid),
+        "the child can name its session"
+    );
 
     assert_eq!(env.get("PROJECT_FLAG").map(String::as_str), Some("on"));
     for k in [
@@ -131,6 +137,42 @@ async fn exec_passes_the_childs_exit_status_and_stdio_through() {
     assert_eq!(out.code, Some(7), "{out:?}");
     assert_eq!(out.stdout, "out\n");
     assert!(out.stderr.contains("err"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_without_a_session_makes_one_titled_after_the_command_that_the_companion_lists() {
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let out = gw
+        .exec_in_root(&["sh", "-c", "echo \"$VIS_SESSION_ID\""])
+        .await;
+    assert!(out.ok(), "{out:?}");
+    let sid = out.stdout.trim().to_string();
+    assert!(!sid.is_empty(), "{out:?}");
+    let (status, list) = gw.get("/v1/sessions").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let listed = list["sessions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["id"] == sid.as_str()))
+        .cloned()
+        .unwrap_or_else(|| panic!("the exec session is not listed: {list}"));
+    assert_eq!(listed["title"], "$ sh -c echo \"$VIS_SESSION_ID\"");
+    assert_eq!(gw.egress(&sid).await.len(), 0, "its egress log is readable");
+
+    // The endpoint names a field of the wrong type instead of ignoring it.
+    for (key, body) in [
+        ("root", json!({"root": 5})),
+        ("session_id", json!({"session_id": ["x"]})),
+        ("title", json!({"title": true})),
+    ] {
+        let (status, v) = gw.post("/v1/sandbox/env", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["error"]["type"], "invalid-request", "{v}");
+        assert_eq!(
+            v["error"]["message"],
+            format!("{key} must be a string"),
+            "{v}"
+        );
+    }
 }
 
 const REAL_KEY: &str = "sk-realAbCdEfGhIjKlMnOpQrStUvWxYz0123456789";

@@ -37,16 +37,19 @@ pub async fn sandbox_env(
     State(st): State<AppState>,
     body: crate::body::JsonBody,
 ) -> ApiResult<Json<Value>> {
-    let text = |k: &str| {
-        body.0
-            .get(k)
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-            .filter(|s| !s.trim().is_empty())
+    let text = |k: &str| -> ApiResult<Option<String>> {
+        match body.0.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone()).filter(|s| !s.trim().is_empty())),
+            Some(_) => Err(ApiError::bad_request(
+                "invalid-request",
+                format!("{k} must be a string"),
+            )),
+        }
     };
     Ok(Json(
         st.engine
-            .sandbox_env(text("session_id"), text("root"))
+            .sandbox_env(text("session_id")?, text("root")?, text("title")?)
             .await?,
     ))
 }

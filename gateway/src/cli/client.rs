@@ -148,6 +148,21 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
+/// `$ cmd arg…` on one line, at most 96 characters (the title of a session made by `exec`).
+fn exec_title(command: &[String]) -> String {
+    let line = command
+        .iter()
+        .map(|a| a.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let full = format!("$ {line}");
+    if full.chars().count() <= 96 {
+        return full;
+    }
+    let cut: String = full.chars().take(95).collect();
+    format!("{}…", cut.trim_end())
+}
+
 /// `vis-gateway exec`: runs a command as a sandbox child of a session of the running gateway.
 pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
     let home = Home::resolve(home)?;
@@ -165,7 +180,11 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
         ),
         (None, None) => Some(std::env::current_dir()?),
     };
-    let body = serde_json::json!({"session_id": args.session, "root": root}).to_string();
+    // A session made for this command is titled after it, which lists it in the Companion
+    // (where its egress decisions can be read).
+    let title = args.session.is_none().then(|| exec_title(&args.command));
+    let body =
+        serde_json::json!({"session_id": args.session, "root": root, "title": title}).to_string();
     let (status, text) = request(&reg, "POST", "/v1/sandbox/env", &body)?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|_| anyhow::anyhow!("unexpected answer ({status}): {text}"))?;
@@ -352,4 +371,27 @@ pub fn extension(home: Option<PathBuf>, cmd: ExtensionCmd) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exec_title;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_exec_title_is_the_command_on_one_line_cut_at_96_characters() {
+        assert_eq!(
+            exec_title(&argv(&["sh", "-c", "echo a\n  echo   b"])),
+            "$ sh -c echo a echo b"
+        );
+        let long = exec_title(&argv(&["curl", &"é".repeat(200)]));
+        assert_eq!(long.chars().count(), 96, "{long}");
+        assert!(
+            long.starts_with("$ curl éé") && long.ends_with('…'),
+            "{long}"
+        );
+    }
 }

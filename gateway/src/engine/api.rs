@@ -442,6 +442,7 @@ impl Engine for Api {
         &self,
         session_id: Option<String>,
         root: Option<String>,
+        title: Option<String>,
     ) -> ApiResult<Value> {
         let g = &self.0;
         let Some(sandbox) = g.sandbox.get() else {
@@ -458,6 +459,7 @@ impl Engine for Api {
                     .create_session(CreateSession {
                         channel: Some("cli".into()),
                         root,
+                        title,
                         ..Default::default()
                     })
                     .await?;

@@ -105,7 +105,10 @@ impl Sandbox {
             token,
             ca_bundle: self.ca_bundle.clone(),
         };
-        env::child_env(std::env::vars(), &project, &proxy)
+        let mut env = env::child_env(std::env::vars(), &project, &proxy);
+        // The child can name its session (e.g. to read its egress decisions).
+        env.insert("VIS_SESSION_ID".into(), sid.to_string());
+        env
     }
 
     /// The jail's argv prefix when the session's config asks for it (`jail.enabled: true`),
