@@ -137,6 +137,13 @@ async fn exec_passes_the_childs_exit_status_and_stdio_through() {
     assert_eq!(out.code, Some(7), "{out:?}");
     assert_eq!(out.stdout, "out\n");
     assert!(out.stderr.contains("err"), "{out:?}");
+    // A program that is not there: the shell's 127 and a message naming it.
+    let missing = gw.exec_in_root(&["no-such-program-vis"]).await;
+    assert_eq!(missing.code, Some(127), "{missing:?}");
+    assert!(
+        missing.stderr.contains("cannot run no-such-program-vis"),
+        "{missing:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

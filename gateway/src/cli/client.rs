@@ -208,13 +208,24 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
     let (program, rest) = argv
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("no command given"))?;
-    let status = std::process::Command::new(program)
+    let status = match std::process::Command::new(program)
         .args(rest)
         .env_clear()
         .envs(&env)
         .current_dir(&cwd)
         .status()
-        .map_err(|e| anyhow::anyhow!("cannot run {program}: {e}"))?;
+    {
+        Ok(s) => s,
+        Err(e) => {
+            // As a shell does: 127 when the program is not there, 126 when it cannot run.
+            eprintln!("vis-gateway exec: cannot run {program}: {e}");
+            return Ok(ExitCode::from(match e.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                std::io::ErrorKind::PermissionDenied => 126,
+                _ => 1,
+            }));
+        }
+    };
     use std::os::unix::process::ExitStatusExt;
     let code = status
         .code()
