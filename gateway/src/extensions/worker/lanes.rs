@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use crate::extensions::lane::{self, Reply};
 
-/// At most this much is read from one lane for one batch.
+/// At most about this much is read from one lane for one batch (a frame larger than this
+/// still arrives whole, over several batches).
 const MAX_BATCH_BYTES: usize = 4 << 20;
 
 /// Takes the lane descriptors the gateway passed and starts the thread that serves them.
@@ -67,19 +68,19 @@ impl LaneIo {
     /// Reads whatever this lane has queued now. `Ok(true)`: something was read.
     /// An error (the socket closed or failed) means the gateway is gone.
     fn drain(&mut self, chunk: &mut [u8]) -> std::io::Result<bool> {
-        let mut any = false;
-        while self.inbuf.len() < MAX_BATCH_BYTES {
+        let mut read = 0;
+        while read < MAX_BATCH_BYTES {
             match recv(self.fd(), chunk, libc::MSG_DONTWAIT) {
                 Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => {
                     self.inbuf.extend_from_slice(&chunk[..n]);
-                    any = true;
+                    read += n;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             }
         }
-        Ok(any)
+        Ok(read > 0)
     }
 }
 
@@ -222,11 +223,7 @@ fn fail(message: &str) -> Reply {
 }
 
 /// Runs one filter request: `(id, reply)`.
-fn run_one(
-    py: Python<'_>,
-    lane_fn: Option<&Bound<'_, PyAny>>,
-    body: &[u8],
-) -> (u64, Reply) {
+fn run_one(py: Python<'_>, lane_fn: Option<&Bound<'_, PyAny>>, body: &[u8]) -> (u64, Reply) {
     use lane::{phase_name, Cursor};
     let mut c = Cursor::new(body);
     let Some(id) = c.u64() else {
@@ -338,5 +335,43 @@ fn verdict(v: &Bound<'_, PyAny>) -> Reply {
         Reply::Block(item(v, "reason").unwrap_or_default())
     } else {
         Reply::Allow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_lane_reads_in_bounded_steps_until_a_frame_larger_than_one_step_is_whole() {
+        let (ours, mut theirs) = UnixStream::pair().expect("pair");
+        ours.set_nonblocking(true).expect("nonblocking");
+        let total = MAX_BATCH_BYTES + MAX_BATCH_BYTES / 2;
+        let writer = std::thread::spawn(move || theirs.write_all(&vec![7u8; total]));
+        let mut lane = LaneIo {
+            sock: OwnedFd::from(ours),
+            inbuf: Vec::new(),
+            out: Vec::new(),
+        };
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut steps = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while lane.inbuf.len() < total {
+            let before = lane.inbuf.len();
+            if lane.drain(&mut chunk).expect("drain") {
+                assert!(lane.inbuf.len() - before < MAX_BATCH_BYTES + chunk.len());
+                steps += 1;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "stuck at {} of {total} bytes",
+                lane.inbuf.len()
+            );
+        }
+        writer.join().expect("join").expect("write");
+        assert_eq!(lane.inbuf.len(), total);
+        assert!(steps >= 2, "read in more than one step");
     }
 }
