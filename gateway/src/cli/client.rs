@@ -140,7 +140,8 @@ pub struct ExecArgs {
     /// Run as a child of this session.
     #[arg(long, conflicts_with = "root")]
     pub session: Option<String>,
-    /// Create a session with this workspace root (default: the current directory).
+    /// Create a session with this workspace root (default: the current directory), titled
+    /// "$ COMMAND…" so the Companion lists it; pass --session to reuse one across commands.
     #[arg(long)]
     pub root: Option<PathBuf>,
     /// The command and its arguments (after `--`).
