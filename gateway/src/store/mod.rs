@@ -105,14 +105,9 @@ impl Store {
     /// Waits until every job queued before this call has run, been committed, and had its
     /// [`after_commit`] actions run (events queued before are on their live streams).
     pub async fn flush(&self) {
-        let (tx, rx) = oneshot::channel::<()>();
-        self.submit("flush", move |_| {
-            after_commit(move || {
-                let _ = tx.send(());
-            });
-            Ok(())
-        });
-        let _ = rx.await;
+        // A call answers from its own after-commit action, which runs after those of every
+        // job queued before it.
+        let _ = self.call(|_| Ok(())).await;
     }
 }
 
