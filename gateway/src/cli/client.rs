@@ -141,7 +141,7 @@ pub struct ExecArgs {
     #[arg(long, conflicts_with = "root")]
     pub session: Option<String>,
     /// Create a session with this workspace root (default: the current directory), titled
-    /// "$ COMMAND…" so the Companion lists it; pass --session to reuse one across commands.
+    /// "$ PROGRAM …" so the Companion lists it; pass --session to reuse one across commands.
     #[arg(long)]
     pub root: Option<PathBuf>,
     /// The command and its arguments (after `--`).
@@ -149,19 +149,22 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
-/// `$ cmd arg…` on one line, at most 96 characters (the title of a session made by `exec`).
+/// The title of a session made by `exec`: `$ ` and the program's file name, then ` …` when
+/// it has arguments. The arguments stay out: a title is stored and shown on the phone, and
+/// an argument can be a secret the shell expanded (`-H "Authorization: Bearer $TOKEN"`).
 fn exec_title(command: &[String]) -> String {
-    let line = command
-        .iter()
-        .map(|a| a.split_whitespace().collect::<Vec<_>>().join(" "))
+    let program = command.first().map_or("", |p| {
+        p.rsplit('/').find(|s| !s.is_empty()).unwrap_or(p.as_str())
+    });
+    let program: String = program
+        .split_whitespace()
         .collect::<Vec<_>>()
-        .join(" ");
-    let full = format!("$ {line}");
-    if full.chars().count() <= 96 {
-        return full;
-    }
-    let cut: String = full.chars().take(95).collect();
-    format!("{}…", cut.trim_end())
+        .join(" ")
+        .chars()
+        .take(80)
+        .collect();
+    let more = if command.len() > 1 { " …" } else { "" };
+    format!("$ {program}{more}")
 }
 
 /// `vis-gateway exec`: runs a command as a sandbox child of a session of the running gateway.
@@ -394,16 +397,14 @@ mod tests {
     }
 
     #[test]
-    fn an_exec_title_is_the_command_on_one_line_cut_at_96_characters() {
+    fn an_exec_title_names_the_program_and_never_its_arguments() {
         assert_eq!(
-            exec_title(&argv(&["sh", "-c", "echo a\n  echo   b"])),
-            "$ sh -c echo a echo b"
+            exec_title(&argv(&["curl", "-H", "Authorization: Bearer sk-secret"])),
+            "$ curl …"
         );
-        let long = exec_title(&argv(&["curl", &"é".repeat(200)]));
-        assert_eq!(long.chars().count(), 96, "{long}");
-        assert!(
-            long.starts_with("$ curl éé") && long.ends_with('…'),
-            "{long}"
-        );
+        assert_eq!(exec_title(&argv(&["/usr/bin/env"])), "$ env");
+        assert_eq!(exec_title(&argv(&["./run me\nnow", "x"])), "$ run me now …");
+        let long = exec_title(&argv(&[&"é".repeat(200)]));
+        assert_eq!(long.chars().count(), 82, "{long}");
     }
 }
