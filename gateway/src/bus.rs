@@ -145,8 +145,9 @@ impl Bus {
         })
     }
 
-    /// Assigns the seq, builds the event's JSON with `data(seq)`, offers the frame to every
-    /// sink and queues the journal write (and `row`), all under the session's lock.
+    /// Assigns the seq, builds the event's JSON with `data(seq)` and queues the journal write
+    /// (and `row`) under the session's lock; the store thread hands the frame to the live
+    /// sinks once that write is committed.
     fn publish_core(
         &self,
         sid: &str,
@@ -312,22 +313,10 @@ mod tests {
     use std::task::Context;
 
     fn fixture() -> (Arc<Bus>, Store, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("vis-bus-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let store = Store::open(&dir.join("db.sqlite")).expect("store");
+        let (store, dir) = crate::store::test_support::temp_store("bus");
         let bus = Arc::new(Bus::new(store.clone(), 100));
         bus.open("s", 0);
         (bus, store, dir)
-    }
-
-    /// Holds the store thread until the returned sender is dropped or sent to.
-    fn hold_store(store: &Store) -> std::sync::mpsc::Sender<()> {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        store.submit("hold", move |_| {
-            let _ = rx.recv();
-            Ok(())
-        });
-        tx
     }
 
     fn drain(rx: &mut live::LiveRx) -> Vec<i64> {
@@ -344,7 +333,7 @@ mod tests {
             .subscribe("s", 0, None, CancellationToken::new())
             .await
             .expect("subscription");
-        let hold = hold_store(&store);
+        let hold = crate::store::test_support::hold(&store);
         bus.publish("s", "x.one", Map::new());
         bus.publish("s", "x.two", Map::new());
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -368,7 +357,7 @@ mod tests {
     #[tokio::test]
     async fn an_event_published_before_a_subscription_comes_once_in_its_replay_not_live() {
         let (bus, store, dir) = fixture();
-        let hold = hold_store(&store);
+        let hold = crate::store::test_support::hold(&store);
         bus.publish("s", "x.one", Map::new());
         let subscribing = {
             let bus = bus.clone();

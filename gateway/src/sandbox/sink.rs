@@ -82,9 +82,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_decision_becomes_the_same_event_and_row_as_the_generic_envelope_would_make() {
-        let dir = std::env::temp_dir().join(format!("vis-sink-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let store = crate::store::Store::open(&dir.join("db.sqlite")).expect("store");
+        let (store, dir) = crate::store::test_support::temp_store("sink");
         let bus = Arc::new(Bus::new(store.clone(), 100));
         bus.open("s", 0);
         let mut sub = bus

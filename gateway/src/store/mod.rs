@@ -196,8 +196,38 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
     }
 }
 
+/// Fixtures for the tests of every module that needs a real store.
+#[cfg(test)]
+pub mod test_support {
+    use super::Store;
+    use std::path::PathBuf;
+
+    /// A store on a fresh database file in a private temporary folder (returned too).
+    pub fn temp_store(label: &str) -> (Store, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("vis-{label}-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let store = Store::open(&dir.join("db.sqlite")).expect("store");
+        (store, dir)
+    }
+
+    /// Queues a job that holds the store thread; returns once it is running, with the sender
+    /// that releases it (send to it, or drop it).
+    pub fn hold(store: &Store) -> std::sync::mpsc::Sender<()> {
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        store.submit("hold", move |_| {
+            let _ = started_tx.send(());
+            let _ = rx.recv();
+            Ok(())
+        });
+        started_rx.recv().expect("the hold job runs");
+        tx
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_support::{hold, temp_store};
     use super::*;
 
     fn table() -> Connection {
@@ -292,26 +322,6 @@ mod tests {
         .expect("a later job commits");
     }
 
-    fn temp_store() -> Store {
-        let dir = std::env::temp_dir().join(format!("vis-store-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        Store::open(&dir.join("db.sqlite")).expect("store")
-    }
-
-    /// Queues a job that holds the store thread; returns once it is running, with the sender
-    /// that releases it.
-    fn hold(store: &Store) -> std::sync::mpsc::Sender<()> {
-        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        store.submit("hold", move |_| {
-            let _ = started_tx.send(());
-            let _ = rx.recv();
-            Ok(())
-        });
-        started_rx.recv().expect("the hold job runs");
-        tx
-    }
-
     /// Polls a `call` once, which queues its job (a call sends its job when first polled).
     async fn queue<F: std::future::Future + Unpin>(fut: &mut F) {
         std::future::poll_fn(|cx| {
@@ -330,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_call_is_answered_only_once_its_batch_is_committed() {
-        let store = temp_store();
+        let (store, _dir) = temp_store("store");
         rt().block_on(async {
             store
                 .call(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER)")?))
@@ -367,7 +377,7 @@ mod tests {
 
     #[test]
     fn a_call_whose_batch_fails_to_commit_gets_an_error_and_its_write_is_gone() {
-        let store = temp_store();
+        let (store, _dir) = temp_store("store");
         rt().block_on(async {
             store
                 .call(|c| {

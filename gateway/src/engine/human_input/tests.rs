@@ -33,9 +33,7 @@ impl DoorWorker for FakeWorker {
 }
 
 fn fixture() -> (Arc<HumanInput>, Arc<Bus>, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("vis-hi-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let store = crate::store::Store::open(&dir.join("db.sqlite")).expect("store");
+    let (store, dir) = crate::store::test_support::temp_store("hi");
     let bus = Arc::new(Bus::new(store, 1000));
     bus.open("s", 0);
     (HumanInput::new(bus.clone()), bus, dir)
