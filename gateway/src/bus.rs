@@ -312,7 +312,7 @@ mod tests {
     use super::*;
     use std::task::Context;
 
-    fn fixture() -> (Arc<Bus>, Store, std::path::PathBuf) {
+    fn fixture() -> (Arc<Bus>, Store, tempfile::TempDir) {
         let (store, dir) = crate::store::test_support::temp_store("bus");
         let bus = Arc::new(Bus::new(store.clone(), 100));
         bus.open("s", 0);
@@ -328,7 +328,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_live_stream_gets_an_event_only_once_the_store_has_committed_it() {
-        let (bus, store, dir) = fixture();
+        let (bus, store, _dir) = fixture();
         let mut sub = bus
             .subscribe("s", 0, None, CancellationToken::new())
             .await
@@ -351,12 +351,11 @@ mod tests {
             .expect("read")
             .1;
         assert_eq!(stored.len(), 2);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
     async fn an_event_published_before_a_subscription_comes_once_in_its_replay_not_live() {
-        let (bus, store, dir) = fixture();
+        let (bus, store, _dir) = fixture();
         let hold = crate::store::test_support::hold(&store);
         bus.publish("s", "x.one", Map::new());
         let subscribing = {
@@ -373,12 +372,11 @@ mod tests {
         bus.publish("s", "x.two", Map::new());
         store.flush().await;
         assert_eq!(drain(&mut sub.live), vec![2], "seq 1 is not repeated live");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
     async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
-        let (bus, store, dir) = fixture();
+        let (bus, store, _dir) = fixture();
         store
             .call(|c| {
                 rows::put_session(
@@ -414,6 +412,5 @@ mod tests {
             Some(2),
             "the next start must not hand out seq 2 again"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -180,10 +180,14 @@ pub fn load(home: &Path, project: &Path) -> Result<Config> {
 mod tests {
     use super::*;
 
-    fn tmp() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("vis-cfg-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(d.join("home")).unwrap();
-        std::fs::create_dir_all(d.join("proj/.vis")).unwrap();
+    /// A folder with `home/` and `proj/.vis/`, removed when dropped.
+    fn tmp() -> tempfile::TempDir {
+        let d = tempfile::Builder::new()
+            .prefix("vis-cfg-")
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir_all(d.path().join("home")).unwrap();
+        std::fs::create_dir_all(d.path().join("proj/.vis")).unwrap();
         d
     }
 
@@ -191,13 +195,17 @@ mod tests {
     fn later_layers_win_and_maps_merge() {
         let d = tmp();
         std::fs::write(
-            d.join("home/config.yml"),
+            d.path().join("home/config.yml"),
             "providers:\n  a:\n    api_style: openai\n    model: m1\ndefault_provider: a\n",
         )
         .unwrap();
-        std::fs::write(d.join("proj/vis.yml"), "providers:\n  a:\n    model: m2\n").unwrap();
-        std::fs::write(d.join("proj/.vis/config.yml"), "default_model: x\n").unwrap();
-        let c = load(&d.join("home"), &d.join("proj")).unwrap();
+        std::fs::write(
+            d.path().join("proj/vis.yml"),
+            "providers:\n  a:\n    model: m2\n",
+        )
+        .unwrap();
+        std::fs::write(d.path().join("proj/.vis/config.yml"), "default_model: x\n").unwrap();
+        let c = load(&d.path().join("home"), &d.path().join("proj")).unwrap();
         assert_eq!(c.providers["a"].model.as_deref(), Some("m2"));
         assert_eq!(c.providers["a"].api_style.as_deref(), Some("openai"));
         assert_eq!(c.default_model.as_deref(), Some("x"));
@@ -206,8 +214,12 @@ mod tests {
     #[test]
     fn an_unknown_key_is_an_error_naming_the_key_and_the_file() {
         let d = tmp();
-        std::fs::write(d.join("proj/vis.yml"), "providers:\n  a:\n    modle: m\n").unwrap();
-        let e = load(&d.join("home"), &d.join("proj"))
+        std::fs::write(
+            d.path().join("proj/vis.yml"),
+            "providers:\n  a:\n    modle: m\n",
+        )
+        .unwrap();
+        let e = load(&d.path().join("home"), &d.path().join("proj"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("proj/vis.yml"), "{e}");
@@ -219,11 +231,11 @@ mod tests {
     fn a_bad_network_policy_is_an_error_naming_the_key_and_the_file() {
         let d = tmp();
         std::fs::write(
-            d.join("proj/vis.yml"),
+            d.path().join("proj/vis.yml"),
             "jail:\n  network:\n    rules:\n      - host: example.com\n        acces: read-only\n",
         )
         .unwrap();
-        let e = load(&d.join("home"), &d.join("proj"))
+        let e = load(&d.path().join("home"), &d.path().join("proj"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("proj/vis.yml"), "{e}");
@@ -234,8 +246,8 @@ mod tests {
     #[test]
     fn a_wrong_type_is_an_error_naming_the_key() {
         let d = tmp();
-        std::fs::write(d.join("home/vis.yml"), "jail:\n  enabled: maybe\n").unwrap();
-        let e = load(&d.join("home"), &d.join("proj"))
+        std::fs::write(d.path().join("home/vis.yml"), "jail:\n  enabled: maybe\n").unwrap();
+        let e = load(&d.path().join("home"), &d.path().join("proj"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("jail.enabled"), "{e}");

@@ -69,15 +69,18 @@ impl Worker {
     }
 }
 
-fn temp() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("vis-worker-it-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("mkdir");
-    d
+/// A private folder, removed when dropped (declare it before the worker that uses it).
+fn temp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("vis-worker-it-")
+        .tempdir()
+        .expect("mkdir")
 }
 
 #[test]
 fn the_worker_embeds_the_build_time_cpython_and_serves_a_tool_with_host_doors() {
-    let home = temp().join("a");
+    let tmp = temp();
+    let home = tmp.path().join("a");
     let ext = home.join("ext.py");
     std::fs::create_dir_all(&home).expect("mkdir");
     std::fs::write(
@@ -115,7 +118,8 @@ fn the_worker_embeds_the_build_time_cpython_and_serves_a_tool_with_host_doors() 
 
 #[test]
 fn a_worker_whose_extension_calls_os_exit_ends_and_closes_its_output() {
-    let home = temp().join("b");
+    let tmp = temp();
+    let home = tmp.path().join("b");
     std::fs::create_dir_all(&home).expect("mkdir");
     let ext = home.join("die.py");
     std::fs::write(
@@ -132,7 +136,8 @@ fn a_worker_whose_extension_calls_os_exit_ends_and_closes_its_output() {
 
 #[test]
 fn closing_the_workers_input_ends_it() {
-    let home = temp().join("c");
+    let tmp = temp();
+    let home = tmp.path().join("c");
     std::fs::create_dir_all(&home).expect("mkdir");
     let mut w = Worker::start(&home);
     assert_eq!(w.request(1, "ping", json!({}))["ok"], true);
@@ -195,7 +200,8 @@ fn lane_replies(stream: &mut std::os::unix::net::UnixStream, n: usize) -> Vec<(u
 fn the_filter_lane_answers_a_batch_written_at_once_in_order() {
     use std::os::unix::io::AsRawFd;
     use std::os::unix::process::CommandExt;
-    let home = temp().join("lane");
+    let tmp = temp();
+    let home = tmp.path().join("lane");
     std::fs::create_dir_all(&home).expect("mkdir");
     let ext = home.join("f.py");
     std::fs::write(

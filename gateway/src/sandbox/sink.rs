@@ -82,7 +82,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_decision_becomes_the_same_event_and_row_as_the_generic_envelope_would_make() {
-        let (store, dir) = crate::store::test_support::temp_store("sink");
+        let (store, _dir) = crate::store::test_support::temp_store("sink");
         let bus = Arc::new(Bus::new(store.clone(), 100));
         bus.open("s", 0);
         let mut sub = bus
@@ -135,6 +135,5 @@ mod tests {
         let row: Value = serde_json::from_str(&rows[0].1).expect("row JSON");
         expected["seq"] = json!(1);
         assert_eq!(row, expected);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

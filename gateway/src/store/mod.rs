@@ -200,13 +200,16 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
 #[cfg(test)]
 pub mod test_support {
     use super::Store;
-    use std::path::PathBuf;
+    use tempfile::TempDir;
 
-    /// A store on a fresh database file in a private temporary folder (returned too).
-    pub fn temp_store(label: &str) -> (Store, PathBuf) {
-        let dir = std::env::temp_dir().join(format!("vis-{label}-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let store = Store::open(&dir.join("db.sqlite")).expect("store");
+    /// A store on a fresh database file in a private temporary folder, removed when the
+    /// returned folder is dropped.
+    pub fn temp_store(label: &str) -> (Store, TempDir) {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("vis-{label}-"))
+            .tempdir()
+            .expect("mkdir");
+        let store = Store::open(&dir.path().join("db.sqlite")).expect("store");
         (store, dir)
     }
 

@@ -32,7 +32,7 @@ impl DoorWorker for FakeWorker {
     }
 }
 
-fn fixture() -> (Arc<HumanInput>, Arc<Bus>, std::path::PathBuf) {
+fn fixture() -> (Arc<HumanInput>, Arc<Bus>, tempfile::TempDir) {
     let (store, dir) = crate::store::test_support::temp_store("hi");
     let bus = Arc::new(Bus::new(store, 1000));
     bus.open("s", 0);
@@ -159,7 +159,7 @@ async fn pending_id(hi: &HumanInput) -> String {
 
 #[tokio::test]
 async fn a_submit_is_validated_then_settles_the_form_with_secret_handles() {
-    let (hi, _bus, dir) = fixture();
+    let (hi, _bus, _dir) = fixture();
     let w = worker();
     let h = hi.clone();
     let door =
@@ -201,12 +201,11 @@ async fn a_submit_is_validated_then_settles_the_form_with_secret_handles() {
         hi.submit("s", "nope", Map::new()).await,
         Err(HiError::RequestNotFound)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn cancel_timeout_and_a_vanished_worker_settle_with_their_reasons() {
-    let (hi, _bus, dir) = fixture();
+    let (hi, _bus, _dir) = fixture();
     // Not cancellable → refused; then a timeout settles it.
     let h = hi.clone();
     let door = tokio::spawn(async move {
@@ -253,7 +252,6 @@ async fn cancel_timeout_and_a_vanished_worker_settle_with_their_reasons() {
         "undeliverable"
     );
     assert!(!hi.is_awaiting("s"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -288,7 +286,7 @@ fn consecutive_log_appends_merge_up_to_the_cap() {
 
 #[tokio::test]
 async fn live_patches_within_the_window_publish_once_and_logs_stay_readable() {
-    let (hi, bus, dir) = fixture();
+    let (hi, bus, _dir) = fixture();
     let w = worker();
     let nodes = json!([{"type": "log", "id": "out", "lines": []},
         {"type": "table", "id": "t", "columns": [], "rows": []}]);
@@ -368,12 +366,11 @@ async fn live_patches_within_the_window_publish_once_and_logs_stay_readable() {
         hi.live_log("s", &vid, "out", 0, 10).expect("after close")["total"],
         5
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn background_children_answer_logs_send_wait_and_stop_by_id() {
-    let (hi, _bus, dir) = fixture();
+    let (hi, _bus, _dir) = fixture();
     let env: BTreeMap<String, String> = [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
     let p = spawn_proc(
         "read x; echo got $x; sleep 30",
@@ -438,12 +435,11 @@ async fn background_children_answer_logs_send_wait_and_stop_by_id() {
         (r["offset"].as_u64(), r["next_offset"].as_u64()),
         (Some(1), Some(2))
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn disposing_a_session_settles_its_forms_and_closes_its_views() {
-    let (hi, bus, dir) = fixture();
+    let (hi, bus, _dir) = fixture();
     let h = hi.clone();
     let door = tokio::spawn(async move {
         h.ask(&session(), "ext", ask_payload(json!({})), worker())
@@ -465,5 +461,4 @@ async fn disposing_a_session_settles_its_forms_and_closes_its_views() {
     );
     assert!(!hi.is_awaiting("s"));
     assert_eq!(hi.live_views("s")["views"], json!([]));
-    let _ = std::fs::remove_dir_all(dir);
 }
