@@ -6,6 +6,9 @@
 //!   delivered and publish→receive latency p50/p99 (envelope `ts` vs receive clock, 1 ms
 //!   resolution; same machine, same clock).
 //!
+//! - the fan-out floor (`floor.rs`): the same client and load against a server that does
+//!   nothing but one `write` per delivery, so the gateway's numbers read against the machine's.
+//!
 //! Usage: bench-gateway <path-to-vis-gateway> [subscribers…]   (default 1000 10000)
 
 use anyhow::{bail, Context, Result};
@@ -18,6 +21,7 @@ use tokio::net::TcpStream;
 
 const PROTO: &str = "X-Vis-Protocol: 2\r\nX-Vis-Min-Gateway-Protocol: 2\r\n";
 
+mod floor;
 mod subscribers;
 
 fn now_ms() -> i64 {
@@ -152,6 +156,70 @@ fn cpu_us(pid: &str) -> u64 {
     f.iter().sum::<u64>() * 1_000_000 / hz
 }
 
+/// What one steady window measured: deliveries, latencies and CPU of both processes.
+struct Steady {
+    rate: f64,
+    p50: i64,
+    p99: i64,
+    server_cpu: f64,
+    client_cpu: f64,
+    frame_bytes: f64,
+}
+
+/// Measures `events` events delivered to `held` subscribers: `publish` starts them (and
+/// returns at once); the window ends when every delivery arrived (or after 30 s).
+async fn steady<F: std::future::Future<Output = Result<()>>>(
+    subs: &subscribers::Subscribers,
+    server_pid: u32,
+    held: usize,
+    events: u64,
+    publish: F,
+) -> Result<Steady> {
+    let stats = &subs.stats;
+    stats.lat.lock().map(|mut v| v.clear()).ok();
+    let (f0, b0) = (
+        stats.frames.load(Ordering::Relaxed),
+        stats.bytes.load(Ordering::Relaxed),
+    );
+    let (srv0, me0) = (cpu_us(&server_pid.to_string()), cpu_us("self"));
+    let t1 = Instant::now();
+    publish.await?;
+    let want = f0 + events * held as u64;
+    while stats.frames.load(Ordering::Relaxed) < want && t1.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let frames = stats.frames.load(Ordering::Relaxed) - f0;
+    let bytes = stats.bytes.load(Ordering::Relaxed) - b0;
+    let secs = t1.elapsed().as_secs_f64();
+    let per = |cpu: u64| cpu as f64 / frames.max(1) as f64;
+    let mut l = stats.lat.lock().map(|v| v.clone()).unwrap_or_default();
+    Ok(Steady {
+        rate: frames as f64 / secs,
+        p50: pct(&mut l, 0.50),
+        p99: pct(&mut l, 0.99),
+        server_cpu: per(cpu_us(&server_pid.to_string()) - srv0),
+        client_cpu: per(cpu_us("self") - me0),
+        frame_bytes: bytes as f64 / frames.max(1) as f64,
+    })
+}
+
+/// Opens `n` subscribers and waits (up to 60 s) until they hold; returns how many do.
+async fn subscribe(port: u16, sid: &str, n: usize) -> Result<(subscribers::Subscribers, usize)> {
+    let subs = {
+        let sid = sid.to_string();
+        tokio::task::spawn_blocking(move || subscribers::Subscribers::open(port, &sid, n)).await??
+    };
+    let t0 = Instant::now();
+    while (subs.stats.ready.load(Ordering::Relaxed) as usize) < n
+        && t0.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held = subs.stats.ready.load(Ordering::Relaxed) as usize;
+    Ok((subs, held))
+}
+
 async fn fanout(bin: &Path, n: usize) -> Result<()> {
     let llm = vis_tests::FixtureLlm::start().await;
     let (gw, _) = start_with(bin, Some(&llm.openai_base_url())).await?;
@@ -164,61 +232,29 @@ async fn fanout(bin: &Path, n: usize) -> Result<()> {
         .to_string();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss0 = rss_kib(pid);
-    let subs = {
-        let sid = sid.clone();
-        let port = gw.port;
-        tokio::task::spawn_blocking(move || subscribers::Subscribers::open(port, &sid, n)).await??
-    };
-    let (frames, ready, lat) = (&subs.stats.frames, &subs.stats.ready, &subs.stats.lat);
-    let t0 = Instant::now();
-    while (ready.load(Ordering::Relaxed) as usize) < n && t0.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let held = ready.load(Ordering::Relaxed) as usize;
+    let (subs, held) = subscribe(gw.port, &sid, n).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss1 = rss_kib(pid);
     let per_sub = (rss1.saturating_sub(rss0)) as f64 / held.max(1) as f64;
     // Steady rate: one streamed answer whose sentences arrive every 100 ms, so the gateway
     // publishes one coalesced `content.block.delta` per 100 ms (10 events/s) for 10 s.
-    lat.lock().map(|mut v| v.clear()).ok();
     let chunks: Vec<String> = (0..100).map(|i| format!("Sentence number {i}. ")).collect();
     llm.push(vis_tests::Script::Slow {
         chunks,
         delay_ms: 100,
     });
-    let f0 = frames.load(Ordering::Relaxed);
-    let (gw_cpu0, me_cpu0) = (cpu_us(&pid.to_string()), cpu_us("self"));
-    let t1 = Instant::now();
-    http(
-        gw.port,
-        "POST",
-        &format!("/v1/sessions/{sid}/turns"),
-        "{\"request\":\"stream please\"}",
-    )
+    let turn = format!("/v1/sessions/{sid}/turns");
+    let s = steady(&subs, pid, held, 100, async {
+        http(gw.port, "POST", &turn, "{\"request\":\"stream please\"}").await?;
+        Ok(())
+    })
     .await?;
-    let want = f0 + (100 * held) as u64;
-    while frames.load(Ordering::Relaxed) < want && t1.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let steady_frames = frames.load(Ordering::Relaxed) - f0;
-    let steady_secs = t1.elapsed().as_secs_f64();
-    let per = |cpu: u64| cpu as f64 / steady_frames.max(1) as f64;
-    let gw_per = per(cpu_us(&pid.to_string()) - gw_cpu0);
-    let me_per = per(cpu_us("self") - me_cpu0);
-    let mut l = lat.lock().map(|v| v.clone()).unwrap_or_default();
-    let (p50, p99) = (pct(&mut l, 0.50), pct(&mut l, 0.99));
     // Burst: 50 turns back to back (200 events), measure delivery rate.
+    let frames = &subs.stats.frames;
     let f1 = frames.load(Ordering::Relaxed);
     let t2 = Instant::now();
     for _ in 0..50 {
-        http(
-            gw.port,
-            "POST",
-            &format!("/v1/sessions/{sid}/turns"),
-            "{\"request\":\"/help\"}",
-        )
-        .await?;
+        http(gw.port, "POST", &turn, "{\"request\":\"/help\"}").await?;
     }
     let want = f1 + (200 * held) as u64;
     while frames.load(Ordering::Relaxed) < want && t2.elapsed() < Duration::from_secs(60) {
@@ -226,19 +262,63 @@ async fn fanout(bin: &Path, n: usize) -> Result<()> {
     }
     let burst_rate = (frames.load(Ordering::Relaxed) - f1) as f64 / t2.elapsed().as_secs_f64();
     println!(
-        "| {n} | {held} | {:.1} | {:.0} | {p50} | {p99} | {gw_per:.1} | {me_per:.1} | {:.0} | {:.1} |",
+        "| {n} | {held} | {:.1} | {:.0} | {} | {} | {:.1} | {:.1} | {:.0} | {:.1} |",
         per_sub,
-        steady_frames as f64 / steady_secs,
+        s.rate,
+        s.p50,
+        s.p99,
+        s.server_cpu,
+        s.client_cpu,
         burst_rate,
         rss1 as f64 / 1024.0
     );
+    drop(subs);
+    drop(gw);
+    let f = floor(n, s.frame_bytes.round() as usize).await?;
+    println!(
+        "| {n}, floor ({:.0}-byte frames) | {} | | {:.0} | {} | {} | {:.1} | {:.1} | | |",
+        s.frame_bytes, f.1, f.0.rate, f.0.p50, f.0.p99, f.0.server_cpu, f.0.client_cpu
+    );
     Ok(())
+}
+
+/// The same steady load from the floor server (`floor.rs`), same client, `frame_bytes` per
+/// delivery. Returns the window and how many subscribers it held.
+async fn floor(n: usize, frame_bytes: usize) -> Result<(Steady, usize)> {
+    let exe = std::env::current_exe().context("own path")?;
+    let mut child = Command::new(exe)
+        .args(["--floor-server", &n.to_string(), &frame_bytes.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawn the floor server")?;
+    let pid = child.id();
+    let mut port = String::new();
+    if let Some(out) = child.stdout.as_mut() {
+        use std::io::BufRead;
+        std::io::BufReader::new(out).read_line(&mut port)?;
+    }
+    let port: u16 = port.trim().parse().context("the floor server's port")?;
+    let result = async {
+        let (subs, held) = subscribe(port, "floor", n).await?;
+        // The server starts publishing on its own once every subscriber holds.
+        let s = steady(&subs, pid, held, floor::TICKS, async { Ok(()) }).await?;
+        Ok((s, held))
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     raise_nofile();
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.next_if(|a| a == "--floor-server").is_some() {
+        let mut num = || args.next().and_then(|a| a.parse().ok());
+        let (n, bytes) = (num().unwrap_or(1000), num().unwrap_or(300));
+        return tokio::task::spawn_blocking(move || floor::serve(n, bytes)).await?;
+    }
     let bin = PathBuf::from(
         args.next()
             .context("usage: bench-gateway <vis-gateway> [subscribers…]")?,

@@ -26,7 +26,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// The envelope `ts` of one frame's `data:` line, if any.
-fn frame_ts(frame: &[u8]) -> Option<i64> {
+pub(crate) fn frame_ts(frame: &[u8]) -> Option<i64> {
     let data = &frame[find(frame, b"\ndata: ")? + 7..];
     let at = find(data, b"\"ts\":")? + 5;
     let digits = data[at..].iter().take_while(|c| c.is_ascii_digit()).count();
@@ -43,6 +43,8 @@ pub struct Stats {
     pub frames: AtomicU64,
     /// Subscribers that received `subscription.ready`.
     pub ready: AtomicU64,
+    /// Bytes read from every socket (the wire size of the frames, with any HTTP framing).
+    pub bytes: AtomicU64,
     /// Publish→receive latencies (ms) of frames with an envelope `ts`.
     pub lat: Mutex<Vec<i64>>,
 }
@@ -58,6 +60,7 @@ impl Conn {
     /// Reads what is available and parses every complete frame. `false`: closed.
     fn pump(&mut self, now: i64, stats: &Stats, lat: &mut Vec<i64>) -> bool {
         let mut frames = 0;
+        let before = self.filled;
         loop {
             if self.filled == self.buf.len() {
                 self.buf.resize(self.buf.len() * 2, 0);
@@ -76,6 +79,9 @@ impl Conn {
                 Err(_) => return false,
             }
         }
+        stats
+            .bytes
+            .fetch_add((self.filled - before) as u64, Ordering::Relaxed);
         let mut start = 0;
         while let Some(end) = find(&self.buf[start..self.filled], b"\n\n").map(|e| start + e + 2) {
             let frame = &self.buf[start..end];
