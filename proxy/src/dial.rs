@@ -1,5 +1,6 @@
 //! Resolve once, classify every answer, dial only the validated address.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -24,18 +25,19 @@ const METADATA_NAMES: [&str; 4] = [
 /// Cache of resolved denied names: name → (resolved at, addresses).
 pub type DeniedCache = Mutex<HashMap<String, (Instant, Vec<IpAddr>)>>;
 
-/// Addresses of the policy's concrete denied names (short-TTL cache).
-async fn denied_addrs(
+/// Addresses of the policy's concrete denied entries: its IP literals, and what its names
+/// resolve to (short-TTL cache). Borrowed from the policy when it names no host.
+async fn denied_addrs<'p>(
     resolver: &dyn Resolver,
     cache: Option<(&DeniedCache, Duration)>,
-    principal: &Principal,
-) -> Vec<IpAddr> {
-    let mut out = Vec::new();
+    principal: &'p Principal,
+) -> Cow<'p, [IpAddr]> {
+    let ips = principal.policy.denied_ips();
+    if principal.policy.denied_names().is_empty() {
+        return Cow::Borrowed(ips);
+    }
+    let mut out = ips.to_vec();
     for name in principal.policy.denied_names() {
-        if let Some(ip) = parse_ip_literal(name) {
-            out.push(ip);
-            continue;
-        }
         let cached = cache.and_then(|(c, ttl)| {
             c.lock().ok().and_then(|c| {
                 c.get(name)
@@ -57,7 +59,7 @@ async fn denied_addrs(
         };
         out.extend(addrs);
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Resolve `host` once and pass every answer through the SSRF floor; the

@@ -476,3 +476,33 @@ async fn a_denied_name_is_also_denied_by_its_addresses() {
     );
     assert_eq!(h.dialer.dialled().len(), 1);
 }
+
+#[tokio::test]
+async fn a_denied_ip_literal_also_denies_every_name_that_resolves_to_it() {
+    let h = start(Setup {
+        policy: "denied_domains: [93.184.216.34, '::ffff:93.184.216.36']\n",
+        ..Default::default()
+    })
+    .await;
+    h.resolver.set("alias.test", &["93.184.216.34"]);
+    h.resolver.set("mapped.test", &["93.184.216.36"]);
+    h.resolver.set("fine.test", &["93.184.216.35"]);
+    for target in ["http://alias.test/", "http://mapped.test/"] {
+        let r = curl(&["--proxy", &h.http_proxy(), target]).await;
+        assert_eq!(r.status(), 403, "{target}");
+        assert!(
+            r.body()
+                .starts_with("blocked denied-domain address for host:"),
+            "{target}: {}",
+            r.body()
+        );
+    }
+    assert!(h.dialer.dialled().is_empty());
+    assert_eq!(
+        curl(&["--proxy", &h.http_proxy(), "http://fine.test/"])
+            .await
+            .status(),
+        502
+    );
+    assert_eq!(h.dialer.dialled().len(), 1);
+}

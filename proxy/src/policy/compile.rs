@@ -121,7 +121,12 @@ pub struct Policy {
     pub(crate) exclude: Vec<HostPattern>,
     pub(crate) allow_private: bool,
     pub(crate) rules: Vec<Rule>,
+    /// Concrete `denied_domains` names that are not IP literals: the SSRF floor
+    /// resolves them.
     pub(crate) denied_names: Vec<String>,
+    /// Concrete `denied_domains` entries that are IP literals, parsed once here
+    /// rather than on every request.
+    pub(crate) denied_ips: Vec<std::net::IpAddr>,
     /// `allowed` / `denied` domains as hash sets (built by `compile`), so the
     /// host gate costs one lookup per label instead of a scan of the lists.
     pub(crate) index: Option<Arc<HostIndex>>,
@@ -171,6 +176,7 @@ impl Policy {
             allow_private: false,
             rules: vec![],
             denied_names: vec![],
+            denied_ips: vec![],
             index: None,
         }
     }
@@ -194,9 +200,14 @@ impl Policy {
         self.allow_private
     }
 
-    /// Concrete (non-glob) `denied_domains` entries, resolved by the SSRF floor.
+    /// Concrete (non-glob) `denied_domains` names, resolved by the SSRF floor.
     pub fn denied_names(&self) -> &[String] {
         &self.denied_names
+    }
+
+    /// Concrete `denied_domains` entries that are IP literals, refused by the SSRF floor.
+    pub fn denied_ips(&self) -> &[std::net::IpAddr] {
+        &self.denied_ips
     }
 
     /// Is this (normalized) host in `exclude_domains`?
@@ -291,14 +302,18 @@ impl Policy {
                 ..Policy::unrestricted()
             });
         }
-        let denied_names = denied
-            .iter()
-            .filter(|(shown, p)| !p.is_any() && !shown.starts_with("*."))
-            .filter_map(|(_, p)| match p {
-                HostPattern::Domain(d) => Some(d.clone()),
-                HostPattern::Any => None,
-            })
-            .collect();
+        let (mut denied_names, mut denied_ips) = (Vec::new(), Vec::new());
+        for (shown, p) in &denied {
+            if shown.starts_with("*.") {
+                continue;
+            }
+            if let HostPattern::Domain(d) = p {
+                match parse_ip_literal(d) {
+                    Some(ip) => denied_ips.push(ip),
+                    None => denied_names.push(d.clone()),
+                }
+            }
+        }
         let allowed: Vec<HostPattern> = allowed.into_iter().map(|(_, p)| p).collect();
         let denied: Vec<HostPattern> = denied.into_iter().map(|(_, p)| p).collect();
         let index = Arc::new(HostIndex {
@@ -314,6 +329,7 @@ impl Policy {
             allow_private: cfg.allow_private,
             rules,
             denied_names,
+            denied_ips,
             index: Some(index),
         })
     }
@@ -400,6 +416,17 @@ mod tests {
         assert_eq!(normalize_host("127.000.000.001"), "127.0.0.1");
         assert_eq!(normalize_host("10.0.0.1"), "10.0.0.1");
         assert_eq!(normalize_host("[0:0:0:0:0:0:0:1]"), "::1");
+    }
+
+    #[test]
+    fn concrete_denied_entries_are_split_into_names_to_resolve_and_parsed_addresses() {
+        let pol = Policy::from_yaml(
+            "denied_domains: [bad.example.com, '*.x.example.com', 192.0.2.1, '[::1]', 0x7f.1, '*']\n",
+        )
+        .unwrap();
+        assert_eq!(pol.denied_names(), ["bad.example.com"]);
+        let ips: Vec<String> = pol.denied_ips().iter().map(|i| i.to_string()).collect();
+        assert_eq!(ips, ["192.0.2.1", "::1", "127.0.0.1"]);
     }
 
     #[test]
