@@ -155,29 +155,38 @@ pub fn parse_ip_literal(host: &str) -> Option<IpAddr> {
         return no_zone.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
     }
     let h = h.strip_suffix('.').unwrap_or(h);
-    let parts: Vec<&str> = h.split('.').collect();
-    if parts.is_empty() || parts.len() > 4 {
-        return None;
+    // The canonical dotted quad (all the std parser accepts) means the same to
+    // `inet_aton`; it is what a normalized host is, so it skips the part parser.
+    if let Ok(v4) = h.parse::<Ipv4Addr>() {
+        return Some(IpAddr::V4(v4));
     }
-    let nums: Vec<u64> = parts.iter().map(|p| parse_part(p)).collect::<Option<_>>()?;
-    let (head, last) = nums.split_at(nums.len() - 1);
+    let mut nums = [0u64; 4];
+    let mut count = 0;
+    for part in h.split('.') {
+        if count == nums.len() {
+            return None;
+        }
+        nums[count] = parse_part(part)?;
+        count += 1;
+    }
+    let (head, last) = (&nums[..count - 1], nums[count - 1]);
     if head.iter().any(|&n| n > 255) {
         return None;
     }
-    let last_max: u64 = match nums.len() {
+    let last_max: u64 = match count {
         1 => u32::MAX as u64,
         2 => 0xff_ffff,
         3 => 0xffff,
         _ => 0xff,
     };
-    if last[0] > last_max {
+    if last > last_max {
         return None;
     }
     let mut v: u64 = 0;
     for (i, n) in head.iter().enumerate() {
         v |= n << (24 - 8 * i);
     }
-    v |= last[0];
+    v |= last;
     Some(IpAddr::V4(Ipv4Addr::from(v as u32)))
 }
 
@@ -401,5 +410,11 @@ mod tests {
         assert_eq!(v("09.1.1.1"), None);
         assert_eq!(v("4294967296"), None);
         assert_eq!(v("1e100.net"), None);
+        assert_eq!(v("10.0.0.1").as_deref(), Some("10.0.0.1"));
+        assert_eq!(v("10.0.0.1.").as_deref(), Some("10.0.0.1"));
+        assert_eq!(v("010.0.0.1").as_deref(), Some("8.0.0.1"));
+        assert_eq!(v("1..2"), None);
+        assert_eq!(v(""), None);
+        assert_eq!(v("."), None);
     }
 }

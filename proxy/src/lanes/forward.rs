@@ -65,8 +65,10 @@ pub(crate) struct Job {
     pub route: Option<String>,
 }
 
-// Pre-parsed names: removing by `&str` would parse each name per request.
-const HOP_BY_HOP: [HeaderName; 8] = [
+const HOP_COUNT: usize = 8;
+/// Hop-by-hop headers, pre-parsed (removing by `&str` would parse each name per
+/// request). `Connection` comes first: [`strip_hop_by_hop`] reads its slot.
+const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("proxy-connection"),
     HeaderName::from_static("keep-alive"),
@@ -89,14 +91,28 @@ fn is_upgrade(h: &HeaderMap) -> bool {
 /// Remove hop-by-hop headers (and those named by `Connection`); keep
 /// `Upgrade` + `Connection: upgrade` for an upgrade handshake.
 pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let upgrade = is_upgrade(h);
+    // One pass over the names (no hashing) finds which of them are present;
+    // most responses carry none, and a request usually only its credentials.
+    let mut present = [false; HOP_COUNT];
+    let mut has_upgrade = false;
+    for k in h.keys() {
+        if *k == header::UPGRADE {
+            has_upgrade = true;
+        } else if let Some(i) = HOP_BY_HOP.iter().position(|n| n == k) {
+            present[i] = true;
+        }
+    }
+    if !has_upgrade && !present.contains(&true) {
+        return;
+    }
+    let upgrade = has_upgrade && is_upgrade(h);
     // `TE: trailers` is the one TE value h2/gRPC peers rely on; keep it.
     let te_trailers = h
         .get(header::TE)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().eq_ignore_ascii_case("trailers"))
         .unwrap_or(false);
-    let named: Vec<HeaderName> = if !h.contains_key(header::CONNECTION) {
+    let named: Vec<HeaderName> = if !present[0] {
         Vec::new()
     } else {
         h.get_all(header::CONNECTION)
@@ -114,7 +130,7 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     for n in named {
         h.remove(n);
     }
-    for n in &HOP_BY_HOP {
+    for (n, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
         h.remove(n);
     }
     if te_trailers {
@@ -122,7 +138,7 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
     if upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
+    } else if has_upgrade {
         h.remove(header::UPGRADE);
     }
 }
@@ -469,6 +485,31 @@ mod tests {
         let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         names.sort();
         assert_eq!(names, vec!["authorization", "te"]);
+    }
+
+    #[test]
+    fn each_hop_by_hop_header_alone_is_removed_and_the_others_are_kept() {
+        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+            let mut h = HeaderMap::new();
+            h.insert(name.clone(), HeaderValue::from_static("x"));
+            h.insert("content-type", HeaderValue::from_static("text/plain"));
+            h.insert("x-custom", HeaderValue::from_static("1"));
+            strip_hop_by_hop(&mut h);
+            let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+            names.sort();
+            assert_eq!(names, vec!["content-type", "x-custom"], "{name}");
+        }
+    }
+
+    #[test]
+    fn a_message_without_hop_by_hop_headers_is_left_as_it_is() {
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        h.append("set-cookie", HeaderValue::from_static("a=1"));
+        h.append("set-cookie", HeaderValue::from_static("b=2"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
     }
 
     #[test]
