@@ -13,10 +13,18 @@ pub fn token_from_proxy_authorization(value: &[u8]) -> Option<String> {
     if !v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("basic ")) {
         return None;
     }
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(v[6..].trim())
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
+    // Decoded on the stack: this runs for every proxied request.
+    let encoded = v[6..].trim().as_bytes();
+    let engine = &base64::engine::general_purpose::STANDARD;
+    let mut buf = [0u8; 192];
+    let raw: std::borrow::Cow<[u8]> = match engine.decode_slice(encoded, &mut buf) {
+        Ok(n) => std::borrow::Cow::Borrowed(&buf[..n]),
+        Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
+            std::borrow::Cow::Owned(engine.decode(encoded).ok()?)
+        }
+        Err(_) => return None,
+    };
+    let text = std::str::from_utf8(&raw).ok()?;
     let user = text.split(':').next().unwrap_or("").trim();
     if user.is_empty() {
         None
@@ -73,6 +81,20 @@ mod tests {
         assert_eq!(
             token_from_proxy_authorization(v.as_bytes()).as_deref(),
             Some("tok")
+        );
+    }
+
+    #[test]
+    fn long_credentials_decode_like_short_ones() {
+        let token = "t".repeat(300);
+        let v = format!("Basic {}", b64(&format!("{token}:{}", "p".repeat(300))));
+        assert_eq!(
+            token_from_proxy_authorization(v.as_bytes()).as_deref(),
+            Some(token.as_str())
+        );
+        assert_eq!(
+            token_from_proxy_authorization(format!("Basic {}!", b64(&token)).as_bytes()),
+            None
         );
     }
 
