@@ -92,6 +92,15 @@ impl LaneIo {
 /// and destroy a thread state each time, which costs more than a trivial filter.
 fn serve(mut lanes: Vec<LaneIo>, spin: Duration) {
     let mut chunk = vec![0u8; 64 * 1024];
+    // Built once: the lanes never change.
+    let mut polled: Vec<libc::pollfd> = lanes
+        .iter()
+        .map(|l| libc::pollfd {
+            fd: l.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     Python::with_gil(|py| {
         let lane_fn = io()
             .glue
@@ -99,7 +108,7 @@ fn serve(mut lanes: Vec<LaneIo>, spin: Duration) {
             .and_then(|g| g.bind(py).getattr("lane_filter").ok());
         loop {
             if py
-                .allow_threads(|| wait_and_read(&mut lanes, &mut chunk, spin))
+                .allow_threads(|| wait_and_read(&mut lanes, &mut polled, &mut chunk, spin))
                 .is_err()
             {
                 hard_exit(0);
@@ -139,8 +148,13 @@ fn serve(mut lanes: Vec<LaneIo>, spin: Duration) {
 }
 
 /// Waits until some lane has input (polling first for `spin`, when asked) and reads
-/// everything queued on the lanes that have some.
-fn wait_and_read(lanes: &mut [LaneIo], chunk: &mut [u8], spin: Duration) -> std::io::Result<()> {
+/// everything queued on the lanes that have some. `polled` holds one entry per lane.
+fn wait_and_read(
+    lanes: &mut [LaneIo],
+    polled: &mut [libc::pollfd],
+    chunk: &mut [u8],
+    spin: Duration,
+) -> std::io::Result<()> {
     if !spin.is_zero() {
         let until = std::time::Instant::now() + spin;
         while std::time::Instant::now() < until {
@@ -154,14 +168,6 @@ fn wait_and_read(lanes: &mut [LaneIo], chunk: &mut [u8], spin: Duration) -> std:
             std::hint::spin_loop();
         }
     }
-    let mut polled: Vec<libc::pollfd> = lanes
-        .iter()
-        .map(|l| libc::pollfd {
-            fd: l.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
     loop {
         polled.iter_mut().for_each(|p| p.revents = 0);
         // SAFETY: `polled` is a valid array of `polled.len()` pollfds.
@@ -174,7 +180,7 @@ fn wait_and_read(lanes: &mut [LaneIo], chunk: &mut [u8], spin: Duration) -> std:
             return Err(e);
         }
         let mut any = false;
-        for (l, p) in lanes.iter_mut().zip(&polled) {
+        for (l, p) in lanes.iter_mut().zip(polled.iter()) {
             if p.revents != 0 {
                 any |= l.drain(chunk)?;
             }
@@ -306,7 +312,6 @@ fn run_one(py: Python<'_>, lane_fn: Option<&Bound<'_, PyAny>>, body: &[u8]) -> (
 
 /// `lane_filter`'s answer: a verdict dict, or `(error dict, restart)`.
 fn verdict(v: &Bound<'_, PyAny>) -> Reply {
-    use Reply;
     let item = |o: &Bound<'_, PyAny>, k: &str| -> Option<String> {
         o.get_item(k)
             .ok()
