@@ -13,6 +13,7 @@ mod home;
 mod pairing;
 mod providers;
 mod sandbox;
+mod start_env;
 mod store;
 mod tools;
 
@@ -55,7 +56,11 @@ enum Cmd {
 fn main() -> ExitCode {
     let args = Cli::parse();
     let result = match args.cmd {
-        Cmd::Start(a) => cli::start::run(args.home, a),
+        Cmd::Start(a) => {
+            // Before any thread: secrets leave the process's environment block.
+            start_env::seal();
+            cli::start::run(args.home, a)
+        }
         Cmd::Status => cli::client::status(args.home),
         Cmd::Stop => cli::client::stop(args.home),
         Cmd::Pair => cli::client::pair(args.home),

@@ -25,7 +25,7 @@ fn default_model(d: &Dialect) -> &'static str {
 }
 
 fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    crate::start_env::var(name).filter(|v| !v.trim().is_empty())
 }
 
 impl Router {

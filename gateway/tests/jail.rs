@@ -250,3 +250,38 @@ fn an_unenforceable_jail_fails_closed() {
         text(&o)
     );
 }
+
+/// The shipped systemd unit once ran the gateway with its home as the workspace: a jailed
+/// child then saw the home through the workspace bind (its token, and the `vis.yml` read
+/// back as config). Such a workspace is refused, and nothing in the home is touched.
+#[test]
+fn a_jailed_child_whose_workspace_is_the_gateway_home_is_not_run() {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let base =
+        Dir(std::env::temp_dir().join(format!("vis-jail-home-{}-{nanos}", std::process::id())));
+    let home = base.0.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let config = "jail: {enabled: true}\n";
+    std::fs::write(home.join("vis.yml"), config).unwrap();
+    let _gw = start_gateway(&home, &home);
+    let o = exec(
+        &home,
+        &home,
+        "cat gateway.token; echo 'jail: {enabled: false}' >> vis.yml",
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is the gateway's home"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).trim().is_empty(),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("vis.yml")).unwrap(),
+        config
+    );
+}

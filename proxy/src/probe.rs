@@ -380,6 +380,7 @@ mod tests {
             session_id: "s".into(),
             policy: Arc::new(Policy::from_yaml(yaml).unwrap()),
             reserved_ports: vec![],
+            project: None,
         }
     }
 

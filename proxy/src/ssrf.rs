@@ -61,13 +61,16 @@ pub fn classify_v4(ip: Ipv4Addr) -> AddrClass {
     AddrClass::Public
 }
 
-/// The IPv4 address embedded in an IPv6 transition form (mapped, NAT64,
+/// The IPv4 address embedded in an IPv6 transition form (mapped, translated, NAT64,
 /// 6to4, IPv4-compatible, Teredo client), if any.
 pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = ip.segments();
     let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     if s[..5] == [0, 0, 0, 0, 0] && s[5] == 0xffff {
         return Some(low); // ::ffff:a.b.c.d
+    }
+    if s[..4] == [0, 0, 0, 0] && s[4] == 0xffff && s[5] == 0 {
+        return Some(low); // IPv4-translated ::ffff:0:a.b.c.d (SIIT)
     }
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) {
         return Some(low); // NAT64 well-known and local-use prefixes
@@ -223,7 +226,7 @@ pub fn check(answers: &[IpAddr], f: FloorInput<'_>) -> Result<IpAddr, Denial> {
         ));
     }
     let canon = |ip: &IpAddr| match ip {
-        IpAddr::V6(v) => v.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(*ip),
+        IpAddr::V6(v) => embedded_v4(*v).map(IpAddr::V4).unwrap_or(*ip),
         v => *v,
     };
     if answers
@@ -299,6 +302,21 @@ mod tests {
         assert_eq!(c("::ffff:10.0.0.1"), AddrClass::Private);
         assert_eq!(c("::10.0.0.1"), AddrClass::Private);
         assert_eq!(c("::ffff:127.0.0.1"), AddrClass::Loopback);
+        assert_eq!(
+            c("::ffff:0:a9fe:a9fe"),
+            AddrClass::Internal,
+            "IPv4-translated"
+        );
+        assert_eq!(
+            c("::ffff:0:10.1.2.3"),
+            AddrClass::Private,
+            "IPv4-translated"
+        );
+        assert_eq!(
+            c("::ffff:0:127.0.0.1"),
+            AddrClass::Loopback,
+            "IPv4-translated"
+        );
         assert_eq!(
             c("2001:0:4136:e378:8000:63bf:5601:5601"),
             AddrClass::Internal,

@@ -102,6 +102,7 @@ impl Attribution for StaticTokens {
                 session_id: format!("standalone-{i}"),
                 policy: self.policy.clone(),
                 reserved_ports: self.reserved.clone(),
+                project: None,
             }),
             None => Lookup::Unknown,
         }

@@ -23,6 +23,9 @@ pub struct Principal {
     /// Loopback ports that are always denied (the gateway's control plane;
     /// the proxy adds its own port itself).
     pub reserved_ports: Vec<u16>,
+    /// The project whose network filters apply to this principal: opaque to the proxy,
+    /// handed back to the [`FilterSet`]. `None`: only process-wide filters.
+    pub project: Option<Arc<std::path::Path>>,
 }
 
 /// Result of a token lookup.

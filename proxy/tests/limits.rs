@@ -185,6 +185,7 @@ async fn the_probe_reports_every_verdict_without_opening_a_socket() {
         session_id: "p".into(),
         policy: Arc::new(Policy::from_yaml("allowed_domains: [origin.test]\n").unwrap()),
         reserved_ports: vec![],
+        project: None,
     };
     let r = h
         .proxy

@@ -1215,3 +1215,59 @@ async fn activity_presentations_reach_the_tool_block_live_and_in_its_output() {
         "history renders like the live card: {rows}"
     );
 }
+
+const BLOCK_ALL_FILTER: &str = r#"
+import blockether.vis.extension as vis
+
+vis.register(vis.Extension(
+    name="wall", description="Blocks every request of its project.",
+    network_filters=[vis.NetworkFilter(lambda ctx: vis.block("project A allows nothing"))],
+))
+"#;
+
+/// A filter is policy: a project's filter decides its sessions' traffic from the very first
+/// request (whatever path started the child, with no catalog listing first), and never the
+/// traffic of another project's sessions.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_filter_applies_from_the_first_request_and_only_to_its_own_project() {
+    let origin = Origin::start().await;
+    let dirs = Dirs::new();
+    let (a, b) = (dirs.root().join("a"), dirs.root().join("b"));
+    for p in [&a, &b] {
+        std::fs::create_dir_all(p).unwrap();
+        write_network_policy(p, &loopback_policy());
+    }
+    project_ext(&a, "wall.py", BLOCK_ALL_FILTER);
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let url = format!("{}/", origin.url());
+    let curl = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", &url];
+
+    // `exec --session` in project A: denied by A's filter on the first try.
+    let sid_a = gw.create_session_at(&a).await;
+    let ran = gw.exec(&sid_a, &curl).await;
+    assert_eq!(ran.stdout, "403", "{ran:?}");
+    let denied = gw.wait_egress(&sid_a, 1).await;
+    assert_eq!(denied[0]["decided_by"]["filter"], "wall", "{denied:?}");
+
+    // `exec --root A` (a new session per call): denied too.
+    let mut cmd = tokio::process::Command::from(command(&gw.dirs, &Opts::default()));
+    let root_a = a.to_string_lossy().to_string();
+    let mut args = vec!["exec", "--root", root_a.as_str(), "--"];
+    args.extend_from_slice(&curl);
+    let out = cmd.args(&args).stdin(std::process::Stdio::null()).output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .expect("exec finishes")
+        .expect("exec runs");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+
+    // Project B (no extensions) is untouched by A's loaded filter.
+    let sid_b = gw.create_session_at(&b).await;
+    let ran = gw.exec(&sid_b, &curl).await;
+    assert_eq!(ran.stdout, "200", "{ran:?}");
+    assert_eq!(
+        origin.requests().len(),
+        1,
+        "only B's request reached the origin"
+    );
+}

@@ -472,6 +472,8 @@ impl Engine for Api {
             .project_config(&root)
             .await
             .map_err(|e| ApiError::bad_request("invalid-config", e))?;
+        // The project's filters decide the child's first request (also without a turn).
+        g.extensions.ensure_project(Some(&root)).await;
         let env = sandbox.child_env(&sid, &root, &cfg);
         // `jail.enabled: true`: the caller must run `argv_prefix + command` (fail closed).
         let jail = sandbox

@@ -225,12 +225,21 @@ impl Tool for Doc {
 }
 
 /// The proxy's view of the extensions' network filters (re-read on every decision, so a
-/// reload takes effect at once).
+/// reload takes effect at once): those of the principal's project only (global extensions
+/// its project does not override, then its own). A project whose extensions are not loaded
+/// yet is loaded by its first request's filter check (fail closed: a failure denies).
 pub struct HostFilters(pub ExtensionHost);
 
 impl vis_proxy::FilterSet for HostFilters {
-    fn filters(&self, _principal: &vis_proxy::Principal) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
-        self.0.network_filters()
+    fn filters(&self, principal: &vis_proxy::Principal) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
+        let project = principal.project.as_deref();
+        match self.0.network_filters_for(project) {
+            Some(list) => list,
+            None => vec![Arc::new(crate::extensions::LoadingScope {
+                host: self.0.clone(),
+                project: project.map(std::path::Path::to_path_buf),
+            })],
+        }
     }
 }
 

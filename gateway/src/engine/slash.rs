@@ -202,7 +202,7 @@ impl Gateway {
     async fn slash_net_probe(&self, sid: &str, args: &str, root: &Path) -> Result<String, String> {
         let sandbox = self.sandbox.get().ok_or("the sandbox is not running")?;
         let cfg = self.project_config(root).await?;
-        sandbox.probe(sid, &cfg, args).await
+        sandbox.probe(sid, root, &cfg, args).await
     }
 
     /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).

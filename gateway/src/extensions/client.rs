@@ -689,9 +689,9 @@ fn spawn(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .env_clear();
-    for (k, v) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if KEPT_ENV.contains(&name.as_ref()) || name.starts_with("LC_") {
+    for (k, v) in crate::start_env::vars() {
+        let name = k.as_str();
+        if KEPT_ENV.contains(&name) || name.starts_with("LC_") {
             cmd.env(&k, &v);
         }
     }

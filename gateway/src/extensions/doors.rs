@@ -183,7 +183,7 @@ pub(super) async fn answer(
                 .unwrap_or_default();
             let environment = (host.cfg.environment)(ctx.project_root.as_deref());
             let resolved = env::resolve(&names, ctx.project_root.as_deref(), &environment, &|n| {
-                std::env::var(n).ok()
+                crate::start_env::var(n)
             });
             Ok(json!(resolved))
         }

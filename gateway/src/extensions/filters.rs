@@ -8,13 +8,14 @@ use super::*;
 use async_trait::async_trait;
 #[cfg(test)]
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
 impl ExtensionHost {
-    /// Every registered network filter, in registration order (global, then projects).
+    /// The global scope's network filters, in registration order.
     #[cfg(test)]
     pub fn filters(&self) -> Vec<FilterInfo> {
-        self.inner.registry.read().filter_infos()
+        self.inner.registry.read().filter_infos(None)
     }
 
     /// Runs one filter in the registration worker. A raise or a timeout DENIES.
@@ -70,10 +71,69 @@ impl ExtensionHost {
         Verdict::Allow
     }
 
-    /// The filters as `vis_proxy` network filters (registration order). Cheap: the list is
-    /// built when the extensions are (re)loaded.
+    /// The global scope's filters as `vis_proxy` network filters (registration order).
+    #[cfg(test)]
     pub fn network_filters(&self) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
-        self.inner.registry.read().filters.clone()
+        self.network_filters_for(None).unwrap_or_default()
+    }
+
+    /// The filters that decide a session's traffic: the global ones its project does not
+    /// override, then its project's own (`None`: the global scope alone). `None` when that
+    /// scope has not been loaded yet. Cheap: the lists are built when a scope is (re)loaded.
+    pub fn network_filters_for(
+        &self,
+        project: Option<&Path>,
+    ) -> Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>> {
+        let scope = match project {
+            Some(p) => Scope::Project(p.to_path_buf()),
+            None => Scope::Global,
+        };
+        self.inner.registry.read().filters.get(&scope).cloned()
+    }
+}
+
+/// The filters of a scope that was not loaded when a request needed them: loads the scope,
+/// then runs its filters in order (first deny wins). A filter is policy, so a session's
+/// project filters apply from its first request whichever path started the child.
+pub(crate) struct LoadingScope {
+    pub(crate) host: ExtensionHost,
+    pub(crate) project: Option<PathBuf>,
+}
+
+#[async_trait]
+impl vis_proxy::NetworkFilter for LoadingScope {
+    fn name(&self) -> &str {
+        "project extensions"
+    }
+
+    async fn check(
+        &self,
+        ctx: &vis_proxy::FilterCtx,
+    ) -> Result<vis_proxy::FilterVerdict, vis_proxy::FilterError> {
+        let project = self.project.as_deref();
+        self.host.ensure_project(project).await;
+        let Some(list) = self.host.network_filters_for(project) else {
+            return Err(vis_proxy::FilterError {
+                message: "the project's extensions could not be loaded".into(),
+                trace: None,
+            });
+        };
+        for f in list {
+            match f.check(ctx).await {
+                Ok(vis_proxy::FilterVerdict::Allow) => {}
+                Ok(vis_proxy::FilterVerdict::Block(reason)) => {
+                    return Ok(vis_proxy::FilterVerdict::Block(reason))
+                }
+                Err(mut e) => {
+                    let prefix = format!("network filter error in '{}': ", f.name());
+                    if !e.message.starts_with(&prefix) {
+                        e.message = format!("{prefix}{}", e.message);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(vis_proxy::FilterVerdict::Allow)
     }
 }
 

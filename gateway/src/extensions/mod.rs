@@ -38,6 +38,7 @@ mod traits;
 mod types;
 pub mod worker;
 
+pub(crate) use self::filters::LoadingScope;
 pub use self::host::ExtensionHost;
 pub use self::traits::{DoorWorker, HostEvents, HumanDoors, StateStore};
 #[cfg(test)]

@@ -118,11 +118,13 @@ pub(super) struct ScopeState {
 pub(super) struct Registry {
     pub(super) generation: u64,
     pub(super) scopes: BTreeMap<Scope, ScopeState>,
-    /// [`ExtensionHost::network_filters`], rebuilt whenever a scope is swapped (the proxy
-    /// asks for them on every request).
+    /// [`ExtensionHost::network_filters_for`] per loaded scope, rebuilt whenever a scope is
+    /// swapped (the proxy asks for them on every request): the global scope's own filters, and
+    /// for a project the filters of the extensions that project resolves to (global ones it
+    /// does not override, then its own). A project's filters never appear in another scope.
     ///
-    /// [`ExtensionHost::network_filters`]: super::ExtensionHost::network_filters
-    pub(super) filters: Vec<Arc<dyn vis_proxy::NetworkFilter>>,
+    /// [`ExtensionHost::network_filters_for`]: super::ExtensionHost::network_filters_for
+    pub(super) filters: BTreeMap<Scope, Vec<Arc<dyn vis_proxy::NetworkFilter>>>,
 }
 
 impl Registry {
@@ -152,10 +154,11 @@ impl Registry {
             .collect()
     }
 
-    /// Every registered network filter, in registration order (global, then projects).
-    pub(super) fn filter_infos(&self) -> Vec<FilterInfo> {
+    /// The network filters a project sees (`None`: the global scope alone), in registration
+    /// order (global ones it does not override, then its own).
+    pub(super) fn filter_infos(&self, project: Option<&Path>) -> Vec<FilterInfo> {
         let mut out = Vec::new();
-        for e in self.scopes.values().flat_map(|s| s.entries.iter()) {
+        for e in self.resolve(project).iter() {
             for i in 0..e.catalog.network_filters.len() {
                 out.push(FilterInfo {
                     extension: e.catalog.name.clone(),
@@ -168,15 +171,22 @@ impl Registry {
     }
 
     pub(super) fn rebuild_filters(&mut self, host: &Weak<Inner>) {
-        self.filters = self
-            .filter_infos()
+        let scopes: Vec<Scope> = self.scopes.keys().cloned().collect();
+        self.filters = scopes
             .into_iter()
-            .map(|info| {
-                Arc::new(filters::PyNetworkFilter {
-                    host: host.clone(),
-                    file: file_str(&info.file),
-                    info,
-                }) as Arc<dyn vis_proxy::NetworkFilter>
+            .map(|scope| {
+                let list = self
+                    .filter_infos(scope.project_root())
+                    .into_iter()
+                    .map(|info| {
+                        Arc::new(filters::PyNetworkFilter {
+                            host: host.clone(),
+                            file: file_str(&info.file),
+                            info,
+                        }) as Arc<dyn vis_proxy::NetworkFilter>
+                    })
+                    .collect();
+                (scope, list)
             })
             .collect();
     }

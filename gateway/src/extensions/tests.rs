@@ -1765,3 +1765,59 @@ async fn an_abandoned_filter_call_that_never_answers_gets_its_worker_replaced() 
     assert_ne!(f.host.registration_worker_pid(), Some(pid));
     f.host.shutdown().await;
 }
+
+fn principal_of(project: Option<&Path>) -> vis_proxy::Principal {
+    vis_proxy::Principal {
+        session_id: "s".into(),
+        policy: Arc::new(vis_proxy::policy::Policy::unrestricted()),
+        reserved_ports: vec![],
+        project: project.map(Arc::from),
+    }
+}
+
+#[tokio::test]
+async fn a_projects_filters_decide_only_its_own_sessions_and_load_on_their_first_request() {
+    use vis_proxy::FilterSet;
+    let f = fixture();
+    f.project_ext(
+        "wall.py",
+        r#"
+import blockether.vis.extension as vis
+vis.register(vis.Extension(name="wall", description="d",
+    network_filters=[vis.NetworkFilter(lambda ctx: vis.block("nothing leaves project A"))]))
+"#,
+    );
+    let set = crate::engine::ext::HostFilters(f.host.clone());
+    let ctx = vis_proxy::FilterCtx {
+        phase: vis_proxy::Phase::Http,
+        method: Some("GET".into()),
+        host: "x.test".into(),
+        port: 80,
+        path: Some("/".into()),
+        headers: Default::default(),
+        body: None,
+        status: None,
+    };
+    // Nothing loaded yet: the project's first request loads it and is decided by it.
+    let first = set.filters(&principal_of(Some(&f.project)));
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        first[0].check(&ctx).await,
+        Ok(vis_proxy::FilterVerdict::Block(
+            "nothing leaves project A".into()
+        ))
+    );
+    // Loaded now: the project's own filter, by name.
+    let loaded = set.filters(&principal_of(Some(&f.project)));
+    assert_eq!(
+        loaded.iter().map(|x| x.name()).collect::<Vec<_>>(),
+        ["wall"]
+    );
+    // Another project (loaded, no extensions) and a session without a project: none of A's.
+    let other = f.root.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    f.host.ensure_project(Some(&other)).await;
+    assert!(set.filters(&principal_of(Some(&other))).is_empty());
+    assert!(set.filters(&principal_of(None)).is_empty());
+    f.host.shutdown().await;
+}

@@ -235,6 +235,23 @@ fn trial(argv: &[String], deadline: Duration) -> Result<(), String> {
 
 static TRIED_OK: AtomicBool = AtomicBool::new(false);
 
+/// Why `spec`'s workspace cannot be jailed safely: a workspace that IS a hidden directory
+/// (the gateway's home) would be bound read-write over its own mask, handing the child the
+/// gateway's token and letting it rewrite the config the gateway reads back. A workspace
+/// inside the home, or one that contains it, is fine (the deeper mount wins).
+pub fn workspace_problem(spec: &JailSpec) -> Option<String> {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let root = canon(&spec.root);
+    spec.hide.iter().find(|h| canon(h) == root).map(|h| {
+        format!(
+            "the workspace {} is the gateway's home, which holds its token and config; \
+             start the gateway with a workspace outside {} (--root DIR, or another working directory)",
+            spec.root.display(),
+            h.display()
+        )
+    })
+}
+
 /// The argv prefix for `spec`, or why this host cannot enforce the jail. The first success
 /// is remembered (one trial run per gateway process); failures are re-checked each time so
 /// installing the packages does not need a restart.
@@ -244,6 +261,11 @@ pub fn prepare(spec: &JailSpec) -> Result<Vec<String>, String> {
             "jail.enabled is true but this host cannot enforce the jail, so the command was not run: {why}"
         )
     };
+    if let Some(why) = workspace_problem(spec) {
+        return Err(format!(
+            "jail.enabled is true but the command was not run: {why}"
+        ));
+    }
     let bins = find_binaries().map_err(fail)?;
     if let Some(why) = userns_problem(spec.as_root) {
         return Err(fail(why));
@@ -392,6 +414,24 @@ mod tests {
         let ws = a.iter().position(|x| x == "--bind").unwrap();
         let home = a.windows(2).position(|w| w[1] == "/home/op/.vis").unwrap();
         assert!(ws < home);
+    }
+
+    #[test]
+    fn a_workspace_that_is_the_gateway_home_is_refused_and_others_are_not() {
+        let mut sp = spec(false);
+        sp.root = "/home/op/.vis".into();
+        let why = workspace_problem(&sp).expect("the home as workspace must be refused");
+        assert!(why.contains("is the gateway's home"), "{why}");
+        assert!(why.contains("--root"), "{why}");
+        sp.root = "/home/op/.vis/".into();
+        assert!(
+            workspace_problem(&sp).is_some(),
+            "a trailing slash is the same directory"
+        );
+        sp.root = "/home/op".into();
+        assert_eq!(workspace_problem(&sp), None);
+        sp.root = "/home/op/.vis/work".into();
+        assert_eq!(workspace_problem(&sp), None);
     }
 
     #[test]

@@ -83,13 +83,16 @@ impl Sandbox {
         self.proxy.local_addr().port()
     }
 
-    /// The session's principal, minting its token on first use.
-    pub fn token(&self, sid: &str, cfg: &Config) -> String {
+    /// The session's principal, minting its token on first use. `root` is the session's
+    /// project: its extensions' filters (and only theirs, with the global ones) decide the
+    /// session's traffic.
+    pub fn token(&self, sid: &str, root: &Path, cfg: &Config) -> String {
         self.tokens.token_for(
             || Principal {
                 session_id: sid.to_string(),
                 policy: compile_policy(cfg),
                 reserved_ports: self.reserved_ports.clone(),
+                project: Some(Arc::from(root)),
             },
             sid,
         )
@@ -97,7 +100,7 @@ impl Sandbox {
 
     /// The full child environment for a session's process.
     pub fn child_env(&self, sid: &str, root: &Path, cfg: &Config) -> BTreeMap<String, String> {
-        let token = self.token(sid, cfg);
+        let token = self.token(sid, root, cfg);
         let mut project = env::project_env(root, &cfg.environment);
         project.extend(self.routes.child_vars(self.port(), &token));
         let proxy = env::ProxyEnv {
@@ -105,7 +108,7 @@ impl Sandbox {
             token,
             ca_bundle: self.ca_bundle.clone(),
         };
-        let mut env = env::child_env(std::env::vars(), &project, &proxy);
+        let mut env = env::child_env(crate::start_env::vars(), &project, &proxy);
         // The child can name its session (e.g. to read its egress decisions).
         env.insert("VIS_SESSION_ID".into(), sid.to_string());
         env
@@ -135,8 +138,14 @@ impl Sandbox {
     }
 
     /// `/net-probe` for a session: host gate, SSRF class and filters, no socket opened.
-    pub async fn probe(&self, sid: &str, cfg: &Config, args: &str) -> Result<String, String> {
-        self.token(sid, cfg);
+    pub async fn probe(
+        &self,
+        sid: &str,
+        root: &Path,
+        cfg: &Config,
+        args: &str,
+    ) -> Result<String, String> {
+        self.token(sid, root, cfg);
         let principal = self
             .tokens
             .principal_of(sid)

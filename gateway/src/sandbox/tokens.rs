@@ -63,6 +63,7 @@ mod tests {
             session_id: "s1".into(),
             policy: Arc::new(Policy::unrestricted()),
             reserved_ports: vec![],
+            project: None,
         }
     }
 

@@ -181,6 +181,7 @@ impl Harness {
                 session_id: sid.into(),
                 policy,
                 reserved_ports: reserved,
+                project: None,
             },
         );
     }

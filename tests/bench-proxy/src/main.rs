@@ -280,6 +280,7 @@ async fn proxy(args: Args) -> Result<()> {
                 session_id: format!("bench-{i}"),
                 policy,
                 reserved_ports: vec![],
+                project: None,
             },
         );
     }
