@@ -1,0 +1,1 @@
+//! The model sandbox's host-side file tools (work in progress).
