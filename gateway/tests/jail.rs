@@ -216,6 +216,13 @@ fn jailed_children_reach_only_the_proxy() {
         ),
     );
     assert!(o.status.success(), "{}", text(&o));
+    // Package-manager caches are writable although the host's HOME is not.
+    let o = exec(
+        &home,
+        &jailed,
+        "mkdir -p \"$npm_config_cache\" \"$XDG_CACHE_HOME/pip\" && touch \"$npm_config_cache/x\" \"$XDG_CACHE_HOME/pip/x\"",
+    );
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 /// `jail.enabled: true` on a host that cannot enforce it: the command is refused, not run

@@ -8,8 +8,8 @@ pub enum ProxyError {
     /// A policy or stand-alone configuration is invalid; the message names the key.
     #[error("config error: {0}")]
     Config(String),
-    /// Socket or file IO failed.
-    #[error("io error: {0}")]
+    /// Socket or file IO failed (shown as the IO error itself, once).
+    #[error(transparent)]
     Io(#[from] io::Error),
     /// TLS setup (CA, leaf, upstream roots) failed.
     #[error("tls error: {0}")]

@@ -53,14 +53,24 @@ impl StandaloneFile {
     /// Parse YAML text; errors name the key path.
     pub fn from_yaml(text: &str) -> Result<Self, ProxyError> {
         let de = serde_yaml::Deserializer::from_str(text);
-        let f: StandaloneFile = serde_path_to_error::deserialize(de)
-            .map_err(|e| ProxyError::Config(format!("{}: {}", e.path(), e.inner())))?;
+        let f: StandaloneFile = serde_path_to_error::deserialize(de).map_err(|e| {
+            let mut m = crate::policy::config::describe_path_error("", &e);
+            let inner = e.inner().to_string();
+            if e.path().to_string().split('.').count() <= 1
+                && NETWORK_KEYS
+                    .iter()
+                    .any(|k| inner.starts_with(&format!("unknown field `{k}`")))
+            {
+                m.push_str(" (policy keys such as this one go under `network:`)");
+            }
+            ProxyError::Config(m)
+        })?;
         if f.tokens.is_empty() {
             return Err(ProxyError::Config(
                 "tokens: at least one token is required".into(),
             ));
         }
-        let network = f.network.clone().validate()?;
+        let network = f.network.clone().validate_in("network")?;
         Ok(StandaloneFile { network, ..f })
     }
 }
@@ -109,9 +119,26 @@ impl Attribution for StaticTokens {
     }
 }
 
+/// Keys of the `network:` section, for the hint when one is put at the top level.
+const NETWORK_KEYS: &[&str] = &[
+    "allowed_domains",
+    "denied_domains",
+    "exclude_domains",
+    "allow_private",
+    "inbound_ports",
+    "rules",
+];
+
 /// Read the file and start the proxy; returns the running proxy.
 pub async fn start_standalone(cfg: StandaloneConfig) -> Result<Proxy, ProxyError> {
-    let text = tokio::fs::read_to_string(&cfg.policy_file).await?;
+    let text = tokio::fs::read_to_string(&cfg.policy_file)
+        .await
+        .map_err(|e| {
+            ProxyError::Config(format!(
+                "cannot read the policy file {}: {e}",
+                cfg.policy_file.display()
+            ))
+        })?;
     let file = StandaloneFile::from_yaml(&text)?;
     let policy = Arc::new(Policy::compile(&file.network)?);
     let attribution = StaticTokens {
@@ -159,5 +186,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("inbound_ports"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_stand_alone_files_own_sections_and_each_key_once() {
+        let e = StandaloneFile::from_yaml("tokens: [a]\nnetwork: {inbound_ports: [1, 1]}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("config error: network.inbound_ports[1]"),
+            "{e}"
+        );
+        let e = StandaloneFile::from_yaml("tokens: [a]\nallowed_domains: [x]\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e.matches("allowed_domains").count(), 1, "{e}");
+        assert!(
+            e.contains("at the top level") && e.contains("under `network:`"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_policy_file_is_named_once() {
+        let e = start_standalone(StandaloneConfig::new("/nonexistent/policy.yml"))
+            .await
+            .err()
+            .map(|e| format!("{:#}", anyhow_like(&e)))
+            .unwrap_or_default();
+        assert!(e.contains("/nonexistent/policy.yml"), "{e}");
+        assert_eq!(e.matches("No such file").count(), 1, "{e}");
+    }
+
+    /// The error and its sources, as `anyhow`'s `{:#}` prints them.
+    fn anyhow_like(e: &ProxyError) -> String {
+        let mut out = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(s) = src {
+            out.push_str(&format!(": {s}"));
+            src = s.source();
+        }
+        out
     }
 }

@@ -447,3 +447,22 @@ async fn a_session_on_a_project_with_a_broken_config_is_refused_with_the_key_nam
         "{msg}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_in_a_path_parameter_is_a_json_400_naming_the_parameter() {
+    let gw = Gateway::start(Opts::default()).await;
+    for path in ["/v1/sessions/%FF%FE", "/v1/sessions/%C3%28/seq"] {
+        let r = gw.req(Method::GET, path).send().await.unwrap();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let (s, v) = into_json(r).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
+        assert!(ct.starts_with("application/json"), "{path}: {ct}");
+        assert_eq!(error_type(&v), "invalid-request", "{path}: {v}");
+        assert!(v.to_string().contains("path parameter"), "{path}: {v}");
+    }
+}

@@ -17,7 +17,7 @@ async fn battery(
     cases: &[(&str, String)],
 ) -> BTreeMap<String, (i32, String)> {
     let mut script = String::from(
-        "S=${ALL_PROXY#socks5h://}\n\
+        "S=${HTTP_PROXY#http://}\n\
          run() { label=$1; shift; body=$(curl -sS --max-time 8 -w ' code=%{http_code} connect=%{http_connect}' \"$@\" 2>&1); rc=$?; printf '%s\\t%s\\t%s\\n' \"$label\" \"$rc\" \"$(printf %s \"$body\" | tr '\\n' ' ')\"; }\n",
     );
     for (label, args) in cases {
@@ -58,7 +58,7 @@ async fn every_lane_gives_the_same_verdict_for_the_same_host() {
         ),
         (
             "env_socks_name",
-            format!("-x \"$ALL_PROXY\" http://localhost:{p}/env_socks_name"),
+            format!("-x \"socks5h://$S\" http://localhost:{p}/env_socks_name"),
         ),
         (
             "plain_ip",

@@ -463,3 +463,46 @@ async fn vis_proxy_io_threads_sets_the_proxys_own_threads_and_zero_serves_on_the
         assert!(ok.stdout.contains(&format!("GET /threads-{n}")), "{ok:?}");
     }
 }
+
+/// Python's `urllib` sends proxy credentials only when the proxy URL has a user AND a
+/// password; the child's proxy URL has both, so urllib is attributed (no 407).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_urllib_is_attributed_through_the_environment_proxy() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let code = format!(
+        "import urllib.request\n\
+         r = urllib.request.urlopen('{}/from-urllib', timeout=10)\n\
+         print(r.status, r.read().decode().strip())\n",
+        origin.url()
+    );
+    let out = gw.exec(&sid, &[&python(), "-c", &code]).await;
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        "200 origin-ok GET /from-urllib",
+        "{out:?}"
+    );
+}
+
+/// httpx (and so the official OpenAI and Anthropic SDKs) refuses to build a client when the
+/// environment names a SOCKS proxy and `socksio` is missing; the child's environment names
+/// none, so httpx without socksio works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httpx_without_socksio_works_in_a_child() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let code = format!(
+        "import sys\n\
+         sys.modules['socksio'] = None  # as if the package were not installed\n\
+         import httpx\n\
+         r = httpx.Client().get('{}/from-httpx', timeout=10)\n\
+         print(r.status_code)\n",
+        origin.url()
+    );
+    let out = gw.exec(&sid, &[&python(), "-c", &code]).await;
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(out.stdout.trim(), "200", "{out:?}");
+}

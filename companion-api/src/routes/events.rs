@@ -1,5 +1,6 @@
 //! SSE streams and their polling fallbacks (C18–C21, §4).
 
+use super::path::Path;
 use super::Q;
 use crate::engine::Cursor;
 use crate::error::{ApiError, ApiResult};
@@ -7,7 +8,7 @@ use crate::serve::ConnKill;
 use crate::sse::{body_stream, wants_pad};
 use crate::AppState;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::{Extension, Json};

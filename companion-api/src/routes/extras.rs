@@ -2,10 +2,11 @@
 //! documented empty shapes (settings, devices, artifacts) or small real answers (router, fs,
 //! extensions).
 
+use super::path::Path;
 use super::Q;
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 

@@ -1,10 +1,11 @@
 //! Human-input forms and live views (C23–C29).
 
+use super::path::Path;
 use super::{int_param, Q};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use serde_json::Value;
 

@@ -4,6 +4,7 @@ mod events;
 mod extras;
 mod health;
 mod human_input;
+mod path;
 mod sessions;
 mod turns;
 

@@ -1,11 +1,12 @@
 //! Session routes (C5–C8, C30, egress, release, delete).
 
+use super::path::Path;
 use super::{int_param, Q};
 use crate::body::JsonBody;
 use crate::engine::{CreateSession, SessionListQuery};
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;

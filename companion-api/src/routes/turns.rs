@@ -1,11 +1,12 @@
 //! Turn routes (C9–C17, C22).
 
+use super::path::Path;
 use super::Q;
 use crate::body::JsonBody;
 use crate::engine::SubmitTurn;
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;

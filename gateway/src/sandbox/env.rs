@@ -52,6 +52,9 @@ pub const CA_VARS: &[&str] = &[
     "DENO_CERT",
 ];
 
+/// The password of the proxy URL's userinfo (the token is the user).
+pub const PROXY_PASSWORD: &str = "vis";
+
 /// Where the child's traffic goes.
 #[derive(Debug, Clone)]
 pub struct ProxyEnv {
@@ -114,14 +117,17 @@ pub fn child_env(
         .filter(|(k, _)| PASSTHROUGH.contains(&k.as_str()) || k.starts_with("LC_"))
         .collect();
     env.extend(project.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let http = format!("http://{}:@127.0.0.1:{}", proxy.token, proxy.port);
-    let socks = format!("socks5h://{}:@127.0.0.1:{}", proxy.token, proxy.port);
+    // The token is the userinfo's user (P2); the password is a fixed non-empty word because
+    // some clients (Python's urllib) send proxy credentials only when both are present.
+    let http = format!(
+        "http://{}:{PROXY_PASSWORD}@127.0.0.1:{}",
+        proxy.token, proxy.port
+    );
     for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
         env.insert(k.into(), http.clone());
     }
-    for k in ["all_proxy", "ALL_PROXY"] {
-        env.insert(k.into(), socks.clone());
-    }
+    // No ALL_PROXY (P10): httpx-based clients refuse to start on a socks5h:// value when
+    // `socksio` is missing; SOCKS5 stays on the same port for clients configured for it.
     for k in ["no_proxy", "NO_PROXY"] {
         env.insert(k.into(), String::new());
     }
@@ -129,6 +135,7 @@ pub fn child_env(
     for k in CA_VARS {
         env.insert((*k).into(), bundle.clone());
     }
+    env.insert("NPM_CONFIG_CAFILE".into(), bundle.clone());
     env.insert("UV_NATIVE_TLS".into(), "1".into());
     env.retain(|k, _| !removed(k));
     env
@@ -168,8 +175,12 @@ mod tests {
     #[test]
     fn the_child_gets_every_proxy_and_ca_variable() {
         let env = child_env(Vec::<(String, String)>::new(), &BTreeMap::new(), &proxy());
-        assert_eq!(env["HTTPS_PROXY"], "http://tok:@127.0.0.1:4000");
-        assert_eq!(env["all_proxy"], "socks5h://tok:@127.0.0.1:4000");
+        assert_eq!(env["HTTPS_PROXY"], "http://tok:vis@127.0.0.1:4000");
+        assert!(
+            !env.contains_key("all_proxy") && !env.contains_key("ALL_PROXY"),
+            "no SOCKS URL by default (httpx without socksio refuses it)"
+        );
+        assert_eq!(env["NPM_CONFIG_CAFILE"], "/h/ca.pem");
         assert_eq!(env["NO_PROXY"], "");
         for k in CA_VARS {
             assert_eq!(env[*k], "/h/ca.pem");

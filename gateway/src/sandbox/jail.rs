@@ -97,6 +97,14 @@ pub fn argv_prefix(bins: &Binaries, spec: &JailSpec) -> Vec<String> {
             "/dev",
             "--proc",
             "/proc",
+            // The host's HOME is read-only inside: caches go to the private /tmp (npm
+            // otherwise fails with EROFS on ~/.npm, pip warns on ~/.cache).
+            "--setenv",
+            "XDG_CACHE_HOME",
+            "/tmp/.cache",
+            "--setenv",
+            "npm_config_cache",
+            "/tmp/.npm",
         ]
         .map(String::from),
     );

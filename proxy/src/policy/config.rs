@@ -136,13 +136,36 @@ impl<'de> Deserialize<'de> for Port {
 }
 
 fn path_error<E: fmt::Display>(e: serde_path_to_error::Error<E>) -> ProxyError {
-    let path = e.path().to_string();
-    let key = if path == "." || path.is_empty() {
-        String::new()
+    ProxyError::Config(describe_path_error("jail.network", &e))
+}
+
+/// `<section>.<key path>: <what is wrong>`, naming each key once: for an unknown key serde's
+/// path already ends with that key, which the message names itself, so the path stops at its
+/// parent.
+pub(crate) fn describe_path_error<E: fmt::Display>(
+    section: &str,
+    e: &serde_path_to_error::Error<E>,
+) -> String {
+    let inner = e.inner().to_string();
+    let mut segments: Vec<String> = e
+        .path()
+        .to_string()
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if let Some(last) = segments.last() {
+        if inner.starts_with(&format!("unknown field `{last}`")) {
+            segments.pop();
+        }
+    }
+    let mut at: Vec<&str> = section.split('.').filter(|s| !s.is_empty()).collect();
+    at.extend(segments.iter().map(String::as_str));
+    if at.is_empty() {
+        format!("at the top level: {inner}")
     } else {
-        format!(".{path}")
-    };
-    ProxyError::Config(format!("jail.network{key}: {}", e.inner()))
+        format!("{}: {inner}", at.join("."))
+    }
 }
 
 impl NetworkConfig {
@@ -175,11 +198,16 @@ impl NetworkConfig {
     }
 
     pub(crate) fn validate(self) -> Result<Self, ProxyError> {
+        self.validate_in("jail.network")
+    }
+
+    /// [`Self::validate`], naming keys under `section` (`network` in a stand-alone file).
+    pub(crate) fn validate_in(self, section: &str) -> Result<Self, ProxyError> {
         let mut seen = std::collections::HashSet::new();
         for (i, p) in self.inbound_ports.iter().enumerate() {
             if !seen.insert(p.0) {
                 return Err(ProxyError::Config(format!(
-                    "jail.network.inbound_ports[{i}]: duplicate port {}",
+                    "{section}.inbound_ports[{i}]: duplicate port {}",
                     p.0
                 )));
             }
@@ -201,6 +229,18 @@ mod tests {
         assert_eq!(c.rules[0].access, Some(Access::ReadOnly));
         assert_eq!(c.rules[0].ports, vec![Port(443), Port(22)]);
         assert_eq!(c.inbound_ports, vec![Port(5273), Port(4200)]);
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_once_under_its_parent() {
+        let e = NetworkConfig::from_yaml_str("allowed_domain: [x]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("jail.network.allowed_domain"), "{e}");
+        assert!(
+            e.starts_with("config error: jail.network: unknown field `allowed_domain`"),
+            "{e}"
+        );
     }
 
     #[test]
