@@ -135,6 +135,22 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Whether a process with this pid exists.
+impl Home {
+    /// A gateway of this home holds its lock now (a registry whose process died leaves the
+    /// lock free, and its pid may since belong to an unrelated process).
+    pub fn lock_held(&self) -> bool {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .open(self.dir.join("gateway.lock"))
+        else {
+            return false;
+        };
+        // SAFETY: flock on a descriptor we own; closing it releases a lock we took.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        rc != 0
+    }
+}
+
 pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }

@@ -196,3 +196,40 @@ async fn version_and_help_answer_without_a_home() {
         assert!(out.contains(flag), "{flag}: {out}");
     }
 }
+
+/// A registry left by a killed gateway names a pid that may since belong to an unrelated
+/// process: `stop` must not signal it (the home's lock is free, so no gateway runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_never_signals_a_process_that_reused_a_dead_gateways_pid() {
+    let dirs = Dirs::new();
+    let mut gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    gw.kill9();
+    // An unrelated process stands in for the reused pid.
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let text = std::fs::read_to_string(dirs.registry()).unwrap();
+    let mut reg: serde_json::Value = serde_json::from_str(&text).unwrap();
+    reg["pid"] = serde_json::json!(bystander.id());
+    std::fs::write(dirs.registry(), reg.to_string()).unwrap();
+    let (code, out, err) = run_cli(&dirs, &["stop"]).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains("not running"), "{out}");
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "the bystander must still run"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+}
+
+/// `status` dials the address the gateway is bound to, not always 127.0.0.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reaches_a_gateway_bound_to_another_loopback_address() {
+    let dirs = Dirs::new();
+    let _gw = Gateway::start_in(dirs.clone(), Opts::default().host("127.0.0.2")).await;
+    let (code, out, err) = run_cli(&dirs, &["status"]).await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    assert!(out.contains("\"status\""), "the health body: {out}");
+}

@@ -7,9 +7,21 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// The registry of a live gateway, or `None`.
+/// The registry of a live gateway, or `None`: its pid is alive AND the home's lock is held
+/// (so a pid reused by another process after the gateway died is never taken for it).
 fn running(home: &Home) -> Option<Registry> {
-    home.read_registry().filter(|r| pid_alive(r.pid))
+    home.read_registry()
+        .filter(|r| pid_alive(r.pid) && home.lock_held())
+}
+
+/// The address to dial for the gateway: its bind address, or loopback for a wildcard bind.
+fn dial_addr(reg: &Registry) -> String {
+    let host = reg.host.trim_matches(|c| c == '[' || c == ']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) if !ip.is_unspecified() => std::net::SocketAddr::new(ip, reg.port).to_string(),
+        Ok(std::net::IpAddr::V6(_)) => format!("[::1]:{}", reg.port),
+        _ => format!("127.0.0.1:{}", reg.port),
+    }
 }
 
 pub fn status(home: Option<PathBuf>) -> Result<ExitCode> {
@@ -32,7 +44,7 @@ pub fn status(home: Option<PathBuf>) -> Result<ExitCode> {
 /// `GET /healthz` over a plain TCP socket (the gateway is local; no client stack needed).
 fn healthz(reg: &Registry) -> Result<String> {
     use std::io::{Read, Write};
-    let addr = format!("127.0.0.1:{}", reg.port);
+    let addr = dial_addr(reg);
     let mut s = std::net::TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(s, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Vis-Gateway-Secret: {}\r\nConnection: close\r\n\r\n", reg.token)?;
@@ -92,7 +104,7 @@ pub fn pair(home: Option<PathBuf>) -> Result<ExitCode> {
 /// One HTTP/1.1 request to the local gateway; returns `(status, body)`.
 fn request(reg: &Registry, method: &str, path: &str, body: &str) -> Result<(u16, String)> {
     use std::io::{Read, Write};
-    let addr = format!("127.0.0.1:{}", reg.port);
+    let addr = dial_addr(reg);
     let mut s = std::net::TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
