@@ -10,6 +10,7 @@ mod config;
 mod engine;
 mod extensions;
 mod home;
+mod model_sandbox;
 mod pairing;
 mod providers;
 mod sandbox;
@@ -40,7 +41,7 @@ enum Cmd {
     /// Stop the running gateway of this home.
     Stop,
     /// Print the pairing link and QR code of the running gateway.
-    Pair,
+    Pair(cli::client::PairArgs),
     /// Run a command as a sandbox child of a session of the running gateway.
     Exec(cli::client::ExecArgs),
     /// Run only the egress proxy, from a policy file.
@@ -63,7 +64,7 @@ fn main() -> ExitCode {
         }
         Cmd::Status => cli::client::status(args.home),
         Cmd::Stop => cli::client::stop(args.home),
-        Cmd::Pair => cli::client::pair(args.home),
+        Cmd::Pair(a) => cli::client::pair(args.home, a),
         Cmd::Exec(a) => cli::client::exec(args.home, a),
         Cmd::Proxy(a) => cli::client::proxy(a),
         Cmd::Extension(c) => cli::client::extension(args.home, c),

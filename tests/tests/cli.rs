@@ -233,3 +233,28 @@ async fn status_reaches_a_gateway_bound_to_another_loopback_address() {
     assert_eq!(code, Some(0), "{out} {err}");
     assert!(out.contains("\"status\""), "the health body: {out}");
 }
+
+/// Behind a container's port mapping or a reverse proxy the interfaces' addresses are not
+/// what the phone dials: `pair --public-url` puts the given URL (and the token) in the link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pair_with_a_public_url_links_that_url_and_refuses_a_malformed_one() {
+    let dirs = Dirs::new();
+    let gw = Gateway::start_in(dirs.clone(), Opts::default().host("0.0.0.0")).await;
+    let (code, out, err) = run_cli(
+        &dirs,
+        &["pair", "--public-url", "https://vis.example.net:8443/"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out} {err}");
+    let link = out.lines().next().unwrap_or_default();
+    assert_eq!(
+        link,
+        format!(
+            "vis://gateway?url=https%3A%2F%2Fvis.example.net%3A8443&token={}",
+            gw.token
+        )
+    );
+    let (code, out, err) = run_cli(&dirs, &["pair", "--public-url", "vis.example.net"]).await;
+    assert_ne!(code, Some(0), "{out} {err}");
+    assert!(err.contains("--public-url"), "{err}");
+}

@@ -192,3 +192,24 @@ fn the_example_configuration_is_accepted_by_the_gateway() {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_image_builds_from_sources_only_and_runs_under_an_init_with_python_for_the_sandbox() {
+    let ignore = read(".dockerignore");
+    for entry in ["target/", ".git/"] {
+        assert!(
+            ignore.lines().any(|l| l.trim() == entry),
+            ".dockerignore must exclude {entry}"
+        );
+    }
+    let docker = read("deploy/Dockerfile");
+    assert!(
+        docker.contains("ENTRYPOINT [\"/usr/bin/tini\", \"--\", \"vis-gateway\"]"),
+        "an init as PID 1 reaps orphans"
+    );
+    let runtime_stage = docker.rsplit("FROM ").next().unwrap_or_default();
+    assert!(
+        runtime_stage.contains(" tini") && runtime_stage.contains(" python3 "),
+        "tini and the sandbox's python3 are installed in the runtime image"
+    );
+}

@@ -81,17 +81,43 @@ pub fn stop(home: Option<PathBuf>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn pair(home: Option<PathBuf>) -> Result<ExitCode> {
+#[derive(clap::Args, Debug)]
+pub struct PairArgs {
+    /// The URL the phone should use (e.g. behind a reverse proxy, NAT or a container's port
+    /// mapping), instead of the addresses of this machine's interfaces. Loopback binds are
+    /// allowed with it.
+    #[arg(long, env = "VIS_PUBLIC_URL")]
+    pub public_url: Option<String>,
+}
+
+pub fn pair(home: Option<PathBuf>, args: PairArgs) -> Result<ExitCode> {
     let home = Home::resolve(home)?;
     let Some(reg) = running(&home) else {
         bail!("no gateway is running for {}", home.dir.display())
     };
-    if pairing::is_loopback_host(&reg.host) {
-        eprintln!("{}", pairing::LOOPBACK_REFUSAL);
-        return Ok(ExitCode::from(2));
-    }
-    let urls = pairing::urls(&reg.host, reg.port);
-    let Some(link) = pairing::link(&urls, reg.require_token.then_some(reg.token.as_str())) else {
+    let urls = match args.public_url.as_deref().map(str::trim) {
+        Some(u) if !u.is_empty() => {
+            let parsed = u
+                .parse::<axum::http::Uri>()
+                .ok()
+                .filter(|p| matches!(p.scheme_str(), Some("http" | "https")) && p.host().is_some());
+            if parsed.is_none() {
+                bail!("--public-url must be an http:// or https:// URL with a host, got {u:?}");
+            }
+            vec![u.trim_end_matches('/').to_string()]
+        }
+        _ => {
+            if pairing::is_loopback_host(&reg.host) {
+                eprintln!("{}", pairing::LOOPBACK_REFUSAL);
+                return Ok(ExitCode::from(2));
+            }
+            pairing::urls(&reg.host, reg.port)
+        }
+    };
+    // The token is always in the link when a public URL is given: whatever is in front of
+    // the gateway, the phone is not on its loopback.
+    let token = (reg.require_token || args.public_url.is_some()).then_some(reg.token.as_str());
+    let Some(link) = pairing::link(&urls, token) else {
         bail!("no reachable address found for {}", reg.host);
     };
     println!("{link}");
