@@ -35,6 +35,24 @@ pub struct JailSection {
     pub network: Option<serde_json::Value>,
 }
 
+/// How the model's tools are offered (decision G6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelTools {
+    /// One tool, `python_execution`; everything else is a function inside it.
+    #[default]
+    Sandbox,
+    /// One provider tool per built-in and Symbol (for models that cannot write code).
+    Functions,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonExecutionSection {
+    /// A block's time limit in seconds (default 120).
+    pub timeout_s: Option<u64>,
+}
+
 /// The merged configuration.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -48,6 +66,31 @@ pub struct Config {
     /// Extra environment for extensions and sandbox children of this project.
     #[serde(default)]
     pub environment: BTreeMap<String, String>,
+    /// `sandbox` (default) or `functions`; `VIS_MODEL_TOOLS` sets the gateway-wide default.
+    pub model_tools: Option<ModelTools>,
+    #[serde(default)]
+    pub python_execution: PythonExecutionSection,
+}
+
+impl Config {
+    /// The project's tool mode: its `model_tools`, else `VIS_MODEL_TOOLS`, else the sandbox.
+    pub fn model_tools(&self) -> ModelTools {
+        self.model_tools.unwrap_or_else(|| {
+            match crate::start_env::var("VIS_MODEL_TOOLS").as_deref() {
+                Some("functions") => ModelTools::Functions,
+                _ => ModelTools::Sandbox,
+            }
+        })
+    }
+
+    /// A `python_execution` block's time limit.
+    pub fn block_limit(&self) -> std::time::Duration {
+        self.python_execution
+            .timeout_s
+            .filter(|s| *s > 0)
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(crate::model_sandbox::DEFAULT_LIMIT)
+    }
 }
 
 /// A duration in milliseconds from the environment variable `name`, else `default`

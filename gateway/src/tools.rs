@@ -9,6 +9,9 @@ use vis_providers::ToolSpec;
 #[derive(Debug, Clone)]
 pub struct ToolCtx {
     pub session_id: String,
+    /// The turn and the card (`block_id`) of this call, for the updates it publishes.
+    pub turn_id: String,
+    pub block_id: String,
     pub root: std::path::PathBuf,
     pub cancel: tokio_util::sync::CancellationToken,
 }
@@ -48,6 +51,11 @@ pub trait Tool: Send + Sync {
     }
     /// How the running call is shown (`{presenter, label?}` of an extension's `vis.Activity`).
     fn activity(&self) -> Option<Value> {
+        None
+    }
+    /// How the call's card shows its arguments: `(code, language)`; `None`: the call as
+    /// `name(json arguments)`.
+    fn display(&self, _args: &Value) -> Option<(String, &'static str)> {
         None
     }
     async fn call(&self, ctx: &ToolCtx, args: Value) -> ToolOutput;

@@ -172,6 +172,7 @@ impl Engine for Api {
         if let Some(sb) = g.sandbox.get() {
             sb.tokens.revoke(sid);
         }
+        g.model_sandboxes.stop(sid);
         g.extensions.stop_session(sid).await;
         let id = sid.to_string();
         let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;

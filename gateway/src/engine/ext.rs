@@ -142,6 +142,9 @@ impl Tool for Hooked {
     fn spec(&self) -> ToolSpec {
         self.inner.spec()
     }
+    fn display(&self, args: &Value) -> Option<(String, &'static str)> {
+        self.inner.display(args)
+    }
     async fn call(&self, ctx: &ToolCtx, args: Value) -> ToolOutput {
         let op = self.inner.spec().name;
         if let Err(e) = self

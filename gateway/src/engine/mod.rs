@@ -96,6 +96,8 @@ pub struct Gateway {
     pub human_input: Arc<human_input::HumanInput>,
     /// The running tool call of each session and what its extension last presented (§6.8).
     pub presentations: Arc<presentation::Presentations>,
+    /// The model's Python sandbox runtime of each session (`python_execution`).
+    pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -151,6 +153,7 @@ impl Gateway {
             sandbox: std::sync::OnceLock::new(),
             human_input,
             presentations,
+            model_sandboxes: Arc::default(),
         });
         gw.human_input.bind(&gw);
         Ok(gw)
@@ -199,6 +202,39 @@ impl Gateway {
         let session = Self::session_ctx(sid, root);
         let host = self.extensions.clone();
         let extras = host.turn(&session, Some("web")).await;
+        let cfg = self.project_config(root).await.unwrap_or_default();
+        if cfg.model_tools() == crate::config::ModelTools::Sandbox {
+            let symbols = host
+                .tools(&session)
+                .await
+                .into_iter()
+                .filter(|d| !extras.inactive.contains(&d.extension))
+                .map(|d| crate::model_sandbox::tool::SymbolFn {
+                    summary: d.description.lines().next().unwrap_or("").to_string(),
+                    name: d.full_name,
+                    contract: d.contract,
+                    doc: d.doc,
+                    is_hidden: d.is_hidden,
+                })
+                .collect();
+            let tool = crate::model_sandbox::tool::PythonExecution::new(
+                self.model_sandboxes.clone(),
+                self.sandbox.get().cloned(),
+                host.clone(),
+                session.clone(),
+                self.bus.clone(),
+                self.home.dir.clone(),
+                cfg.block_limit(),
+                symbols,
+            );
+            let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ext::Hooked {
+                host,
+                inner: Arc::new(tool),
+                session,
+            })];
+            let prompts = extras.prompts.into_iter().map(|(_, p)| p).collect();
+            return (tools, prompts);
+        }
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(ext::Apropos {
                 host: host.clone(),
@@ -337,6 +373,7 @@ impl Gateway {
         while self.running_count() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+        self.model_sandboxes.stop_all();
         self.extensions.shutdown().await;
         self.store.flush().await;
     }

@@ -222,9 +222,17 @@ async fn run_tool(
     n: usize,
 ) -> (Value, ToolOutput) {
     let block_id = format!("{}:tool:{iteration}:{n}", ctx.tid);
-    let code = format!("{}({})", call.name, call.arguments);
     let started = super::now_ms();
     let tool = tools.iter().find(|t| t.spec().name == call.name);
+    let parsed = serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
+        "{}"
+    } else {
+        &call.arguments
+    });
+    let (code, language) = tool
+        .zip(parsed.as_ref().ok())
+        .and_then(|(t, args)| t.display(args))
+        .unwrap_or_else(|| (format!("{}({})", call.name, call.arguments), "json"));
     let declared = tool.and_then(|t| t.activity());
     let text = |k: &str| {
         declared
@@ -235,7 +243,7 @@ async fn run_tool(
     };
     let (presenter, label) = (text("presenter"), text("label"));
     let shown = label.unwrap_or_else(|| call.name.clone());
-    let mut display = json!({"block_id": block_id, "code": code, "display_code": code, "display_language": "json",
+    let mut display = json!({"block_id": block_id, "code": code, "display_code": code, "display_language": language,
         "op": call.name, "tool_call_id": call.id, "iteration": iteration, "started_at_ms": started,
         "tag": "tool", "is_repaired": false});
     let mut activity = json!({"activity": "tool", "iteration": iteration, "op": call.name,
@@ -251,15 +259,13 @@ async fn run_tool(
     let phase = ToolPhase::enter(&ctx.progress);
     let out = match tool {
         None => ToolOutput::fail(format!("unknown tool {:?}", call.name)),
-        Some(tool) => match serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
-            "{}"
-        } else {
-            &call.arguments
-        }) {
+        Some(tool) => match parsed {
             Err(e) => ToolOutput::fail(format!("the arguments are not valid JSON: {e}")),
             Ok(args) => {
                 let tctx = ToolCtx {
                     session_id: ctx.sid.clone(),
+                    turn_id: ctx.tid.clone(),
+                    block_id: block_id.clone(),
                     root: ctx.root.clone(),
                     cancel: ctx.cancel.clone(),
                 };
@@ -312,7 +318,10 @@ pub async fn run(
         .filter(|t| !t.is_hidden())
         .map(|t| t.spec())
         .collect::<Vec<_>>();
-    let system = system_prompt(prompts);
+    let sandbox = tools
+        .iter()
+        .any(|t| t.spec().name == crate::model_sandbox::TOOL_NAME);
+    let system = system_prompt(prompts, sandbox);
     for iteration in 1..=MAX_ITERATIONS {
         let t0 = Instant::now();
         let reason = if iteration == 1 {
@@ -415,10 +424,19 @@ pub async fn run(
     }
 }
 
-fn system_prompt(extension_prompts: &[String]) -> String {
-    let mut s = "You are Vis, a coding agent working in the user's project through the tools you are given. \
-     Answer in Markdown. Use `apropos` and `doc` to discover extension symbols."
-        .to_string();
+fn system_prompt(extension_prompts: &[String], sandbox: bool) -> String {
+    let mut s = if sandbox {
+        "You are Vis, a coding agent working in the user's project. You act by writing Python for \
+         the `python_execution` tool; every capability is a function inside it: cat, grep, patch \
+         (edits by the anchors cat/grep print), ls, shell, and the extensions' symbols as async \
+         functions. Call apropos(text) and doc(name) first to find what exists. Each block starts \
+         with a fresh namespace; print what you need to see. Answer in Markdown."
+            .to_string()
+    } else {
+        "You are Vis, a coding agent working in the user's project through the tools you are given. \
+         Answer in Markdown. Use `apropos` and `doc` to discover extension symbols."
+            .to_string()
+    };
     for p in extension_prompts {
         s.push_str("\n\n");
         s.push_str(p);

@@ -545,7 +545,6 @@ impl WorkerClient {
 
     /// Runs `f` with the running process while holding the call lock (several requests in a
     /// row without another caller in between: the `fs_access` gates).
-    #[cfg(test)]
     pub async fn with_worker<F, Fut, T>(&self, f: F) -> Result<T, CallError>
     where
         F: FnOnce(Arc<Running>) -> Fut,

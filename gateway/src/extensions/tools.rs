@@ -4,7 +4,6 @@
 use super::client::{CallError, WorkerClient};
 use super::*;
 use serde_json::{json, Value};
-#[cfg(test)]
 use std::path::Path;
 use std::sync::Arc;
 
@@ -29,6 +28,8 @@ impl ExtensionHost {
                         is_hidden: m.is_hidden,
                         tag: m.tag.clone(),
                         activity: m.activity.clone(),
+                        contract: m.contract.clone(),
+                        doc: m.doc.clone(),
                     });
                 }
             }
@@ -276,8 +277,6 @@ impl ExtensionHost {
 
     /// Consults the session's `fs_access` gates (for the host's own file tools):
     /// `operation` is `file-read` or `file-write`. A block or a failing gate refuses.
-    /// The gateway does not call it yet; the tests do.
-    #[cfg(test)]
     pub async fn check_fs_access(
         &self,
         session: &SessionCtx,

@@ -76,6 +76,9 @@ pub struct ToolDef {
     pub tag: String,
     /// The Symbol's `vis.Activity` (`{presenter, show_start, label?}`), if declared.
     pub activity: Option<Value>,
+    /// The portable contract (`.contract` in the sandbox) and its rendered document.
+    pub contract: Value,
+    pub doc: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

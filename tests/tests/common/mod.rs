@@ -68,6 +68,9 @@ pub struct Opts {
     pub provider: Provider,
     pub env: Vec<(String, String)>,
     pub extra_args: Vec<String>,
+    /// The product's default tool mode (`python_execution`). Without it the gateway runs
+    /// with `VIS_MODEL_TOOLS=functions`, the mode the older tool-call tests speak.
+    pub sandbox: bool,
 }
 
 impl Opts {
@@ -87,6 +90,11 @@ impl Opts {
     }
     pub fn require_token(mut self) -> Opts {
         self.require_token = true;
+        self
+    }
+    /// The default tool mode: one `python_execution` tool.
+    pub fn sandbox(mut self) -> Opts {
+        self.sandbox = true;
         self
     }
 }
@@ -138,8 +146,12 @@ pub fn command(dirs: &Dirs, opts: &Opts) -> Command {
         "HTTPS_PROXY",
         "all_proxy",
         "ALL_PROXY",
+        "VIS_MODEL_TOOLS",
     ] {
         cmd.env_remove(k);
+    }
+    if !opts.sandbox {
+        cmd.env("VIS_MODEL_TOOLS", "functions");
     }
     cmd.env("VIS_LOG", "info");
     match &opts.provider {

@@ -1,0 +1,84 @@
+//! The built-in functions of every block's namespace and their documents (what `doc()`
+//! shows and `apropos()` searches).
+
+use super::apropos::DocEntry;
+
+/// `(name, signature, summary, details)`.
+const BUILTINS: &[(&str, &str, &str, &str)] = &[
+    (
+        "cat",
+        "cat(path, start=None, end=None) -> str",
+        "Read a file of the workspace as anchored lines `LINE:HASH│ text`.",
+        "start/end are 1-based inclusive line numbers; negative ones count from the end \
+         (cat(p, -20) = the last 20 lines). The anchors (`12:a3f`) address lines for patch().",
+    ),
+    (
+        "grep",
+        "grep(query, paths=None, include=None, exclude=None, is_regex=False) -> Grep",
+        "Search the workspace's files for text (or a regex); hits as anchored lines grouped by file.",
+        "Honours .gitignore. include/exclude are glob lists (['*.rs']). print(g) shows the first \
+         page; next(g) the next one; g.all() every page; g.hits and g.files count them.",
+    ),
+    (
+        "patch",
+        "patch(path, edits) -> str",
+        "Edit one file atomically by anchors: [{'from': '12:a3f', 'to': '14:9c1', 'replace': 'new text'}].",
+        "'to' defaults to 'from'; replace '' deletes the lines; {'after': '12:a3f', 'insert': '…'} \
+         inserts. Anchors come from cat() or grep(). A stale anchor (the line changed since it \
+         was read) or overlapping edits refuse the whole batch and leave the file untouched; \
+         the answer gives the fresh anchors. Create a new file with \
+         pathlib.Path(p).write_text(text).",
+    ),
+    (
+        "ls",
+        "ls(path='.') -> str",
+        "List a directory of the workspace (directories end with /, files show their size).",
+        "",
+    ),
+    (
+        "shell",
+        "shell(cmd, timeout=120) -> str",
+        "Run a shell command (sh -c) in the workspace; returns its output and exit status.",
+        "Network access goes through the session's egress policy.",
+    ),
+    (
+        "apropos",
+        "apropos(text) -> str",
+        "Search every available function (built-ins, extension symbols, MCP tools) by words of its name or docs.",
+        "Ranked; tolerates typos. Then read one with doc(name).",
+    ),
+    (
+        "doc",
+        "doc(name) -> str",
+        "The whole documentation and contract of one function, by its (dotted) name.",
+        "",
+    ),
+    (
+        "gather",
+        "await gather(*aws) -> list",
+        "Await several async calls (extension symbols, MCP tools) at once; results in order.",
+        "",
+    ),
+];
+
+/// The names the gateway answers as host calls (`gather` lives in the runtime).
+pub fn host_names() -> impl Iterator<Item = &'static str> {
+    BUILTINS.iter().map(|b| b.0).filter(|n| *n != "gather")
+}
+
+/// The built-ins as searchable documents.
+pub fn docs() -> Vec<DocEntry> {
+    BUILTINS
+        .iter()
+        .map(|(name, sig, summary, details)| DocEntry {
+            name: name.to_string(),
+            summary: summary.to_string(),
+            doc: if details.is_empty() {
+                format!("{sig}\n\n{summary}")
+            } else {
+                format!("{sig}\n\n{summary}\n{details}")
+            },
+            is_hidden: false,
+        })
+        .collect()
+}

@@ -1,0 +1,306 @@
+//! The host side of a block's function calls: the file tools (confined to the workspace,
+//! every path through the extensions' `fs_access` gates), `shell`, `apropos`/`doc`, and the
+//! session's extension Symbols. Every call runs the op hooks (a before-hook's block refuses
+//! it with the reason) and shows on the phone as an activity update of the block's card.
+
+use super::apropos::Index;
+use super::process::HostCalls;
+use super::protocol::CallError;
+use crate::bus::{payload, Bus};
+use crate::extensions::{ExtensionHost, SessionCtx, ToolError};
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What `shell()` needs to start a sandbox child.
+pub struct ShellSpec {
+    pub sandbox: Arc<crate::sandbox::Sandbox>,
+    pub home: PathBuf,
+}
+
+/// One block's host.
+pub struct SessionHost {
+    pub session: SessionCtx,
+    pub host: ExtensionHost,
+    pub bus: Arc<Bus>,
+    pub index: Arc<Index>,
+    pub shell: Option<ShellSpec>,
+    pub block_id: String,
+    pub turn_id: String,
+    pub cancel: CancellationToken,
+}
+
+/// A Python exception type for an extension error (`ValueError: …` keeps its type).
+fn tool_error(e: ToolError) -> CallError {
+    let mut message = e.message.clone();
+    if let Some(h) = &e.hint {
+        message.push_str(&format!(" ({h})"));
+    }
+    match e.kind.as_str() {
+        "blocked" => CallError::permission(message),
+        "timeout" => CallError::new("TimeoutError", message),
+        "unknown-tool" => CallError::new("LookupError", message),
+        "python" => match e.message.split_once(": ") {
+            Some((ty, rest))
+                if !ty.is_empty() && ty.chars().all(|c| c.is_alphanumeric() || c == '_') =>
+            {
+                CallError::new(ty, rest)
+            }
+            _ => CallError::new("RuntimeError", message),
+        },
+        _ => CallError::new("RuntimeError", message),
+    }
+}
+
+fn file_error(e: vis_files::FileError) -> CallError {
+    CallError::new(e.python_type(), e.to_string())
+}
+
+fn text_arg(args: &Map<String, Value>, name: &str) -> Result<Option<String>, CallError> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(CallError::new(
+            "TypeError",
+            format!("`{name}` must be a string, not {other}"),
+        )),
+    }
+}
+
+fn required(args: &Map<String, Value>, name: &str, func: &str) -> Result<String, CallError> {
+    text_arg(args, name)?
+        .ok_or_else(|| CallError::new("TypeError", format!("{func}() needs `{name}`")))
+}
+
+fn int_arg(args: &Map<String, Value>, name: &str) -> Result<Option<i64>, CallError> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+            CallError::new("TypeError", format!("`{name}` must be an integer, not {v}"))
+        }),
+    }
+}
+
+fn list_arg(args: &Map<String, Value>, name: &str) -> Result<Vec<String>, CallError> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    CallError::new("TypeError", format!("`{name}` must hold strings, not {v}"))
+                })
+            })
+            .collect(),
+        Some(other) => Err(CallError::new(
+            "TypeError",
+            format!("`{name}` must be a string or a list of strings, not {other}"),
+        )),
+    }
+}
+
+/// Runs blocking file work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, vis_files::FileError> + Send + 'static,
+) -> Result<T, CallError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CallError::new("RuntimeError", e.to_string()))?
+        .map_err(file_error)
+}
+
+impl SessionHost {
+    fn workspace(&self) -> Result<vis_files::Workspace, CallError> {
+        vis_files::Workspace::new(vec![self.session.workspace_root.clone()]).map_err(file_error)
+    }
+
+    fn activity(&self, op: &str, label: &str) {
+        self.bus.publish(
+            &self.session.id,
+            "activity",
+            payload(json!({"activity": "tool", "op": op, "label": label,
+                "phrase": format!("Vis is running {label}"), "block_id": self.block_id,
+                "turn_id": self.turn_id, "parent_op": super::TOOL_NAME})),
+        );
+    }
+
+    /// The `fs_access` gates for `path` (fail closed: a gate that cannot run refuses).
+    async fn gate(&self, operation: &str, path: &std::path::Path) -> Result<(), CallError> {
+        self.host
+            .check_fs_access(&self.session, operation, path)
+            .await
+            .map_err(CallError::permission)
+    }
+
+    async fn dispatch(&self, func: &str, args: &Map<String, Value>) -> Result<Value, CallError> {
+        match func {
+            "cat" => {
+                let path = required(args, "path", "cat")?;
+                let (start, end) = (int_arg(args, "start")?, int_arg(args, "end")?);
+                let ws = self.workspace()?;
+                let full = ws.resolve(&path).map_err(file_error)?;
+                self.gate("file-read", &full).await?;
+                let out = blocking(move || vis_files::cat(&ws, &path, start, end)).await?;
+                Ok(Value::String(out.text))
+            }
+            "grep" => {
+                let query = required(args, "query", "grep")?;
+                let paths = list_arg(args, "paths")?;
+                let ws = self.workspace()?;
+                let targets = if paths.is_empty() {
+                    vec![self.session.workspace_root.clone()]
+                } else {
+                    paths
+                        .iter()
+                        .map(|p| ws.resolve(p).map_err(file_error))
+                        .collect::<Result<Vec<_>, _>>()?
+                };
+                for t in &targets {
+                    self.gate("file-read", t).await?;
+                }
+                let q = vis_files::GrepQuery {
+                    query,
+                    paths,
+                    include: list_arg(args, "include")?,
+                    exclude: list_arg(args, "exclude")?,
+                    is_regex: args
+                        .get("is_regex")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                    page_size: 0,
+                    cursor: int_arg(args, "cursor")?.unwrap_or(0).max(0) as usize,
+                };
+                let page = blocking(move || vis_files::grep(&ws, &q)).await?;
+                Ok(
+                    json!({"text": page.text, "hits": page.hits, "files": page.files, "next": page.next}),
+                )
+            }
+            "patch" => {
+                let path = required(args, "path", "patch")?;
+                let edits = vis_files::edits_from_json(args.get("edits").unwrap_or(&Value::Null))
+                    .map_err(file_error)?;
+                let ws = self.workspace()?;
+                let full = ws.resolve(&path).map_err(file_error)?;
+                self.gate("file-write", &full).await?;
+                let out = blocking(move || vis_files::patch(&ws, &path, &edits)).await?;
+                Ok(Value::String(out.text))
+            }
+            "ls" => {
+                let path = text_arg(args, "path")?.unwrap_or_else(|| ".".into());
+                let ws = self.workspace()?;
+                let full = ws.resolve(&path).map_err(file_error)?;
+                self.gate("file-read", &full).await?;
+                Ok(Value::String(
+                    blocking(move || vis_files::ls(&ws, &path)).await?,
+                ))
+            }
+            "shell" => self.shell(args).await,
+            "apropos" => {
+                let text = required(args, "text", "apropos")?;
+                let hits = self.index.search(&text, 20);
+                if hits.is_empty() {
+                    return Ok(Value::String(format!("nothing matches {text:?}")));
+                }
+                Ok(Value::String(
+                    hits.iter()
+                        .map(|e| format!("{} — {}", e.name, e.summary))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ))
+            }
+            "doc" => {
+                let name = required(args, "name", "doc")?;
+                self.index
+                    .get(&name)
+                    .map(|e| Value::String(e.doc.clone()))
+                    .ok_or_else(|| {
+                        CallError::new(
+                            "LookupError",
+                            format!("no function named {name:?}; search with apropos(text)"),
+                        )
+                    })
+            }
+            symbol => {
+                let r = self
+                    .host
+                    .call_tool(&self.session, symbol, Value::Object(args.clone()))
+                    .await
+                    .map_err(tool_error)?;
+                Ok(r.value)
+            }
+        }
+    }
+
+    async fn shell(&self, args: &Map<String, Value>) -> Result<Value, CallError> {
+        let cmd = required(args, "cmd", "shell")?;
+        let timeout = int_arg(args, "timeout")?
+            .filter(|t| *t > 0)
+            .map(|t| Duration::from_secs(t as u64))
+            .unwrap_or(crate::sandbox::shell::DEFAULT_TIMEOUT);
+        let Some(spec) = &self.shell else {
+            return Err(CallError::new("RuntimeError", "the sandbox is not running"));
+        };
+        let root = self.session.workspace_root.clone();
+        let (home, r) = (spec.home.clone(), root.clone());
+        let cfg = tokio::task::spawn_blocking(move || crate::config::load(&home, &r))
+            .await
+            .map_err(|e| CallError::new("RuntimeError", e.to_string()))?
+            .map_err(|e| CallError::new("RuntimeError", format!("cannot run: {e}")))?;
+        let env = spec.sandbox.child_env(&self.session.id, &root, &cfg);
+        let jail = spec
+            .sandbox
+            .jail_prefix(&root, &cfg)
+            .map_err(CallError::permission)?;
+        let out = crate::sandbox::run::run_with(
+            &cmd,
+            &root,
+            &env,
+            jail.as_deref(),
+            timeout,
+            &self.cancel,
+        )
+        .await
+        .map_err(|e| CallError::new("OSError", format!("cannot start the command: {e}")))?;
+        Ok(Value::String(crate::sandbox::shell::describe(&out)))
+    }
+
+    fn is_builtin(func: &str) -> bool {
+        super::builtins::host_names().any(|n| n == func)
+    }
+}
+
+#[async_trait::async_trait]
+impl HostCalls for SessionHost {
+    async fn call(&self, func: &str, args: Map<String, Value>) -> Result<Value, CallError> {
+        let label = match args.values().next() {
+            Some(Value::String(s)) => format!("{func} {}", s.chars().take(60).collect::<String>()),
+            _ => func.to_string(),
+        };
+        self.activity(func, &label);
+        if !Self::is_builtin(func) {
+            // Symbols run their own op hooks inside the extension host.
+            return self.dispatch(func, &args).await;
+        }
+        let as_value = Value::Object(args.clone());
+        if let Err(e) = self
+            .host
+            .before_hooks(&self.session, func, std::slice::from_ref(&as_value))
+            .await
+        {
+            return Err(tool_error(e));
+        }
+        let out = self.dispatch(func, &args).await;
+        let shown = match &out {
+            Ok(Value::String(s)) => s.clone(),
+            Ok(v) => v.to_string(),
+            Err(e) => format!("{}: {}", e.kind, e.message),
+        };
+        self.host
+            .after_hooks(&self.session, func, &[as_value], &shown)
+            .await;
+        out
+    }
+}

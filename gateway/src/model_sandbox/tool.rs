@@ -1,0 +1,205 @@
+//! `python_execution(code)`: the model's one tool in sandbox mode (decision G6).
+
+use super::apropos::{DocEntry, Index};
+use super::host::{SessionHost, ShellSpec};
+use super::process::SpawnSpec;
+use super::protocol::{FnEntry, FnKind};
+use super::{BlockOutcome, Sandboxes, TOOL_NAME};
+use crate::bus::Bus;
+use crate::extensions::{ExtensionHost, SessionCtx};
+use crate::tools::{Tool, ToolCtx, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use vis_providers::ToolSpec;
+
+/// One extension Symbol as a function of the block's namespace.
+#[derive(Debug, Clone)]
+pub struct SymbolFn {
+    pub name: String,
+    pub contract: Value,
+    pub doc: String,
+    pub summary: String,
+    pub is_hidden: bool,
+}
+
+/// The tool, built per turn with the session's function table.
+pub struct PythonExecution {
+    pub boxes: Arc<Sandboxes>,
+    pub sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+    pub host: ExtensionHost,
+    pub session: SessionCtx,
+    pub bus: Arc<Bus>,
+    pub home: PathBuf,
+    pub limit: Duration,
+    functions: Vec<FnEntry>,
+    index: Arc<Index>,
+}
+
+impl PythonExecution {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        boxes: Arc<Sandboxes>,
+        sandbox: Option<Arc<crate::sandbox::Sandbox>>,
+        host: ExtensionHost,
+        session: SessionCtx,
+        bus: Arc<Bus>,
+        home: PathBuf,
+        limit: Duration,
+        symbols: Vec<SymbolFn>,
+    ) -> PythonExecution {
+        let mut functions: Vec<FnEntry> = super::builtins::docs()
+            .iter()
+            .filter(|d| d.name != "gather")
+            .map(|d| FnEntry::builtin(&d.name))
+            .collect();
+        let mut docs = super::builtins::docs();
+        for s in symbols {
+            functions.push(FnEntry {
+                name: s.name.clone(),
+                kind: FnKind::Symbol,
+                contract: Some(s.contract.clone()),
+                doc: Some(s.doc.clone()),
+            });
+            docs.push(DocEntry {
+                name: s.name,
+                summary: s.summary,
+                doc: s.doc,
+                is_hidden: s.is_hidden,
+            });
+        }
+        PythonExecution {
+            boxes,
+            sandbox,
+            host,
+            session,
+            bus,
+            home,
+            limit,
+            functions,
+            index: Arc::new(Index::new(docs)),
+        }
+    }
+
+    async fn spawn_spec(&self) -> Result<SpawnSpec, String> {
+        let sandbox = self
+            .sandbox
+            .clone()
+            .ok_or("the egress proxy is not running, so no sandbox can start")?;
+        let (home, root, sid) = (
+            self.home.clone(),
+            self.session.workspace_root.clone(),
+            self.session.id.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let cfg = crate::config::load(&home, &root).map_err(|e| e.to_string())?;
+            let env = sandbox.child_env(&sid, &root, &cfg);
+            let jail = sandbox.jail_prefix(&root, &cfg)?.unwrap_or_default();
+            Ok(SpawnSpec {
+                python: super::process::default_python(),
+                cwd: root,
+                env,
+                jail,
+            })
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+}
+
+const DESCRIPTION: &str = "Run Python 3 code in the session's sandbox (cwd = the workspace). \
+Each call is a fresh namespace: variables and imports do not survive between calls. Top-level \
+`await` works. Only what the code prints (stdout and stderr) and an uncaught exception's \
+traceback come back, capped at 64 KiB. Built-in functions (no import needed): cat(path, start, \
+end), grep(query, paths, include, exclude, is_regex), patch(path, edits), ls(path), shell(cmd, \
+timeout), apropos(text), doc(name), gather(*aws). Extension symbols are async functions at their \
+dotted names (`await todo.add('x')`). Start with apropos() and doc() to find what exists. The \
+standard library is available; network access goes through the session's egress policy.";
+
+#[async_trait]
+impl Tool for PythonExecution {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: TOOL_NAME.into(),
+            description: DESCRIPTION.into(),
+            parameters: json!({"type": "object", "properties": {
+                "code": {"type": "string", "description": "Python source to run"}},
+                "required": ["code"]}),
+        }
+    }
+
+    fn display(&self, args: &Value) -> Option<(String, &'static str)> {
+        let code = args.get("code")?.as_str()?;
+        Some((code.to_string(), "python"))
+    }
+
+    async fn call(&self, ctx: &ToolCtx, args: Value) -> ToolOutput {
+        let Some(code) = args.get("code").and_then(Value::as_str) else {
+            return ToolOutput::fail("python_execution needs a string `code`");
+        };
+        let host = SessionHost {
+            session: self.session.clone(),
+            host: self.host.clone(),
+            bus: self.bus.clone(),
+            index: self.index.clone(),
+            shell: self.sandbox.clone().map(|sandbox| ShellSpec {
+                sandbox,
+                home: self.home.clone(),
+            }),
+            block_id: ctx.block_id.clone(),
+            turn_id: ctx.turn_id.clone(),
+            cancel: ctx.cancel.clone(),
+        };
+        let outcome = self
+            .boxes
+            .run_block(
+                &self.session.id,
+                self.spawn_spec(),
+                super::Block {
+                    code,
+                    functions: &self.functions,
+                    limit: self.limit,
+                },
+                &host,
+                &ctx.cancel,
+            )
+            .await;
+        render(outcome)
+    }
+}
+
+/// What the model and the phone's card see of a block.
+pub fn render(outcome: BlockOutcome) -> ToolOutput {
+    match outcome {
+        BlockOutcome::Done(d) => {
+            let mut text = d.output.clone();
+            if let Some(err) = &d.error {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(err);
+            }
+            if text.trim().is_empty() {
+                text = "[no output]".into();
+            }
+            ToolOutput {
+                result: text.clone(),
+                stdout: Some(d.output),
+                error: d.error.map(|_| text),
+                is_timeout: false,
+            }
+        }
+        BlockOutcome::TimedOut(limit) => ToolOutput {
+            is_timeout: true,
+            ..ToolOutput::fail(format!(
+                "the block ran past its {} s limit and was stopped (the sandbox was restarted; \
+                 the next block runs in a fresh process)",
+                limit.as_secs()
+            ))
+        },
+        BlockOutcome::Cancelled => ToolOutput::fail("the block was cancelled with its turn"),
+        BlockOutcome::Failed(e) => ToolOutput::fail(e),
+    }
+}
