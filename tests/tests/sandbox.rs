@@ -411,3 +411,40 @@ print("proxied:", urllib.request.urlopen("{url}/x", timeout=10).status)
     let (s, _) = gw.get(format!("/v1/sessions/{sid}")).await;
     assert_eq!(s, StatusCode::OK);
 }
+
+const RAISES_AND_GUARDS: &str = r#"
+import blockether.vis.extension as vis
+
+class Tools:
+    def explode(self, why: str) -> str:
+        """Always fails."""
+        raise ValueError(f"cannot do it: {why}")
+
+def no_forbidden(call):
+    code = str((call.get("args") or [{}])[0].get("code", ""))
+    if "forbidden" in code:
+        return vis.block("that block is not allowed")
+    return None
+
+vis.register(vis.Extension(
+    name="tools", alias="tools", description="Tools.",
+    symbols=[vis.Symbol(Tools(), name="tools")],
+    op_hooks=[vis.OpHook(["python_execution"], no_forbidden)],
+))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extension_exception_is_raised_in_the_block_and_an_op_hook_can_refuse_a_block() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    ext(&dirs, "tools.py", RAISES_AND_GUARDS);
+    let gw = start(&llm, dirs.clone()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let code =
+        "try:\n    await tools.explode('now')\nexcept ValueError as e:\n    print('caught:', e)\n";
+    let (_, result) = run_block(&gw, &llm, &sid, code).await;
+    assert!(result.contains("caught: cannot do it: now"), "{result}");
+    let (evs, result) = run_block(&gw, &llm, &sid, "print('forbidden')").await;
+    assert!(result.contains("that block is not allowed"), "{result}");
+    assert!(!output_event(&evs)["error"].is_null());
+}

@@ -111,7 +111,10 @@ impl Gw {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let tr: Value = self
-            .req(reqwest::Method::GET, &format!("/v1/sessions/{sid}/transcript"))
+            .req(
+                reqwest::Method::GET,
+                &format!("/v1/sessions/{sid}/transcript"),
+            )
             .send()
             .await?
             .json()
