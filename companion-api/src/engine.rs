@@ -96,6 +96,10 @@ pub struct Stats {
 /// The gateway as seen by the HTTP layer.
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
+    /// The MCP server registry (`/v1/mcp/servers…`), when the gateway has one.
+    fn mcp(&self) -> Option<std::sync::Arc<dyn crate::mcp::McpApi>> {
+        None
+    }
     /// Cheap figures (read on every `/healthz`).
     async fn stats(&self) -> Stats;
     /// Stored events across sessions (for `/metrics` only; may read the store).

@@ -70,6 +70,16 @@ pub struct Config {
     pub model_tools: Option<ModelTools>,
     #[serde(default)]
     pub python_execution: PythonExecutionSection,
+    /// MCP servers (`mcp.servers.<name>`), offered in the sandbox under their names.
+    #[serde(default)]
+    pub mcp: McpSection,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSection {
+    #[serde(default)]
+    pub servers: BTreeMap<String, vis_companion_api::mcp::McpServerInput>,
 }
 
 impl Config {

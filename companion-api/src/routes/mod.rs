@@ -4,6 +4,7 @@ mod events;
 mod extras;
 mod health;
 mod human_input;
+mod mcp;
 mod path;
 mod sessions;
 mod turns;
@@ -92,6 +93,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/settings/{id}", get(extras::setting))
         .route("/v1/devices", get(extras::devices))
         .route("/v1/fs", get(extras::fs))
+        .route("/v1/mcp/servers", get(mcp::list).post(mcp::save))
+        .route("/v1/mcp/servers/actions/test", post(mcp::test))
+        .route("/v1/mcp/servers/{name}", axum::routing::delete(mcp::delete))
+        .route("/v1/mcp/servers/{name}/actions/enable", post(mcp::enable))
+        .route("/v1/mcp/servers/{name}/actions/kill", post(mcp::kill))
+        .route("/v1/mcp/servers/{name}/actions/start", post(mcp::start))
+        .route("/v1/mcp/servers/{name}/auth/{step}", post(mcp::auth))
         .fallback(|| async { ApiError::not_found_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)

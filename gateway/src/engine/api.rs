@@ -60,6 +60,10 @@ fn store_err(e: crate::store::StoreError) -> ApiError {
 
 #[async_trait]
 impl Engine for Api {
+    fn mcp(&self) -> Option<Arc<dyn vis_companion_api::mcp::McpApi>> {
+        Some(Arc::new(crate::mcp::routes::McpRoutes(self.0.clone())))
+    }
+
     async fn replay_events_retained(&self) -> u64 {
         self.0
             .store
@@ -173,6 +177,7 @@ impl Engine for Api {
             sb.tokens.revoke(sid);
         }
         g.model_sandboxes.stop(sid);
+        g.mcp.stop_session(sid).await;
         g.extensions.stop_session(sid).await;
         let id = sid.to_string();
         let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;

@@ -98,6 +98,8 @@ pub struct Gateway {
     pub presentations: Arc<presentation::Presentations>,
     /// The model's Python sandbox runtime of each session (`python_execution`).
     pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
+    /// MCP servers: the phone's list and each session's connections.
+    pub mcp: Arc<crate::mcp::Mcp>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -134,6 +136,7 @@ impl Gateway {
             }),
             human_input.clone(),
         );
+        let home_dir_for_mcp = home.dir.clone();
         let gw = Arc::new(Gateway {
             store,
             bus,
@@ -154,6 +157,7 @@ impl Gateway {
             human_input,
             presentations,
             model_sandboxes: Arc::default(),
+            mcp: Arc::new(crate::mcp::Mcp::new(home_dir_for_mcp)),
         });
         gw.human_input.bind(&gw);
         Ok(gw)
@@ -217,15 +221,20 @@ impl Gateway {
                     is_hidden: d.is_hidden,
                 })
                 .collect();
+            let mcp_fns = self.mcp_functions(sid, root, &cfg).await;
             let tool = crate::model_sandbox::tool::PythonExecution::new(
-                self.model_sandboxes.clone(),
-                self.sandbox.get().cloned(),
-                host.clone(),
-                session.clone(),
-                self.bus.clone(),
-                self.home.dir.clone(),
-                cfg.block_limit(),
+                crate::model_sandbox::tool::Parts {
+                    boxes: self.model_sandboxes.clone(),
+                    sandbox: self.sandbox.get().cloned(),
+                    host: host.clone(),
+                    session: session.clone(),
+                    bus: self.bus.clone(),
+                    home: self.home.dir.clone(),
+                    limit: cfg.block_limit(),
+                    mcp: self.mcp.clone(),
+                },
                 symbols,
+                mcp_fns,
             );
             let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ext::Hooked {
                 host,
@@ -263,6 +272,32 @@ impl Gateway {
         }
         let prompts = extras.prompts.into_iter().map(|(_, p)| p).collect();
         (tools, prompts)
+    }
+
+    /// The tools of the session's MCP servers as block functions (connecting as needed).
+    async fn mcp_functions(
+        &self,
+        sid: &str,
+        root: &std::path::Path,
+        cfg: &Config,
+    ) -> Vec<crate::mcp::McpFn> {
+        let Some(sandbox) = self.sandbox.get().cloned() else {
+            return Vec::new();
+        };
+        if self.mcp.servers(cfg).is_empty() {
+            return Vec::new();
+        }
+        let (s, r, c) = (sid.to_string(), root.to_path_buf(), cfg.clone());
+        let reach =
+            tokio::task::spawn_blocking(move || crate::mcp::routes::reach(&sandbox, &s, &r, &c));
+        match reach.await {
+            Ok(Ok(reach)) => self.mcp.session_fns(sid, cfg, &reach).await,
+            Ok(Err(e)) => {
+                tracing::warn!(target: "vis::mcp", session = sid, "MCP servers not reachable: {e}");
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     /// A session already in memory (no store read).

@@ -27,6 +27,9 @@ pub struct SessionHost {
     pub bus: Arc<Bus>,
     pub index: Arc<Index>,
     pub shell: Option<ShellSpec>,
+    pub mcp: Arc<crate::mcp::Mcp>,
+    /// `server.tool` → (server, tool) of the session's MCP functions.
+    pub mcp_fns: Arc<std::collections::HashMap<String, (String, String)>>,
     pub block_id: String,
     pub turn_id: String,
     pub cancel: CancellationToken,
@@ -223,6 +226,12 @@ impl SessionHost {
                         )
                     })
             }
+            mcp if self.mcp_fns.contains_key(mcp) => {
+                let (server, tool) = &self.mcp_fns[mcp];
+                self.mcp
+                    .call(&self.session.id, server, tool, args.clone())
+                    .await
+            }
             symbol => {
                 let r = self
                     .host
@@ -280,7 +289,7 @@ impl HostCalls for SessionHost {
             _ => func.to_string(),
         };
         self.activity(func, &label);
-        if !Self::is_builtin(func) {
+        if !Self::is_builtin(func) && !self.mcp_fns.contains_key(func) {
             // Symbols run their own op hooks inside the extension host.
             return self.dispatch(func, &args).await;
         }

@@ -10,6 +10,7 @@ use crate::extensions::{ExtensionHost, SessionCtx};
 use crate::tools::{Tool, ToolCtx, ToolOutput};
 use async_trait::async_trait;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +26,8 @@ pub struct SymbolFn {
     pub is_hidden: bool,
 }
 
-/// The tool, built per turn with the session's function table.
-pub struct PythonExecution {
+/// What the tool needs from the gateway.
+pub struct Parts {
     pub boxes: Arc<Sandboxes>,
     pub sandbox: Option<Arc<crate::sandbox::Sandbox>>,
     pub host: ExtensionHost,
@@ -34,21 +35,23 @@ pub struct PythonExecution {
     pub bus: Arc<Bus>,
     pub home: PathBuf,
     pub limit: Duration,
+    pub mcp: Arc<crate::mcp::Mcp>,
+}
+
+/// The tool, built per turn with the session's function table.
+pub struct PythonExecution {
+    parts: Parts,
     functions: Vec<FnEntry>,
     index: Arc<Index>,
+    /// `server.tool` → (server, tool) of the session's MCP functions.
+    mcp_fns: Arc<HashMap<String, (String, String)>>,
 }
 
 impl PythonExecution {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        boxes: Arc<Sandboxes>,
-        sandbox: Option<Arc<crate::sandbox::Sandbox>>,
-        host: ExtensionHost,
-        session: SessionCtx,
-        bus: Arc<Bus>,
-        home: PathBuf,
-        limit: Duration,
+        parts: Parts,
         symbols: Vec<SymbolFn>,
+        mcp: Vec<crate::mcp::McpFn>,
     ) -> PythonExecution {
         let mut functions: Vec<FnEntry> = super::builtins::docs()
             .iter()
@@ -70,28 +73,40 @@ impl PythonExecution {
                 is_hidden: s.is_hidden,
             });
         }
+        let mut mcp_fns = HashMap::new();
+        for f in mcp {
+            functions.push(FnEntry {
+                name: f.name.clone(),
+                kind: FnKind::Mcp,
+                contract: Some(f.contract),
+                doc: Some(f.doc.clone()),
+            });
+            docs.push(DocEntry {
+                name: f.name.clone(),
+                summary: f.summary,
+                doc: f.doc,
+                is_hidden: false,
+            });
+            mcp_fns.insert(f.name, (f.server, f.tool));
+        }
         PythonExecution {
-            boxes,
-            sandbox,
-            host,
-            session,
-            bus,
-            home,
-            limit,
+            parts,
             functions,
             index: Arc::new(Index::new(docs)),
+            mcp_fns: Arc::new(mcp_fns),
         }
     }
 
     async fn spawn_spec(&self) -> Result<SpawnSpec, String> {
         let sandbox = self
+            .parts
             .sandbox
             .clone()
             .ok_or("the egress proxy is not running, so no sandbox can start")?;
         let (home, root, sid) = (
-            self.home.clone(),
-            self.session.workspace_root.clone(),
-            self.session.id.clone(),
+            self.parts.home.clone(),
+            self.parts.session.workspace_root.clone(),
+            self.parts.session.id.clone(),
         );
         tokio::task::spawn_blocking(move || {
             let cfg = crate::config::load(&home, &root).map_err(|e| e.to_string())?;
@@ -139,28 +154,31 @@ impl Tool for PythonExecution {
         let Some(code) = args.get("code").and_then(Value::as_str) else {
             return ToolOutput::fail("python_execution needs a string `code`");
         };
+        let p = &self.parts;
         let host = SessionHost {
-            session: self.session.clone(),
-            host: self.host.clone(),
-            bus: self.bus.clone(),
+            session: p.session.clone(),
+            host: p.host.clone(),
+            bus: p.bus.clone(),
             index: self.index.clone(),
-            shell: self.sandbox.clone().map(|sandbox| ShellSpec {
+            shell: p.sandbox.clone().map(|sandbox| ShellSpec {
                 sandbox,
-                home: self.home.clone(),
+                home: p.home.clone(),
             }),
+            mcp: p.mcp.clone(),
+            mcp_fns: self.mcp_fns.clone(),
             block_id: ctx.block_id.clone(),
             turn_id: ctx.turn_id.clone(),
             cancel: ctx.cancel.clone(),
         };
-        let outcome = self
+        let outcome = p
             .boxes
             .run_block(
-                &self.session.id,
+                &p.session.id,
                 self.spawn_spec(),
                 super::Block {
                     code,
                     functions: &self.functions,
-                    limit: self.limit,
+                    limit: p.limit,
                 },
                 &host,
                 &ctx.cancel,

@@ -8,7 +8,9 @@
 //!   inside the block with `time.perf_counter` around each `await`;
 //! - `grep` of a word over a tree from a block (first page, timed inside the block), and
 //!   `rg WORD TREE` run directly by this process on the same tree, side by side;
-//! - `patch` of a 10,000-line file with 50 edits, timed inside the block.
+//! - `patch` of a 10,000-line file with 50 edits, timed inside the block;
+//! - an MCP tool call from a block to the fixture MCP server over stdio (`fixture-mcp`, next
+//!   to the gateway binary), which answers at once: the call's whole cost is ours.
 //!
 //! Usage: bench-sandbox <path-to-vis-gateway> <tree-to-grep> [word]
 //! Everything listens on 127.0.0.1 and every loop is bounded; the work folder is removed.
@@ -252,6 +254,23 @@ async fn main() -> Result<()> {
     );
     let patch = printed(&gw.turn(&llm, &sid, &[code]).await?, "PATCH")?;
 
+    // An MCP tool call from a block (stdio fixture server beside the gateway binary).
+    let fixture = Path::new(bin).with_file_name("fixture-mcp");
+    let mcp_root = work.0.join("mcp");
+    std::fs::create_dir_all(&mcp_root)?;
+    std::fs::write(
+        mcp_root.join("vis.yml"),
+        format!(
+            "mcp:\n  servers:\n    fx:\n      transport: stdio\n      command: {}\n      args: [stdio]\n",
+            fixture.display()
+        ),
+    )?;
+    let msid = gw.session(&mcp_root).await?;
+    let code = format!(
+        "import time\n{TIMING}await fx.echo(text='warm')\nts = []\nfor i in range(300):\n    t = time.perf_counter()\n    r = await fx.echo(text='x')\n    ts.append(time.perf_counter() - t)\nassert r == 'x'\nprint('MCP', *_p(ts))\n"
+    );
+    let mcp = printed(&gw.turn(&llm, &msid, &[code]).await?, "MCP")?;
+
     // grep from a block over `tree`, and rg on the same tree.
     let gsid = gw.session(&tree).await?;
     let code = format!(
@@ -310,6 +329,10 @@ async fn main() -> Result<()> {
     println!(
         "| `patch` of a 10,000-line file with 50 edits, 10 runs | {:.1} ms | {:.1} ms | ≤ 50 ms |",
         patch.0, patch.1
+    );
+    println!(
+        "| MCP tool call from a block to a local stdio server that answers at once, 300 calls | {:.2} ms | {:.2} ms | p50 ≤ 5 ms |",
+        mcp.0, mcp.1
     );
     Ok(())
 }

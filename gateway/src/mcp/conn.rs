@@ -1,0 +1,182 @@
+//! One live connection to an MCP server, through the official SDK (`rmcp`): a stdio server
+//! runs as a sandbox child (the session's environment, behind the jail when the project asks,
+//! its own process group); a streamable HTTP server is reached through the egress proxy with
+//! the session's token, so the policy and the filters decide its traffic.
+
+use super::spec;
+use crate::model_sandbox::protocol::CallError;
+use rmcp::model::{CallToolRequestParams, Tool};
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use vis_companion_api::mcp::{McpServerInput, McpTransport};
+
+/// Where and how a connection's process or requests run.
+#[derive(Debug, Clone)]
+pub struct Reach {
+    /// The child environment (proxy variables, CA bundle, scrubbed secrets).
+    pub env: BTreeMap<String, String>,
+    /// The jail's argv prefix (empty: no jail).
+    pub jail: Vec<String>,
+    /// The working directory when the server names none.
+    pub cwd: PathBuf,
+    /// `http://<token>:…@127.0.0.1:<port>`: the egress proxy for HTTP servers.
+    pub proxy_url: Option<String>,
+    /// The PEM bundle the proxy's interception chains to.
+    pub ca_bundle: Option<PathBuf>,
+}
+
+pub struct Conn {
+    service: RunningService<RoleClient, ()>,
+    pub tools: Vec<Tool>,
+    timeout: Duration,
+}
+
+fn stdio_command(input: &McpServerInput, reach: &Reach) -> Result<tokio::process::Command, String> {
+    let program = input.command.clone().unwrap_or_default();
+    let mut argv: Vec<String> = reach.jail.clone();
+    argv.push(program);
+    argv.extend(input.args.clone().unwrap_or_default());
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    let cwd = input
+        .cwd
+        .as_deref()
+        .map(|c| reach.cwd.join(c))
+        .unwrap_or_else(|| reach.cwd.clone());
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(&reach.env)
+        .envs(input.env.clone().unwrap_or_default())
+        .current_dir(cwd)
+        .process_group(0)
+        .kill_on_drop(true);
+    Ok(cmd)
+}
+
+async fn http_client(reach: &Reach) -> Result<reqwest::Client, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut b = reqwest::Client::builder();
+    if let Some(p) = &reach.proxy_url {
+        b = b.proxy(reqwest::Proxy::all(p).map_err(|e| e.to_string())?);
+    }
+    if let Some(path) = &reach.ca_bundle {
+        let pem = tokio::fs::read(path)
+            .await
+            .map_err(|e| format!("cannot read the CA bundle {}: {e}", path.display()))?;
+        for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| e.to_string())? {
+            b = b.add_root_certificate(cert);
+        }
+    }
+    b.build().map_err(|e| e.to_string())
+}
+
+impl Conn {
+    /// Starts or reaches the server, runs `initialize` and lists its tools.
+    pub async fn open(input: &McpServerInput, reach: &Reach) -> Result<Conn, String> {
+        let limit = spec::connect_timeout(input);
+        let fut = async {
+            let service = match input.transport {
+                McpTransport::Stdio => {
+                    let cmd = stdio_command(input, reach)?;
+                    let (transport, _stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .map_err(|e| {
+                            format!(
+                                "cannot start {:?}: {e}",
+                                input.command.as_deref().unwrap_or_default()
+                            )
+                        })?;
+                    ().serve(transport)
+                        .await
+                        .map_err(|e| format!("the server failed during initialize: {e}"))?
+                }
+                McpTransport::StreamableHttp => {
+                    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                    let url = input.url.clone().unwrap_or_default();
+                    let mut cfg = StreamableHttpClientTransportConfig::with_uri(url);
+                    for (k, v) in input.headers.clone().unwrap_or_default() {
+                        let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                            .map_err(|e| format!("header {k:?}: {e}"))?;
+                        let value = reqwest::header::HeaderValue::from_str(&v)
+                            .map_err(|e| format!("header {k:?}: {e}"))?;
+                        cfg.custom_headers.insert(name, value);
+                    }
+                    let client = http_client(reach).await?;
+                    let transport =
+                        rmcp::transport::StreamableHttpClientTransport::with_client(client, cfg);
+                    ().serve(transport)
+                        .await
+                        .map_err(|e| format!("the server failed during initialize: {e}"))?
+                }
+            };
+            let tools = service
+                .list_all_tools()
+                .await
+                .map_err(|e| format!("tools/list failed: {e}"))?;
+            Ok::<_, String>(Conn {
+                service,
+                tools,
+                timeout: spec::call_timeout(input),
+            })
+        };
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the server did not answer within {} ms",
+                limit.as_millis()
+            )),
+        }
+    }
+
+    /// The connection (or the server behind it) is gone.
+    pub fn is_closed(&self) -> bool {
+        self.service.is_transport_closed()
+    }
+
+    /// Calls one tool; the answer as data (structured content, else the text).
+    pub async fn call(&self, tool: &str, args: Map<String, Value>) -> Result<Value, CallError> {
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
+        let result = match tokio::time::timeout(self.timeout, self.service.call_tool(params)).await
+        {
+            Err(_) => {
+                return Err(CallError::new(
+                    "TimeoutError",
+                    format!(
+                        "the MCP tool {tool} did not answer within {} ms",
+                        self.timeout.as_millis()
+                    ),
+                ))
+            }
+            Ok(Err(e)) => {
+                return Err(CallError::new(
+                    "ConnectionError",
+                    format!("the MCP call {tool} failed: {e}"),
+                ))
+            }
+            Ok(Ok(r)) => r,
+        };
+        let content = serde_json::to_value(&result.content).unwrap_or(Value::Null);
+        let texts: Vec<String> = content
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("text").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        if result.is_error == Some(true) {
+            return Err(CallError::new("RuntimeError", texts.join("\n")));
+        }
+        if let Some(structured) = result.structured_content {
+            return Ok(structured);
+        }
+        match (texts.len(), content.as_array().map(Vec::len).unwrap_or(0)) {
+            (1, 1) => Ok(Value::String(texts.into_iter().next().unwrap_or_default())),
+            (n, m) if n == m => Ok(Value::String(texts.join("\n"))),
+            _ => Ok(content),
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! MCP servers (decision M1): configured in `vis.yml` (`mcp.servers`) or added from the
+//! phone, connected per session through the official SDK, and offered to the model as async
+//! functions under the server's name inside `python_execution` blocks.
+//!
+//! - [`spec`]: what a server entry must hold; how tool names become Python names.
+//! - [`conn`]: one live connection (stdio child or streamable HTTP through the proxy).
+//! - [`managed`]: the servers saved from the phone (`<home>/mcp-servers.json`, 0600).
+//! - [`Mcp`]: the registry: the server list the phone sees, each session's connections,
+//!   kills, and the last status of every server (tools seen, last error).
+//!
+//! A session's stdio servers are its own children (their traffic is attributed to it), so
+//! connections are per session; a connection that died is reopened at the next call, and
+//! its failure shows in the list until a connection succeeds again.
+
+pub mod conn;
+pub mod managed;
+pub mod routes;
+pub mod spec;
+
+use crate::config::Config;
+use crate::model_sandbox::protocol::CallError;
+use conn::{Conn, Reach};
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use vis_companion_api::mcp::{McpServer, McpServerInput};
+
+/// One MCP tool as a function of the block's namespace.
+#[derive(Debug, Clone)]
+pub struct McpFn {
+    /// `server.tool` (the tool's Python name).
+    pub name: String,
+    pub server: String,
+    /// The tool's own name on the server.
+    pub tool: String,
+    pub contract: Value,
+    pub summary: String,
+    pub doc: String,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Status {
+    tools: usize,
+    last_error: Option<String>,
+}
+
+struct Live {
+    input: McpServerInput,
+    reach: Reach,
+    conn: Arc<Conn>,
+}
+
+/// The gateway's MCP registry.
+pub struct Mcp {
+    home: PathBuf,
+    managed: Mutex<managed::Servers>,
+    killed: Mutex<HashSet<String>>,
+    status: Mutex<HashMap<String, Status>>,
+    live: tokio::sync::Mutex<HashMap<(String, String), Live>>,
+    /// The session MCP tests run in, once created.
+    probe: Mutex<Option<String>>,
+}
+
+/// One server of a configuration: `(name, spec, is_managed)`.
+pub type Entry = (String, McpServerInput, bool);
+
+impl Mcp {
+    /// The registry of a home; a broken saved-server file is reported and treated as empty.
+    pub fn new(home: PathBuf) -> Mcp {
+        let saved = managed::load(&home).unwrap_or_else(|e| {
+            tracing::error!(target: "vis::mcp", "{e}");
+            managed::Servers::new()
+        });
+        Mcp {
+            home,
+            managed: Mutex::new(saved),
+            killed: Mutex::default(),
+            status: Mutex::default(),
+            live: tokio::sync::Mutex::default(),
+            probe: Mutex::default(),
+        }
+    }
+
+    /// Every server of `cfg` (hand-written ones first) and those saved from the phone.
+    pub fn servers(&self, cfg: &Config) -> Vec<Entry> {
+        let mut out: Vec<Entry> = cfg
+            .mcp
+            .servers
+            .iter()
+            .map(|(n, s)| (n.clone(), s.clone(), false))
+            .collect();
+        for (n, s) in self.managed.lock().iter() {
+            if !cfg.mcp.servers.contains_key(n) {
+                out.push((n.clone(), s.clone(), true));
+            }
+        }
+        out
+    }
+
+    fn is_killed(&self, name: &str) -> bool {
+        self.killed.lock().contains(name)
+    }
+
+    fn note(&self, name: &str, r: Result<usize, String>) {
+        let mut st = self.status.lock();
+        let s = st.entry(name.to_string()).or_default();
+        match r {
+            Ok(n) => {
+                s.tools = n;
+                s.last_error = None;
+            }
+            Err(e) => s.last_error = Some(e),
+        }
+    }
+
+    /// The phone's view of one server.
+    pub async fn view(&self, (name, input, is_managed): &Entry) -> McpServer {
+        let connected = self
+            .live
+            .lock()
+            .await
+            .iter()
+            .any(|((_, n), l)| n == name && !l.conn.is_closed());
+        let st = self.status.lock().get(name).cloned().unwrap_or_default();
+        McpServer {
+            name: name.clone(),
+            transport: input.transport,
+            enabled: input.enabled != Some(false),
+            is_connected: connected,
+            is_managed: *is_managed,
+            tools: st.tools,
+            is_killed: self.is_killed(name),
+            command: input.command.clone(),
+            args: input.args.clone(),
+            cwd: input.cwd.clone(),
+            url: input.url.clone(),
+            timeout_ms: input.timeout_ms,
+            last_error: st.last_error,
+        }
+    }
+
+    async fn open(
+        &self,
+        name: &str,
+        input: &McpServerInput,
+        reach: &Reach,
+    ) -> Result<Arc<Conn>, String> {
+        let r = Conn::open(input, reach).await.map(Arc::new);
+        self.note(
+            name,
+            r.as_ref().map(|c| c.tools.len()).map_err(Clone::clone),
+        );
+        r
+    }
+
+    /// The session's connection to `name`, opened (again) when missing, stale or dead.
+    async fn connection(
+        &self,
+        sid: &str,
+        name: &str,
+        input: &McpServerInput,
+        reach: &Reach,
+    ) -> Result<Arc<Conn>, String> {
+        let key = (sid.to_string(), name.to_string());
+        if let Some(l) = self.live.lock().await.get(&key) {
+            if l.input == *input && !l.conn.is_closed() {
+                return Ok(l.conn.clone());
+            }
+        }
+        let conn = self.open(name, input, reach).await?;
+        self.live.lock().await.insert(
+            key,
+            Live {
+                input: input.clone(),
+                reach: reach.clone(),
+                conn: conn.clone(),
+            },
+        );
+        Ok(conn)
+    }
+
+    /// The tools of every enabled, running server of the session's configuration, as block
+    /// functions. A server that cannot be reached is left out (its error shows in the list).
+    pub async fn session_fns(&self, sid: &str, cfg: &Config, reach: &Reach) -> Vec<McpFn> {
+        let servers: Vec<Entry> = self
+            .servers(cfg)
+            .into_iter()
+            .filter(|(n, s, _)| s.enabled != Some(false) && !self.is_killed(n))
+            .filter(|(n, s, _)| spec::check_name(n).is_ok() && spec::check(s).is_ok())
+            .collect();
+        let opened = futures::future::join_all(servers.iter().map(|(name, input, _)| async move {
+            (name, self.connection(sid, name, input, reach).await)
+        }))
+        .await;
+        let mut out = Vec::new();
+        for (server, conn) in opened {
+            let Ok(conn) = conn else { continue };
+            for tool in &conn.tools {
+                match function(server, tool) {
+                    Ok(f) => out.push(f),
+                    Err(e) => self.note(server, Err(e)),
+                }
+            }
+        }
+        out
+    }
+
+    /// Calls `tool` of `server` for the session (reconnecting a dead connection once).
+    pub async fn call(
+        &self,
+        sid: &str,
+        server: &str,
+        tool: &str,
+        args: Map<String, Value>,
+    ) -> Result<Value, CallError> {
+        if self.is_killed(server) {
+            return Err(CallError::new(
+                "ConnectionError",
+                format!("the MCP server {server} is stopped; start it again from the server list"),
+            ));
+        }
+        let key = (sid.to_string(), server.to_string());
+        let (input, reach, conn) = {
+            let live = self.live.lock().await;
+            let Some(l) = live.get(&key) else {
+                return Err(CallError::new(
+                    "LookupError",
+                    format!("the MCP server {server} is not connected in this session"),
+                ));
+            };
+            (l.input.clone(), l.reach.clone(), l.conn.clone())
+        };
+        let conn = if conn.is_closed() {
+            self.connection(sid, server, &input, &reach)
+                .await
+                .map_err(|e| CallError::new("ConnectionError", format!("{server}: {e}")))?
+        } else {
+            conn
+        };
+        let r = conn.call(tool, args).await;
+        if let Err(e) = &r {
+            if e.kind == "ConnectionError" || e.kind == "TimeoutError" {
+                self.note(server, Err(e.message.clone()));
+            }
+        }
+        r
+    }
+
+    /// Ends the session's connections (their stdio children are killed).
+    pub async fn stop_session(&self, sid: &str) {
+        self.live.lock().await.retain(|(s, _), _| s != sid);
+    }
+
+    /// Ends every connection to `name`.
+    async fn drop_server(&self, name: &str) {
+        self.live.lock().await.retain(|(_, n), _| n != name);
+    }
+}
+
+/// One tool as a block function; a tool whose input schema is unusable is refused.
+fn function(server: &str, tool: &rmcp::model::Tool) -> Result<McpFn, String> {
+    let schema = Value::Object((*tool.input_schema).clone());
+    let props = match schema.get("properties") {
+        None => Map::new(),
+        Some(Value::Object(p)) => p.clone(),
+        Some(other) => return Err(format!(
+            "the tool {} has an invalid input schema: `properties` must be an object, got {other}",
+            tool.name
+        )),
+    };
+    if let Some(t) = schema.get("type") {
+        if t != "object" {
+            return Err(format!(
+                "the tool {} has an invalid input schema: `type` must be \"object\", got {t}",
+                tool.name
+            ));
+        }
+    }
+    let required: HashSet<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let params: Vec<Value> = props
+        .keys()
+        .map(|p| {
+            let req = required.contains(p.as_str());
+            json!({"name": p, "kind": "keyword_only", "required": req, "has_default": !req})
+        })
+        .collect();
+    let signature = format!(
+        "(*, {})",
+        props
+            .iter()
+            .map(|(p, s)| {
+                let ty = s.get("type").and_then(Value::as_str).unwrap_or("any");
+                if required.contains(p.as_str()) {
+                    format!("{p}: {ty}")
+                } else {
+                    format!("{p}: {ty} = …")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let name = format!("{server}.{}", spec::tool_name(&tool.name));
+    let description = tool.description.as_deref().unwrap_or("").to_string();
+    let doc = format!(
+        "await {name}{signature}\n\n{description}\n\nMCP tool {:?} of the server {server}; input schema: {schema}",
+        tool.name
+    );
+    Ok(McpFn {
+        contract: json!({"name": name, "description": description, "signature": signature,
+            "parameters": params, "input_schema": schema, "mcp_server": server, "mcp_tool": tool.name}),
+        summary: description.lines().next().unwrap_or("").to_string(),
+        doc,
+        name,
+        server: server.to_string(),
+        tool: tool.name.to_string(),
+    })
+}

@@ -1,0 +1,230 @@
+//! The `/v1/mcp/servers…` answers: the phone's list, saved servers (add, replace, enable,
+//! remove), runtime kills and starts, and a test connection.
+
+use super::conn::{Conn, Reach};
+use super::{managed, spec, Entry};
+use crate::engine::Gateway;
+use async_trait::async_trait;
+use axum::http::StatusCode;
+use std::path::Path;
+use std::sync::Arc;
+use vis_companion_api::mcp::{
+    McpApi, McpServer, McpServerInput, McpServers, McpTestResult, McpToolInfo,
+};
+use vis_companion_api::{ApiError, ApiResult, CreateSession, Engine};
+
+pub struct McpRoutes(pub Arc<Gateway>);
+
+/// How a session's MCP connections run: its child environment, the jail, the proxy.
+pub fn reach(
+    sandbox: &crate::sandbox::Sandbox,
+    sid: &str,
+    root: &Path,
+    cfg: &crate::config::Config,
+) -> Result<Reach, String> {
+    let env = sandbox.child_env(sid, root, cfg);
+    let jail = sandbox.jail_prefix(root, cfg)?.unwrap_or_default();
+    let token = sandbox.token(sid, root, cfg);
+    Ok(Reach {
+        env,
+        jail,
+        cwd: root.to_path_buf(),
+        proxy_url: Some(format!(
+            "http://{token}:{}@127.0.0.1:{}",
+            crate::sandbox::env::PROXY_PASSWORD,
+            sandbox.port()
+        )),
+        ca_bundle: Some(sandbox.ca_bundle.clone()),
+    })
+}
+
+fn conflict_hand_written(name: &str) -> ApiError {
+    ApiError::conflict(
+        "mcp-server-not-managed",
+        format!(
+            "the MCP server {name:?} is written in a vis.yml; edit that file to change it \
+             (kill and start still work)"
+        ),
+    )
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "mcp-server-not-found",
+        format!("no MCP server named {name:?}"),
+    )
+}
+
+fn invalid(e: String) -> ApiError {
+    ApiError::bad_request("invalid-request", e)
+}
+
+impl McpRoutes {
+    async fn config(&self) -> ApiResult<crate::config::Config> {
+        self.0
+            .project_config(&self.0.default_root)
+            .await
+            .map_err(|e| ApiError::bad_request("invalid-config", e))
+    }
+
+    async fn entry(&self, name: &str) -> ApiResult<Entry> {
+        let cfg = self.config().await?;
+        self.0
+            .mcp
+            .servers(&cfg)
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .ok_or_else(|| not_found(name))
+    }
+
+    /// Changes the saved servers and writes them (off the async workers).
+    async fn edit_saved(&self, f: impl FnOnce(&mut managed::Servers)) -> ApiResult<()> {
+        let next = {
+            let mut m = self.0.mcp.managed.lock();
+            f(&mut m);
+            m.clone()
+        };
+        let home = self.0.mcp.home.clone();
+        tokio::task::spawn_blocking(move || managed::save(&home, &next))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?
+            .map_err(ApiError::engine)
+    }
+
+    /// The session MCP tests run in ("MCP server tests"), created on first use so their
+    /// traffic is attributed and shown like any session's.
+    async fn probe_session(&self) -> ApiResult<String> {
+        let known = self.0.mcp.probe.lock().clone();
+        if let Some(sid) = known {
+            if self.0.session(&sid).await.is_ok() {
+                return Ok(sid);
+            }
+        }
+        let created = crate::engine::Api(self.0.clone())
+            .create_session(CreateSession {
+                channel: Some("system".into()),
+                title: Some("MCP server tests".into()),
+                ..Default::default()
+            })
+            .await?;
+        let sid = created["id"].as_str().unwrap_or_default().to_string();
+        *self.0.mcp.probe.lock() = Some(sid.clone());
+        Ok(sid)
+    }
+}
+
+#[async_trait]
+impl McpApi for McpRoutes {
+    async fn list(&self) -> ApiResult<McpServers> {
+        let cfg = self.config().await?;
+        let mut servers = Vec::new();
+        for e in self.0.mcp.servers(&cfg) {
+            servers.push(self.0.mcp.view(&e).await);
+        }
+        Ok(McpServers { servers })
+    }
+
+    async fn save(&self, name: String, input: McpServerInput) -> ApiResult<McpServer> {
+        spec::check_name(&name).map_err(invalid)?;
+        spec::check(&input).map_err(invalid)?;
+        let cfg = self.config().await?;
+        if cfg.mcp.servers.contains_key(&name) {
+            return Err(conflict_hand_written(&name));
+        }
+        let (n, i) = (name.clone(), input.clone());
+        self.edit_saved(move |m| {
+            m.insert(n, i);
+        })
+        .await?;
+        self.0.mcp.drop_server(&name).await;
+        Ok(self.0.mcp.view(&(name, input, true)).await)
+    }
+
+    async fn set_enabled(&self, name: &str, enabled: bool) -> ApiResult<McpServer> {
+        let (n, mut input, is_managed) = self.entry(name).await?;
+        if !is_managed {
+            return Err(conflict_hand_written(name));
+        }
+        input.enabled = Some(enabled);
+        let (key, saved) = (n.clone(), input.clone());
+        self.edit_saved(move |m| {
+            m.insert(key, saved);
+        })
+        .await?;
+        if !enabled {
+            self.0.mcp.drop_server(name).await;
+        }
+        Ok(self.0.mcp.view(&(n, input, true)).await)
+    }
+
+    async fn delete(&self, name: &str) -> ApiResult<()> {
+        let (_, _, is_managed) = self.entry(name).await?;
+        if !is_managed {
+            return Err(conflict_hand_written(name));
+        }
+        let key = name.to_string();
+        self.edit_saved(move |m| {
+            m.remove(&key);
+        })
+        .await?;
+        self.0.mcp.drop_server(name).await;
+        Ok(())
+    }
+
+    async fn kill(&self, name: &str) -> ApiResult<McpServer> {
+        let e = self.entry(name).await?;
+        self.0.mcp.killed.lock().insert(name.to_string());
+        self.0.mcp.drop_server(name).await;
+        Ok(self.0.mcp.view(&e).await)
+    }
+
+    async fn start(&self, name: &str) -> ApiResult<McpServer> {
+        let e = self.entry(name).await?;
+        self.0.mcp.killed.lock().remove(name);
+        Ok(self.0.mcp.view(&e).await)
+    }
+
+    async fn test(&self, name: String, input: McpServerInput) -> ApiResult<McpTestResult> {
+        spec::check_name(&name).map_err(invalid)?;
+        spec::check(&input).map_err(invalid)?;
+        let sandbox = self.0.sandbox.get().cloned().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sandbox-unavailable",
+                "the egress proxy is not running",
+            )
+        })?;
+        let sid = self.probe_session().await?;
+        let cfg = self.config().await?;
+        let root = self.0.default_root.clone();
+        let r = tokio::task::spawn_blocking(move || reach(&sandbox, &sid, &root, &cfg))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?;
+        let opened = match r {
+            Ok(reach) => Conn::open(&input, &reach).await,
+            Err(e) => Err(e),
+        };
+        Ok(match opened {
+            Ok(conn) => McpTestResult {
+                name,
+                is_connected: true,
+                tools: conn
+                    .tools
+                    .iter()
+                    .map(|t| McpToolInfo {
+                        name: t.name.to_string(),
+                        description: t.description.as_ref().map(|d| d.to_string()),
+                    })
+                    .collect(),
+                error: None,
+            },
+            Err(e) => McpTestResult {
+                name,
+                is_connected: false,
+                tools: Vec::new(),
+                error: Some(e),
+            },
+        })
+    }
+}

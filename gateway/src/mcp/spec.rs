@@ -1,0 +1,174 @@
+//! What a configured MCP server must look like, and how its tools are named in a block.
+
+use std::time::Duration;
+use vis_companion_api::mcp::{McpServerInput, McpTransport};
+
+/// Connecting (spawn + `initialize` + `tools/list`) may take this long by default.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// One tool call may take this long by default.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+const PY_KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A server's name becomes a Python name in every block (`await github.search(…)`).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.len() > 64 || !is_identifier(name) || PY_KEYWORDS.contains(&name) {
+        return Err(format!(
+            "an MCP server name must be a Python identifier of at most 64 characters \
+             (letters, digits, _; not a keyword), got {name:?}"
+        ));
+    }
+    if crate::model_sandbox::builtins::docs()
+        .iter()
+        .any(|d| d.name == name)
+    {
+        return Err(format!(
+            "{name:?} is a built-in function of the sandbox; choose another server name"
+        ));
+    }
+    Ok(())
+}
+
+/// The input is usable as written.
+pub fn check(input: &McpServerInput) -> Result<(), String> {
+    let blank = |s: &Option<String>| s.as_deref().is_none_or(|v| v.trim().is_empty());
+    match input.transport {
+        McpTransport::Stdio => {
+            if blank(&input.command) {
+                return Err("a stdio server needs `command`".into());
+            }
+            if input.url.is_some() || input.headers.is_some() {
+                return Err("`url` and `headers` belong to a streamable_http server".into());
+            }
+        }
+        McpTransport::StreamableHttp => {
+            let url = input.url.as_deref().unwrap_or("").trim();
+            let ok = url.parse::<axum::http::Uri>().ok().is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+            });
+            if !ok {
+                return Err(format!(
+                    "a streamable_http server needs `url`, an http:// or https:// URL, got {url:?}"
+                ));
+            }
+            if input.command.is_some() || input.args.is_some() {
+                return Err("`command` and `args` belong to a stdio server".into());
+            }
+        }
+    }
+    if let Some(t) = input.timeout_ms {
+        if !(100..=600_000).contains(&t) {
+            return Err(format!("`timeout_ms` must be 100..=600000, got {t}"));
+        }
+    }
+    Ok(())
+}
+
+/// The call's time limit.
+pub fn call_timeout(input: &McpServerInput) -> Duration {
+    input
+        .timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or(CALL_TIMEOUT)
+}
+
+/// The connect time limit.
+pub fn connect_timeout(input: &McpServerInput) -> Duration {
+    input
+        .timeout_ms
+        .map(Duration::from_millis)
+        .unwrap_or(CONNECT_TIMEOUT)
+}
+
+/// A tool's Python name under its server: other characters become `_`, a leading digit gets
+/// a `_` in front.
+pub fn tool_name(tool: &str) -> String {
+    let mut s: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty()
+        || s.starts_with(|c: char| c.is_ascii_digit())
+        || PY_KEYWORDS.contains(&s.as_str())
+    {
+        s.insert(0, '_');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stdio(cmd: &str) -> McpServerInput {
+        McpServerInput {
+            transport: McpTransport::Stdio,
+            enabled: None,
+            command: Some(cmd.into()),
+            args: None,
+            cwd: None,
+            env: None,
+            url: None,
+            headers: None,
+            timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn server_names_are_python_identifiers_that_shadow_nothing() {
+        assert!(check_name("github").is_ok());
+        assert!(check_name("my_server2").is_ok());
+        for bad in [
+            "",
+            "2x",
+            "a-b",
+            "class",
+            "cat",
+            "grep",
+            "x".repeat(65).as_str(),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn each_transport_needs_its_own_fields() {
+        assert!(check(&stdio("srv")).is_ok());
+        assert!(check(&stdio(" ")).is_err());
+        let mut http = stdio("srv");
+        http.transport = McpTransport::StreamableHttp;
+        assert!(check(&http).unwrap_err().contains("url"));
+        http.command = None;
+        http.url = Some("ftp://x".into());
+        assert!(check(&http).is_err());
+        http.url = Some("http://127.0.0.1:9/mcp".into());
+        assert!(check(&http).is_ok());
+        http.timeout_ms = Some(5);
+        assert!(check(&http).unwrap_err().contains("timeout_ms"));
+    }
+
+    #[test]
+    fn tool_names_become_python_names() {
+        assert_eq!(tool_name("search-issues"), "search_issues");
+        assert_eq!(tool_name("2fa"), "_2fa");
+        assert_eq!(tool_name("import"), "_import");
+        assert_eq!(tool_name("ok_name"), "ok_name");
+    }
+}

@@ -1,0 +1,282 @@
+//! MCP servers end to end: a fixture MCP server written with the official SDK
+//! (`tests/src/bin/fixture-mcp.rs`, over stdio and streamable HTTP) whose tools a fixture LLM
+//! calls from `python_execution` blocks; the phone's `/v1/mcp/servers…` routes.
+
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_fixture-mcp");
+
+async fn block(gw: &Gateway, llm: &FixtureLlm, sid: &str, code: &str) -> String {
+    let before = llm.request_count();
+    llm.push(Script::tool_call("python_execution", json!({"code": code})));
+    llm.push(Script::text(&["done"]));
+    let (evs, last) = gw.run_turn(sid, "go").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let reqs = llm.requests();
+    let msgs = reqs[before + 1].body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    msgs.iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn stdio_config(dirs: &Dirs) {
+    std::fs::write(
+        dirs.root().join("vis.yml"),
+        format!("mcp:\n  servers:\n    fixture:\n      transport: stdio\n      command: {FIXTURE}\n      args: [stdio]\n"),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stdio_servers_tools_are_async_functions_in_a_block_with_docs_and_apropos() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    stdio_config(&dirs);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let code = r#"
+r = await fixture.add(a=2, b=3)
+print("sum", r["sum"])
+print(await fixture.search_issues(q="crash"))
+print(apropos("integers sum").splitlines()[0])
+print("doc:", "Add two integers" in doc("fixture.add"))
+try:
+    await fixture.fail(message="nope")
+except Exception as e:
+    print("failed:", type(e).__name__, e)
+"#;
+    let out = block(&gw, &llm, &sid, code).await;
+    assert!(out.contains("sum 5"), "{out}");
+    assert!(out.contains("no issues match crash"), "{out}");
+    assert!(out.contains("fixture.add"), "apropos: {out}");
+    assert!(out.contains("doc: True"), "{out}");
+    assert!(out.contains("failed: RuntimeError nope"), "{out}");
+    // The hand-written server is listed, not managed, with its tools counted.
+    let (s, v) = gw.get("/v1/mcp/servers").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let srv = &v["servers"][0];
+    assert_eq!(srv["name"], "fixture");
+    assert_eq!(srv["is_managed"], false);
+    assert_eq!(srv["tools"], 6);
+    assert_eq!(srv["is_connected"], true);
+    assert!(srv.get("env").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_server_is_restarted_on_the_next_call_and_its_failure_is_listed() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    stdio_config(&dirs);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let code = "try:\n    await fixture.die()\nexcept Exception as e:\n    print('died:', type(e).__name__)\n";
+    let out = block(&gw, &llm, &sid, code).await;
+    assert!(out.contains("died: ConnectionError"), "{out}");
+    let (_, v) = gw.get("/v1/mcp/servers").await;
+    assert!(
+        v["servers"][0]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("die")),
+        "the failure is listed: {v}"
+    );
+    let out = block(
+        &gw,
+        &llm,
+        &sid,
+        "print('after:', (await fixture.add(a=1, b=1))['sum'])",
+    )
+    .await;
+    assert!(
+        out.contains("after: 2"),
+        "restarted on the next call: {out}"
+    );
+    let (_, v) = gw.get("/v1/mcp/servers").await;
+    assert_eq!(v["servers"][0]["is_connected"], true, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn servers_added_from_the_phone_are_saved_killed_started_and_removed() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    write_network_policy(&dirs.root(), &loopback_policy());
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    // An HTTP server, reached through the egress proxy.
+    let port_file = dirs.home().join("mcp-port");
+    let mut http = std::process::Command::new(FIXTURE)
+        .arg("http")
+        .arg(&port_file)
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    for _ in 0..200 {
+        port = std::fs::read_to_string(&port_file).unwrap_or_default();
+        if !port.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let server = json!({"transport": "streamable_http", "url": format!("http://127.0.0.1:{port}/mcp"),
+        "headers": {"Authorization": "Bearer secret-token"}});
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "web", "server": server}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["is_managed"], true);
+    assert!(!v.to_string().contains("secret-token"), "never echoed: {v}");
+    let saved = std::fs::read_to_string(dirs.home().join("mcp-servers.json")).unwrap();
+    assert!(saved.contains("secret-token"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dirs.home().join("mcp-servers.json"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let out = block(&gw, &llm, &sid, "print(await web.echo(text='over http'))").await;
+    assert_eq!(out.trim(), "over http");
+    let decisions = gw.wait_egress(&sid, 1).await;
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["decision"] == "allow" && d["host"] == "127.0.0.1"),
+        "through the proxy: {decisions:?}"
+    );
+
+    // kill: calls fail until start.
+    let (s, v) = gw.post_empty("/v1/mcp/servers/web/actions/kill").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["is_killed"], true);
+    let out = block(&gw, &llm, &sid, "print('web' in dir())").await;
+    assert_eq!(out.trim(), "False", "a killed server is not offered");
+    let (_, v) = gw.post_empty("/v1/mcp/servers/web/actions/start").await;
+    assert_eq!(v["is_killed"], false);
+    let out = block(&gw, &llm, &sid, "print(await web.echo(text='back'))").await;
+    assert_eq!(out.trim(), "back");
+
+    // disable, then remove.
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers/web/actions/enable",
+            json!({"enabled": false}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["enabled"], false);
+    let (s, _) = gw.delete("/v1/mcp/servers/web").await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (_, v) = gw.get("/v1/mcp/servers").await;
+    assert_eq!(v["servers"], json!([]));
+    let _ = http.kill();
+    let _ = http.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_servers_get_clear_errors_and_the_gateway_keeps_serving() {
+    let dirs = Dirs::new();
+    let gw = Gateway::start_in(dirs.clone(), Opts::default().sandbox()).await;
+    let test = |server: Value| {
+        let gw = &gw;
+        async move {
+            gw.post(
+                "/v1/mcp/servers/actions/test",
+                json!({"name": "probe", "server": server}),
+            )
+            .await
+        }
+    };
+    let (s, v) = test(json!({"transport": "stdio", "command": "/nonexistent/mcp-server"})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["is_connected"], false);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("/nonexistent/mcp-server"),
+        "{v}"
+    );
+    let (_, v) = test(json!({"transport": "stdio", "command": FIXTURE, "args": ["crash"]})).await;
+    assert!(
+        v["error"].as_str().unwrap_or("").contains("initialize"),
+        "{v}"
+    );
+    let (_, v) = test(
+        json!({"transport": "stdio", "command": FIXTURE, "args": ["hang"], "timeout_ms": 500}),
+    )
+    .await;
+    assert!(v["error"].as_str().unwrap_or("").contains("500 ms"), "{v}");
+    let (_, v) = test(json!({"transport": "stdio", "command": FIXTURE, "args": ["stdio"]})).await;
+    assert_eq!(v["is_connected"], true, "{v}");
+    assert_eq!(v["tools"].as_array().map(Vec::len), Some(6), "{v}");
+    // Malformed requests are 400s naming what is wrong.
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers",
+            json!({"name": "bad-name", "server": {"transport": "stdio", "command": "x"}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v.to_string().contains("Python identifier"), "{v}");
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers",
+            json!({"name": "x", "server": {"transport": "carrier-pigeon"}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (s, v) = gw.post_empty("/v1/mcp/servers/ghost/actions/kill").await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, v) = gw.post_empty("/v1/mcp/servers/ghost/auth/start").await;
+    assert_eq!(s, StatusCode::NOT_IMPLEMENTED, "{v}");
+    let (s, _) = gw.get("/healthz").await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+/// A raw stdio server (no SDK: the SDK cannot produce it) whose only tool has an input schema
+/// that is not a JSON Schema object.
+const BAD_SCHEMA_SERVER: &str = r#"
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg["method"] == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "bad", "version": "1"}}
+    elif msg["method"] == "tools/list":
+        result = {"tools": [{"name": "broken", "inputSchema": {"type": "object", "properties": ["not", "an", "object"]}}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_whose_schema_is_not_valid_json_schema_is_left_out_with_the_reason_listed() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let script = dirs.root().join("bad_server.py");
+    std::fs::write(&script, BAD_SCHEMA_SERVER).unwrap();
+    std::fs::write(
+        dirs.root().join("vis.yml"),
+        format!("mcp:\n  servers:\n    bad:\n      transport: stdio\n      command: python3\n      args: [{}]\n", script.display()),
+    )
+    .unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let out = block(&gw, &llm, &sid, "print('bad' in dir())").await;
+    assert_eq!(out.trim(), "False", "{out}");
+    let (_, v) = gw.get("/v1/mcp/servers").await;
+    let err = v["servers"][0]["last_error"].as_str().unwrap_or_default();
+    assert!(err.contains("broken") && err.contains("properties"), "{v}");
+}
