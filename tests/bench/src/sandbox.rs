@@ -255,7 +255,7 @@ async fn main() -> Result<()> {
     let patch = printed(&gw.turn(&llm, &sid, &[code]).await?, "PATCH")?;
 
     // An MCP tool call from a block (stdio fixture server beside the gateway binary).
-    let fixture = Path::new(bin).with_file_name("fixture-mcp");
+    let fixture = std::fs::canonicalize(Path::new(bin).with_file_name("fixture-mcp"))?;
     let mcp_root = work.0.join("mcp");
     std::fs::create_dir_all(&mcp_root)?;
     std::fs::write(
