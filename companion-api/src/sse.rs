@@ -4,8 +4,10 @@
 
 use crate::engine::{Frame, Subscription};
 use crate::live::LiveRx;
+use crate::replay::{ReplayPage, ReplayRest};
 use crate::serve_stats::SseGuard;
 use bytes::{BufMut, Bytes, BytesMut};
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, Stream, StreamExt};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -133,8 +135,23 @@ fn take(last: &mut [i64], out: &mut Chunk, i: usize, f: Frame) {
     out.push(f.bytes);
 }
 
-/// The SSE body of one connection. Frames that are ready together (a replay, or a burst of
-/// live events) are written as one chunk, so a burst costs one socket write per subscriber.
+/// A subscription whose replay has pages left to read.
+struct Replaying {
+    rest: Box<dyn ReplayRest>,
+    /// The last seq read so far: the next page starts after it.
+    after: i64,
+}
+
+type PageFuture = BoxFuture<'static, Result<ReplayPage, String>>;
+
+/// The SSE body of one connection. Frames that are ready together (a replay page, or a burst
+/// of live events) are written as one chunk, so a burst costs one socket write per subscriber.
+///
+/// The replay is read page by page (`ReplayRest`): the next page is fetched only when
+/// everything queued is written, and hyper polls the body only when the socket takes data,
+/// so a client that stops reading holds one page. A subscription's live frames wait in its
+/// bounded live queue until its replay is complete (a full queue drops the subscriber, as for
+/// any slow client).
 ///
 /// Per-frame work is kept to the minimum because one event is written to every subscriber:
 /// no clock read or timer reset per frame (the heartbeat timer ticks every
@@ -143,12 +160,78 @@ fn take(last: &mut [i64], out: &mut Chunk, i: usize, f: Frame) {
 /// connection is aborted by [`crate::serve`]).
 struct SseBody {
     queue: VecDeque<(usize, Frame)>,
-    live: Vec<(usize, LiveRx)>,
+    /// Per subscription: its live queue, and its replay's pages still to read.
+    live: Vec<LiveRx>,
+    replaying: Vec<Option<Replaying>>,
+    sessions: Vec<String>,
+    fetch: Option<(usize, PageFuture)>,
+    /// A page could not be read: end the stream (the client reconnects with its cursor).
+    failed: bool,
     last: Vec<i64>,
     tick: Pin<Box<Sleep>>,
     wrote: bool,
     finished: bool,
     _counted: SseGuard,
+}
+
+impl SseBody {
+    /// Moves frames into `out`: the queue first, then the next replay page once the queue is
+    /// written. Stops when `out` is full, a page is pending, or no replay is left.
+    fn fill(&mut self, cx: &mut Context<'_>, out: &mut Chunk) {
+        loop {
+            while out.len() < BATCH_BYTES {
+                let Some((i, f)) = self.queue.pop_front() else {
+                    break;
+                };
+                take(&mut self.last, out, i, f);
+            }
+            if !self.queue.is_empty() {
+                return;
+            }
+            if self.fetch.is_none() {
+                let Some(i) = self.replaying.iter().position(Option::is_some) else {
+                    return;
+                };
+                if let Some(r) = &self.replaying[i] {
+                    self.fetch = Some((i, r.rest.page(r.after)));
+                }
+            }
+            let Some((i, fut)) = self.fetch.as_mut() else {
+                return;
+            };
+            let i = *i;
+            let page = match fut.as_mut().poll(cx) {
+                Poll::Pending => return,
+                Poll::Ready(p) => p,
+            };
+            self.fetch = None;
+            let page = match page {
+                Ok(p) => p,
+                Err(_) => {
+                    self.failed = true;
+                    return;
+                }
+            };
+            if let Some((from, to)) = page.gap {
+                let gap = json!({"type": "stream.gap", "session_id": self.sessions[i],
+                    "from": from, "to": to});
+                self.queue.push_back((
+                    usize::MAX,
+                    Frame {
+                        seq: 0,
+                        bytes: control(gap, "stream.gap"),
+                    },
+                ));
+            }
+            if let Some(r) = self.replaying[i].as_mut() {
+                r.after = r.after.max(page.through);
+            }
+            self.queue.extend(page.frames.into_iter().map(|f| (i, f)));
+            if page.done {
+                self.replaying[i] = None;
+            }
+        }
+    }
 }
 
 impl Stream for SseBody {
@@ -160,23 +243,32 @@ impl Stream for SseBody {
             return Poll::Ready(None);
         }
         let mut out = Chunk::Empty;
-        while out.len() < BATCH_BYTES {
-            let Some((i, f)) = this.queue.pop_front() else {
-                break;
-            };
-            take(&mut this.last, &mut out, i, f);
+        if !this.failed {
+            this.fill(cx, &mut out);
         }
-        let last = &mut this.last;
         let mut ended = 0;
-        for (i, rx) in this.live.iter_mut() {
-            let i = *i;
-            if let Poll::Ready(None) = rx.poll_drain(cx, &mut |f| take(last, &mut out, i, f)) {
-                ended += 1;
+        if this.queue.is_empty() {
+            // Live frames once everything queued is written; a subscription still replaying
+            // leaves its live frames in its queue until its replay is complete.
+            let last = &mut this.last;
+            for (i, rx) in this.live.iter_mut().enumerate() {
+                if this.replaying[i].is_some() {
+                    continue;
+                }
+                if let Poll::Ready(None) = rx.poll_drain(cx, &mut |f| take(last, &mut out, i, f)) {
+                    ended += 1;
+                }
             }
         }
         if let Some(bytes) = out.into_bytes() {
             this.wrote = true;
             return Poll::Ready(Some(Ok(bytes)));
+        }
+        if this.failed {
+            this.finished = true;
+            return Poll::Ready(Some(Err(std::io::Error::other(
+                "the replay could not be read",
+            ))));
         }
         if ended == this.live.len() && this.queue.is_empty() {
             // Every sink was closed by the engine (session deleted, slow subscriber dropped,
@@ -213,19 +305,26 @@ pub fn body_stream(
             },
         ));
     }
-    let mut live = Vec::with_capacity(subs.len());
-    let mut last = Vec::with_capacity(subs.len());
+    let n = subs.len();
+    let (mut live, mut replaying) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut last, mut sessions) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for (i, mut sub) in subs.into_iter().enumerate() {
         queue.extend(prelude(&sub));
         last.push(sub.ready.cursor);
-        for f in std::mem::take(&mut sub.replay) {
-            queue.push_back((i, f));
-        }
-        live.push((i, sub.live));
+        let replay = std::mem::take(&mut sub.replay);
+        let after = replay.last().map_or(sub.ready.cursor, |f| f.seq);
+        queue.extend(replay.into_iter().map(|f| (i, f)));
+        replaying.push(sub.rest.take().map(|rest| Replaying { rest, after }));
+        sessions.push(sub.session_id);
+        live.push(sub.live);
     }
     SseBody {
         queue,
         live,
+        replaying,
+        sessions,
+        fetch: None,
+        failed: false,
         last,
         tick: Box::pin(tokio::time::sleep(HEARTBEAT / 2)),
         wrote: false,
@@ -269,6 +368,7 @@ mod tests {
             },
             gap: Some((1, 1)),
             replay,
+            rest: None,
             live,
         }
     }
@@ -345,5 +445,124 @@ mod tests {
     fn a_control_frame_has_an_empty_id_line() {
         let f = format_frame(None, "subscription.ready", "{}");
         assert!(f.starts_with(b"id: \nevent: subscription.ready\n"));
+    }
+
+    /// Pages handed out in order; records the cursor each was asked after.
+    struct Pages {
+        pages: std::sync::Mutex<VecDeque<Result<ReplayPage, String>>>,
+        asked: std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
+    }
+
+    impl ReplayRest for Pages {
+        fn page(&self, after: i64) -> BoxFuture<'static, Result<ReplayPage, String>> {
+            self.asked.lock().unwrap().push(after);
+            let next = self.pages.lock().unwrap().pop_front();
+            Box::pin(async move { next.unwrap_or_else(|| Err("no more pages".into())) })
+        }
+    }
+
+    /// A 40 KiB frame.
+    fn fat(seq: i64) -> Frame {
+        Frame {
+            seq,
+            bytes: format_frame(Some(seq), "x", &format!("\"{}\"", "y".repeat(40 * 1024))),
+        }
+    }
+
+    fn paged(
+        first: Vec<Frame>,
+        pages: Vec<Result<ReplayPage, String>>,
+        live: LiveRx,
+    ) -> (Subscription, std::sync::Arc<std::sync::Mutex<Vec<i64>>>) {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut sub = subscription(first, live);
+        sub.gap = None;
+        sub.rest = Some(Box::new(Pages {
+            pages: std::sync::Mutex::new(pages.into()),
+            asked: asked.clone(),
+        }));
+        (sub, asked)
+    }
+
+    fn seqs(chunk: &Bytes) -> Vec<i64> {
+        String::from_utf8_lossy(chunk)
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: ").and_then(|s| s.parse().ok()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_replay_is_read_one_page_at_a_time_as_the_client_takes_it() {
+        let (tx, rx) = crate::live::channel(8);
+        let (sub, asked) = paged(
+            vec![fat(2)],
+            vec![
+                Ok(ReplayPage {
+                    frames: vec![fat(3), fat(4)],
+                    through: 4,
+                    ..Default::default()
+                }),
+                Ok(ReplayPage {
+                    frames: vec![fat(5)],
+                    through: 5,
+                    done: true,
+                    ..Default::default()
+                }),
+            ],
+            rx,
+        );
+        // Live frames that arrive during the replay wait for it (6 repeats nothing; 5 does).
+        tx.push(frame(5)).unwrap();
+        tx.push(frame(6)).unwrap();
+        let mut body = body_stream(vec![sub], false);
+        let first = body.next().await.unwrap().unwrap();
+        assert_eq!(seqs(&first), vec![2, 3], "a chunk stops at the batch size");
+        assert_eq!(*asked.lock().unwrap(), vec![2], "one page read so far");
+        let second = body.next().await.unwrap().unwrap();
+        assert_eq!(
+            seqs(&second),
+            vec![4, 5, 6],
+            "the rest of the replay, then live without repeating seq 5"
+        );
+        assert_eq!(
+            *asked.lock().unwrap(),
+            vec![2, 4],
+            "the next page once the first is written"
+        );
+    }
+
+    #[tokio::test]
+    async fn events_trimmed_during_the_replay_are_announced_before_the_next_page() {
+        let (_tx, rx) = crate::live::channel(8);
+        let (sub, _) = paged(
+            vec![frame(2)],
+            vec![Ok(ReplayPage {
+                gap: Some((3, 9)),
+                frames: vec![frame(10)],
+                through: 10,
+                done: true,
+            })],
+            rx,
+        );
+        let mut body = body_stream(vec![sub], false);
+        let text = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+        let gap = text.find("event: stream.gap").expect(&text);
+        let line = text[gap..].lines().nth(1).unwrap_or_default();
+        assert!(
+            line.contains("\"from\":3") && line.contains("\"to\":9"),
+            "{line}"
+        );
+        assert!(gap > text.find("id: 2\n").unwrap() && gap < text.find("id: 10\n").unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_replay_page_that_cannot_be_read_ends_the_stream() {
+        let (_tx, rx) = crate::live::channel(8);
+        let (sub, _) = paged(vec![frame(2)], vec![Err("disk I/O error".into())], rx);
+        let mut body = body_stream(vec![sub], false);
+        let first = body.next().await.unwrap().unwrap();
+        assert_eq!(seqs(&first), vec![2]);
+        assert!(body.next().await.unwrap().is_err(), "the socket closes");
+        assert!(body.next().await.is_none());
     }
 }

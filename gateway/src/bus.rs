@@ -4,10 +4,13 @@
 //! `publish` assigns the seq, formats the frame once and queues the journal write under the
 //! session's lock, so journal order is seq order. The store thread offers the frame to every
 //! sink once the write is committed (durable before live), without blocking: a full sink is
-//! dropped and its connection killed. `subscribe` registers a sink under the same lock, with
-//! the high-water it joined at, and then reads the replay through the store thread, whose FIFO
-//! order guarantees the replay includes every event published before the registration; the
-//! sink takes only later frames live.
+//! dropped and its connection killed. A frame whose write failed (a full disk, an I/O error)
+//! reaches no sink: it is recorded as lost, and the engine fails the session's running turn
+//! once the database takes writes again (`engine/storage.rs`). `subscribe` registers a sink
+//! under the same lock, with the high-water it joined at, and then reads the first page of
+//! the replay through the store thread, whose FIFO order guarantees the replay includes every
+//! event published before the registration; the sink takes only later frames live, and the
+//! rest of the replay is read page by page as the client takes it (`replay.rs`).
 
 use crate::store::{rows, Store};
 use parking_lot::Mutex;
@@ -18,6 +21,10 @@ use tokio_util::sync::CancellationToken;
 use vis_companion_api::live::{self, LiveTx, PushError};
 use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
 use vis_companion_api::{Frame, Ready, Subscription};
+
+mod lost;
+mod replay;
+pub use lost::{Lost, LostSeqs};
 
 /// A store row written together with an event, given the event's seq.
 pub type SeqRow =
@@ -47,14 +54,28 @@ struct Sink {
 }
 
 struct Channel {
+    /// The last seq handed to an event (in memory; may be ahead of the store).
     seq: i64,
+    /// The last seq whose write is committed: a seq at or below it is never handed out again.
+    durable: i64,
     sinks: Vec<Sink>,
+}
+
+/// How an event's extra row relates to its seq.
+enum Row {
+    None,
+    /// Keeps the seq (egress rows): the session's high-water on load includes it, so the
+    /// event does not bump `sessions.last_seq` itself.
+    KeepsSeq(SeqRow),
+    /// Written in the same transaction as the event (a turn's record with its terminal).
+    Alongside(SeqRow),
 }
 
 pub struct Bus {
     store: Store,
     retain: i64,
     channels: Mutex<HashMap<String, Arc<Mutex<Channel>>>>,
+    lost: Arc<LostSeqs>,
 }
 
 impl Bus {
@@ -63,6 +84,7 @@ impl Bus {
             store,
             retain,
             channels: Mutex::new(HashMap::new()),
+            lost: Arc::new(LostSeqs::default()),
         }
     }
 
@@ -74,6 +96,7 @@ impl Bus {
             .or_insert_with(|| {
                 Arc::new(Mutex::new(Channel {
                     seq: last_seq,
+                    durable: last_seq,
                     sinks: Vec::new(),
                 }))
             });
@@ -93,19 +116,31 @@ impl Bus {
         self.channels.lock().remove(sid);
     }
 
+    /// The last seq handed to an event of the session (committed or not).
     pub fn high_water(&self, sid: &str) -> Option<i64> {
         self.channel(sid).map(|c| c.lock().seq)
     }
 
+    /// The last seq of the session whose write is committed.
+    pub fn durable_high_water(&self, sid: &str) -> Option<i64> {
+        self.channel(sid).map(|c| c.lock().durable)
+    }
+
+    /// Events the store could not write, by session (see [`LostSeqs`]).
+    pub fn lost(&self) -> &Arc<LostSeqs> {
+        &self.lost
+    }
+
     /// Publishes one event; returns its seq (0 if the session has no channel).
     pub fn publish(&self, sid: &str, kind: &str, payload: Map<String, Value>) -> i64 {
-        self.publish_with_row(sid, kind, payload, None)
+        self.publish_value(sid, kind, payload, Row::None)
     }
 
     /// [`Bus::publish`], plus a row that needs the event's seq, written by the same store
     /// job as the event (one store wake-up and one transaction for both). The row must keep
     /// the seq: the session's high-water on load is read from `sessions.last_seq` and the
     /// egress rows (`rows::get_session`), and is not bumped separately for such events.
+    #[cfg(test)]
     pub fn publish_with_row(
         &self,
         sid: &str,
@@ -113,6 +148,22 @@ impl Bus {
         payload: Map<String, Value>,
         row: Option<SeqRow>,
     ) -> i64 {
+        self.publish_value(sid, kind, payload, row.map_or(Row::None, Row::KeepsSeq))
+    }
+
+    /// [`Bus::publish`], with `row` written in the same transaction as the event: both are
+    /// stored, or neither (a turn's terminal and its record).
+    pub fn publish_together(
+        &self,
+        sid: &str,
+        kind: &str,
+        payload: Map<String, Value>,
+        row: SeqRow,
+    ) -> i64 {
+        self.publish_value(sid, kind, payload, Row::Alongside(row))
+    }
+
+    fn publish_value(&self, sid: &str, kind: &str, payload: Map<String, Value>, row: Row) -> i64 {
         self.publish_core(sid, kind, row, |seq| {
             let mut ev = payload;
             ev.insert("schema".into(), Value::from(1));
@@ -135,6 +186,7 @@ impl Bus {
         members: &str,
         row: Option<SeqRow>,
     ) -> i64 {
+        let row = row.map_or(Row::None, Row::KeepsSeq);
         self.publish_core(sid, kind, row, |seq| {
             let (sid, kind) = (Value::from(sid), Value::from(kind));
             let sep = if members.starts_with('}') { "" } else { "," };
@@ -147,12 +199,12 @@ impl Bus {
 
     /// Assigns the seq, builds the event's JSON with `data(seq)` and queues the journal write
     /// (and `row`) under the session's lock; the store thread hands the frame to the live
-    /// sinks once that write is committed.
+    /// sinks once that write is committed, or records the seq as lost if it is not.
     fn publish_core(
         &self,
         sid: &str,
         kind: &str,
-        row: Option<SeqRow>,
+        row: Row,
         data: impl FnOnce(i64) -> String,
     ) -> i64 {
         let Some(chan) = self.channel(sid) else {
@@ -173,10 +225,9 @@ impl Bus {
         };
         let live = chan.clone();
         let stored = !is_live_only(kind);
-        // A row written with the event keeps its seq (egress rows), so the session's
-        // high-water needs no update of its own.
-        let seq_kept = row.is_some();
+        let seq_kept = matches!(row, Row::KeepsSeq(_));
         let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
+        let lost = self.lost.clone();
         self.store.submit("event", move |c| {
             let out = crate::store::atomically(c, |c| {
                 rows::insert_event(
@@ -189,18 +240,25 @@ impl Bus {
                     seq_kept,
                 )?;
                 match row {
-                    Some(row) => row(c, seq),
-                    None => Ok(()),
+                    Row::KeepsSeq(row) | Row::Alongside(row) => row(c, seq),
+                    Row::None => Ok(()),
                 }
             });
-            if out.is_err() && seq_kept {
-                // The row that would have kept the seq is gone; the seq is still handed
-                // out (live), so record it where the next start reads the high-water.
+            let written = out.is_ok();
+            if !written && seq_kept {
+                // The row that would have kept the seq is gone; record the seq where the
+                // next start reads the high-water (if the database takes that write).
                 let _ = rows::bump_high_water(c, &sid_owned, seq);
             }
             // Live streams get the frame once it is committed: a client never sees an event
             // that a crash could take back. Jobs commit in seq order, so frames stay in order.
-            crate::store::after_commit(move || deliver(&live, frame));
+            crate::store::after_commit(move || {
+                if written && crate::store::committed() {
+                    deliver(&live, frame);
+                } else {
+                    lost.record(&sid_owned, seq, &kind_owned, &data);
+                }
+            });
             out
         });
         // Queued while the lock is held: the store runs the jobs, and so delivers the
@@ -209,7 +267,8 @@ impl Bus {
         seq
     }
 
-    /// Subscribes with replay. `running_start` is the running turn's `turn.started` seq.
+    /// [`Bus::try_subscribe`], `None` also when the store could not be read.
+    #[cfg(test)]
     pub async fn subscribe(
         &self,
         sid: &str,
@@ -217,48 +276,72 @@ impl Bus {
         running: Option<(String, i64)>,
         kick: CancellationToken,
     ) -> Option<Subscription> {
-        let chan = self.channel(sid)?;
+        self.try_subscribe(sid, cursor, running, kick)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Subscribes with replay. `running` is the running turn and its `turn.started` seq.
+    /// `Ok(None)`: the session has no channel; `Err`: the store could not be read.
+    pub async fn try_subscribe(
+        &self,
+        sid: &str,
+        cursor: i64,
+        running: Option<(String, i64)>,
+        kick: CancellationToken,
+    ) -> crate::store::StoreResult<Option<Subscription>> {
+        let Some(chan) = self.channel(sid) else {
+            return Ok(None);
+        };
         let (tx, rx) = live::channel(SSE_QUEUE_CAP);
-        let (high, effective) = {
+        let high = {
             let mut ch = chan.lock();
             let high = ch.seq;
-            let effective = if cursor < 0 || cursor > high {
-                running.as_ref().map(|(_, s)| s - 1).unwrap_or(high)
-            } else {
-                cursor
-            };
             ch.sinks.push(Sink {
                 tx,
                 kick,
                 from: high,
             });
-            (high, effective)
+            high
         };
-        let sid_owned = sid.to_string();
-        let (trimmed, rows) = self
+        // Queued behind every journal write published before the registration (FIFO), so the
+        // stored high-water it reads is the fate of every seq up to `high`.
+        let (sid_owned, start) = (sid.to_string(), running.as_ref().map(|(_, s)| *s));
+        let (effective, page) = self
             .store
-            .call(move |c| rows::events_between(c, &sid_owned, effective, high))
-            .await
-            .unwrap_or_default();
-        let replay = rows
-            .into_iter()
-            .map(|(seq, kind, data)| Frame {
-                seq,
-                bytes: format_frame(Some(seq), &kind, &data),
+            .call(move |c| {
+                let stored = rows::get_session(c, &sid_owned)?.map_or(0, |r| r.last_seq);
+                let durable = stored.min(high);
+                // A cursor past the durable high-water (or none): the running turn's start,
+                // else the tail. Never past `durable`: a seq above it may be lost and handed
+                // out again after a restart, and a client adopting it would miss that event.
+                let effective = if cursor < 0 || cursor > durable {
+                    start.map_or(durable, |s| s - 1).min(durable)
+                } else {
+                    cursor
+                };
+                Ok((
+                    effective,
+                    replay::read_page(c, &sid_owned, effective, high)?,
+                ))
             })
-            .collect();
+            .await?;
         let is_live = running.is_some();
-        Some(Subscription {
+        let gap = (effective < page.trimmed).then_some((effective + 1, page.trimmed));
+        let rest = (!page.done).then(|| replay::Rest::new(self.store.clone(), sid, high));
+        Ok(Some(Subscription {
             session_id: sid.to_string(),
             ready: Ready {
                 cursor: effective,
                 current_turn_id: running.map(|(t, _)| t),
                 is_live,
             },
-            gap: (effective < trimmed).then_some((effective + 1, trimmed)),
-            replay,
+            gap,
+            replay: page.frames,
+            rest,
             live: rx,
-        })
+        }))
     }
 
     /// Stored events after `cursor` as JSON, preceded by a `stream.gap` object if needed.
@@ -284,7 +367,9 @@ impl Bus {
 /// Hands a committed frame to every live stream of the channel that joined before it; a
 /// stream whose queue is full is dropped and its connection killed.
 fn deliver(chan: &Mutex<Channel>, frame: Frame) {
-    chan.lock().sinks.retain(|s| {
+    let mut ch = chan.lock();
+    ch.durable = ch.durable.max(frame.seq);
+    ch.sinks.retain(|s| {
         if frame.seq <= s.from {
             return true;
         }
@@ -309,6 +394,7 @@ pub fn payload(v: Value) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
+    use super::replay::{REPLAY_PAGE_BYTES, REPLAY_PAGE_FRAMES};
     use super::*;
     use std::task::Context;
 
@@ -412,5 +498,204 @@ mod tests {
             Some(2),
             "the next start must not hand out seq 2 again"
         );
+    }
+
+    /// Caps the database at its current size with SQLite's own limit: a write that needs a
+    /// new page fails with SQLITE_FULL ("database or disk is full"), as on a full disk.
+    pub(crate) async fn fill_disk(store: &Store) {
+        store
+            .call(|c| {
+                let n: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                c.query_row(&format!("PRAGMA max_page_count = {n}"), [], |r| {
+                    r.get::<_, i64>(0)
+                })?;
+                Ok(())
+            })
+            .await
+            .expect("cap the database");
+    }
+
+    pub(crate) async fn free_disk(store: &Store) {
+        store
+            .call(|c| {
+                c.query_row("PRAGMA max_page_count = 1073741823", [], |r| {
+                    r.get::<_, i64>(0)
+                })?;
+                Ok(())
+            })
+            .await
+            .expect("uncap the database");
+    }
+
+    /// An event too large for the pages the database has.
+    fn big() -> Map<String, Value> {
+        payload(serde_json::json!({"text": "x".repeat(64 * 1024)}))
+    }
+
+    #[tokio::test]
+    async fn a_frame_whose_write_fails_reaches_no_live_stream_and_its_seq_is_reported_lost() {
+        let (bus, store, _dir) = fixture();
+        let mut sub = bus
+            .subscribe("s", 0, None, CancellationToken::new())
+            .await
+            .expect("subscription");
+        bus.publish("s", "x.one", Map::new());
+        store.flush().await;
+        fill_disk(&store).await;
+        bus.publish("s", "x.big", big());
+        bus.publish("s", "x.big", big());
+        store.flush().await;
+        free_disk(&store).await;
+        bus.publish("s", "x.four", Map::new());
+        store.flush().await;
+        assert_eq!(
+            drain(&mut sub.live),
+            vec![1, 4],
+            "only what the database holds reaches the client"
+        );
+        let stored: Vec<i64> = store
+            .call(|c| rows::events_between(c, "s", 0, 10))
+            .await
+            .expect("read")
+            .1
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(stored, vec![1, 4]);
+        let lost = bus.lost().take();
+        assert_eq!(
+            lost.get("s").map(|l| (l.first, l.last, l.count)),
+            Some((2, 3, 2)),
+            "{lost:?}"
+        );
+        assert_eq!(bus.durable_high_water("s"), Some(4));
+    }
+
+    #[tokio::test]
+    async fn a_tail_cursor_never_points_past_what_is_stored() {
+        let (bus, store, _dir) = fixture();
+        store
+            .call(|c| {
+                rows::put_session(
+                    c,
+                    &rows::SessionRow {
+                        id: "s".into(),
+                        channel: "web".into(),
+                        root: "/".into(),
+                        last_status: "idle".into(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
+            .expect("session");
+        bus.publish("s", "x.one", Map::new());
+        store.flush().await;
+        fill_disk(&store).await;
+        assert_eq!(bus.publish("s", "x.big", big()), 2);
+        store.flush().await;
+        for cursor in [-1, 7] {
+            let sub = bus
+                .subscribe("s", cursor, None, CancellationToken::new())
+                .await
+                .expect("subscription");
+            assert_eq!(
+                sub.ready.cursor, 1,
+                "seq 2 was never stored: a restart may hand it out again"
+            );
+        }
+        assert_eq!(bus.durable_high_water("s"), Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_replay_longer_than_a_page_is_read_in_pages_and_arrives_whole_and_in_order() {
+        let (store, _dir) = crate::store::test_support::temp_store("bus");
+        let bus = Arc::new(Bus::new(store.clone(), 10_000));
+        bus.open("s", 0);
+        for _ in 0..600 {
+            bus.publish("s", "x.e", Map::new());
+        }
+        store.flush().await;
+        let sub = bus
+            .subscribe("s", 0, None, CancellationToken::new())
+            .await
+            .expect("subscription");
+        assert_eq!(sub.replay.len(), REPLAY_PAGE_FRAMES, "one page, not all");
+        let mut seqs: Vec<i64> = sub.replay.iter().map(|f| f.seq).collect();
+        let rest = sub.rest.expect("more pages");
+        let mut pages = 1;
+        loop {
+            let page = rest.page(*seqs.last().expect("seqs")).await.expect("page");
+            assert!(page.frames.len() <= REPLAY_PAGE_FRAMES && page.gap.is_none());
+            seqs.extend(page.frames.iter().map(|f| f.seq));
+            pages += 1;
+            if page.done {
+                break;
+            }
+            assert!(pages < 10, "the replay ends");
+        }
+        assert_eq!(seqs, (1..=600).collect::<Vec<i64>>());
+        assert_eq!(pages, 3);
+    }
+
+    #[tokio::test]
+    async fn a_page_of_big_events_stops_at_the_byte_limit() {
+        let (bus, store, _dir) = fixture();
+        for _ in 0..4 {
+            bus.publish("s", "x.big", big());
+        }
+        store.flush().await;
+        let sub = bus
+            .subscribe("s", 0, None, CancellationToken::new())
+            .await
+            .expect("subscription");
+        let bytes: usize = sub.replay.iter().map(|f| f.bytes.len()).sum();
+        assert_eq!(sub.replay.len(), 2, "64 KiB events, 128 KiB pages");
+        assert!(bytes >= REPLAY_PAGE_BYTES && sub.rest.is_some());
+    }
+
+    #[tokio::test]
+    async fn events_trimmed_while_a_client_reads_its_replay_are_announced_as_a_gap() {
+        let (store, _dir) = crate::store::test_support::temp_store("bus");
+        store
+            .call(|c| {
+                rows::put_session(
+                    c,
+                    &rows::SessionRow {
+                        id: "s".into(),
+                        channel: "web".into(),
+                        root: "/".into(),
+                        last_status: "idle".into(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
+            .expect("session");
+        let bus = Arc::new(Bus::new(store.clone(), 300));
+        bus.open("s", 0);
+        for _ in 0..300 {
+            bus.publish("s", "x.e", Map::new());
+        }
+        store.flush().await;
+        let sub = bus
+            .subscribe("s", 0, None, CancellationToken::new())
+            .await
+            .expect("subscription");
+        let after = sub.replay.last().expect("a page").seq;
+        for _ in 0..300 {
+            bus.publish("s", "x.e", Map::new());
+        }
+        store.flush().await;
+        let page = sub
+            .rest
+            .expect("more pages")
+            .page(after)
+            .await
+            .expect("page");
+        let (from, to) = page.gap.expect("a gap");
+        assert_eq!(from, after + 1);
+        assert!(to > after, "trimmed through {to}");
+        assert!(page.frames.iter().all(|f| f.seq > to));
     }
 }

@@ -10,6 +10,7 @@ mod config;
 mod engine;
 mod extensions;
 mod home;
+mod metrics;
 mod model_sandbox;
 mod pairing;
 mod providers;

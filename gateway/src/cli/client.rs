@@ -287,12 +287,7 @@ pub struct ProxyArgs {
 
 /// `vis-gateway proxy`: just the egress proxy, stand-alone (decision A5).
 pub fn proxy(args: ProxyArgs) -> Result<ExitCode> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    super::logging::init(false);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -60,6 +60,10 @@ fn store_err(e: crate::store::StoreError) -> ApiError {
 
 #[async_trait]
 impl Engine for Api {
+    fn metric_families(&self) -> Vec<vis_companion_api::metrics::Family> {
+        crate::metrics::families()
+    }
+
     async fn replay_events_retained(&self) -> u64 {
         self.0
             .store
@@ -135,6 +139,7 @@ impl Engine for Api {
             .await
             .map_err(store_err)?;
         g.session(&row.id).await?;
+        tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
         Ok(
             json!({"id": row.id, "channel": row.channel, "title": row.title, "external_id": row.external_id, "workspace_id": row.workspace_id}),
         )
@@ -176,6 +181,7 @@ impl Engine for Api {
         g.extensions.stop_session(sid).await;
         let id = sid.to_string();
         let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
+        tracing::info!(session = sid, "session deleted");
     }
 
     async fn transcript(
@@ -270,8 +276,9 @@ impl Engine for Api {
             .map(|r| (r.turn.tid.clone(), r.started_seq));
         self.0
             .bus
-            .subscribe(sid, cursor.0, running, kick)
+            .try_subscribe(sid, cursor.0, running, kick)
             .await
+            .map_err(store_err)?
             .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
@@ -297,7 +304,7 @@ impl Engine for Api {
         }
         self.0
             .bus
-            .high_water(sid)
+            .durable_high_water(sid)
             .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
@@ -481,6 +488,7 @@ impl Engine for Api {
             .jail_prefix(&root, &cfg)
             .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "jail-unavailable", e))?
             .map(|p| json!({"argv_prefix": p}));
+        tracing::info!(session = %sid, root = %root.display(), jailed = jail.is_some(), "exec: child environment handed out");
         Ok(
             json!({"session_id": sid, "cwd": root, "env": env, "proxy_port": sandbox.port(), "jail": jail}),
         )

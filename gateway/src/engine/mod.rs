@@ -13,6 +13,7 @@ mod lifecycle;
 pub mod presentation;
 pub mod runner;
 mod slash;
+mod storage;
 pub mod turn;
 mod views;
 
@@ -98,6 +99,8 @@ pub struct Gateway {
     pub presentations: Arc<presentation::Presentations>,
     /// The model's Python sandbox runtime of each session (`python_execution`).
     pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
+    /// Turns stopped because their events could not be stored (`storage.rs`).
+    pub storage: storage::StorageWatch,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -154,8 +157,10 @@ impl Gateway {
             human_input,
             presentations,
             model_sandboxes: Arc::default(),
+            storage: Default::default(),
         });
         gw.human_input.bind(&gw);
+        gw.watch_storage();
         Ok(gw)
     }
 
