@@ -329,7 +329,7 @@ impl Bus {
             .await?;
         let is_live = running.is_some();
         let gap = (effective < page.trimmed).then_some((effective + 1, page.trimmed));
-        let rest = (!page.done).then(|| replay::Rest::new(self.store.clone(), sid, high));
+        let rest = (!page.done).then(|| replay::Rest::boxed(self.store.clone(), sid, high));
         Ok(Some(Subscription {
             session_id: sid.to_string(),
             ready: Ready {

@@ -69,7 +69,7 @@ pub(super) struct Rest {
 }
 
 impl Rest {
-    pub fn new(store: Store, sid: &str, upto: i64) -> Box<dyn ReplayRest> {
+    pub fn boxed(store: Store, sid: &str, upto: i64) -> Box<dyn ReplayRest> {
         Box::new(Rest {
             store,
             sid: sid.to_string(),
