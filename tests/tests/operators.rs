@@ -205,6 +205,18 @@ async fn exec_runs_where_the_user_is_inside_the_workspace_and_in_its_root_from_o
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_help_says_where_the_command_runs() {
+    let dirs = Dirs::new();
+    let (code, out, _) = run_cli(&dirs, &["exec", "--help"]).await;
+    assert_eq!(code, Some(0));
+    let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("runs in the current directory when that is inside the session's workspace root, otherwise in the root"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jailed_exec_passes_the_commands_stderr_without_pastas_start_up_lines() {
     let gw = Gateway::start(Opts::default()).await;
     let root = jailed_root(&gw);

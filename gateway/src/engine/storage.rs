@@ -65,11 +65,18 @@ impl Gateway {
     /// more events are lost meanwhile.
     async fn settle_lost(self: &Arc<Self>) {
         let mut all: HashMap<String, Lost> = HashMap::new();
+        // A round whose own writes were lost again (room for the probe, not for the turn's
+        // terminal) waits longer before the next one.
+        let mut pause = Duration::ZERO;
         loop {
             let lost = self.bus.lost().take();
             if lost.is_empty() {
                 return;
             }
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            pause = (pause * 2).clamp(RETRY_FIRST, RETRY_MAX);
             for (sid, l) in lost {
                 self.stop_for_lost(&sid, &l);
                 let e = all.entry(sid).or_default();
