@@ -107,32 +107,65 @@ pub fn render(families: &[Family]) -> String {
     out
 }
 
-/// The JSON variant: `name` without `vis_` → value for an unlabelled series; a labelled one
-/// becomes an object keyed by its label values joined with `/` (a histogram's buckets by
-/// `le`, plus `sum` and `count`).
+/// A JSON key for a label value: lower case, anything but letters and digits as `_`.
+fn key(v: &str) -> String {
+    v.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The JSON variant (snake_case keys): `name` without `vis_` → the value of an unlabelled
+/// series; a labelled one → objects nested by its label values (`{"http": {"allow": 3}}`); a
+/// histogram → `{"count", "sum", "buckets": [{"le", "count"}]}` (`le` of the last is `"+Inf"`).
 pub fn to_json(families: &[Family]) -> Map<String, Value> {
     let mut m = Map::new();
     for f in families {
-        let key = f.name.trim_start_matches("vis_").to_string();
-        if f.samples.len() == 1 && f.samples[0].labels.is_empty() && f.samples[0].suffix.is_empty()
-        {
-            m.insert(key, Value::from(f.samples[0].value));
-            continue;
-        }
-        let mut inner = Map::new();
-        for s in &f.samples {
-            let mut k: Vec<String> = s.labels.iter().map(|(_, v)| v.clone()).collect();
-            if !s.suffix.is_empty() && s.suffix != "_bucket" {
-                k.push(s.suffix.trim_start_matches('_').to_string());
+        let name = f.name.trim_start_matches("vis_").to_string();
+        let plain = |s: &Sample| s.labels.is_empty() && s.suffix.is_empty();
+        if f.kind == Kind::Histogram {
+            let mut h = Map::new();
+            let mut buckets = Vec::new();
+            for s in &f.samples {
+                match s.suffix {
+                    "_bucket" => {
+                        let le = s.labels.first().map(|(_, v)| v.as_str()).unwrap_or("");
+                        let le = match le.parse::<f64>() {
+                            Ok(b) if b.is_finite() => Value::from(b),
+                            _ => Value::from(le),
+                        };
+                        buckets.push(serde_json::json!({"le": le, "count": s.value}));
+                    }
+                    suffix => {
+                        h.insert(suffix.trim_start_matches('_').to_string(), s.value.into());
+                    }
+                }
             }
-            let v = if s.value.is_finite() {
-                Value::from(s.value)
-            } else {
-                Value::from(number(s.value))
-            };
-            inner.insert(k.join("/"), v);
+            h.insert("buckets".into(), Value::Array(buckets));
+            m.insert(name, Value::Object(h));
+        } else if f.samples.len() == 1 && plain(&f.samples[0]) {
+            m.insert(name, Value::from(f.samples[0].value));
+        } else {
+            let mut top = Value::Object(Map::new());
+            for s in &f.samples {
+                let mut at = &mut top;
+                for (_, v) in &s.labels {
+                    if !at.is_object() {
+                        *at = Value::Object(Map::new());
+                    }
+                    if let Value::Object(o) = at {
+                        at = o.entry(key(v)).or_insert(Value::Null);
+                    }
+                }
+                *at = Value::from(s.value);
+            }
+            m.insert(name, top);
         }
-        m.insert(key, Value::Object(inner));
     }
     m
 }
@@ -194,8 +227,22 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("vis_h_seconds_sum 0.5\nvis_h_seconds_count 2\n"));
-        let j = to_json(&[f]);
-        assert_eq!(j["h_seconds"]["0.1"], 1.0);
+        let j = to_json(&[
+            f,
+            Family {
+                name: "vis_d_total",
+                help: "D.",
+                kind: Kind::Counter,
+                samples: vec![Sample::labelled(
+                    vec![("lane", "http".into()), ("kind", "blocked-by-x".into())],
+                    4.0,
+                )],
+            },
+        ]);
+        assert_eq!(j["h_seconds"]["buckets"][0]["le"], 0.1);
+        assert_eq!(j["h_seconds"]["buckets"][1]["le"], "+Inf");
         assert_eq!(j["h_seconds"]["sum"], 0.5);
+        assert_eq!(j["h_seconds"]["count"], 2.0);
+        assert_eq!(j["d_total"]["http"]["blocked_by_x"], 4.0);
     }
 }

@@ -281,14 +281,21 @@ impl Stream for SseBody {
         }
         let mut ended = 0;
         if this.queue.is_empty() {
-            // Live frames once everything queued is written; a subscription still replaying
-            // leaves its live frames in its queue until its replay is complete.
+            // Live frames once everything queued is written, one chunk's worth per poll: the
+            // rest stays in the live queue, where it counts against its cap (§4.6). A
+            // subscription still replaying leaves its live frames there until its replay is
+            // complete.
             let last = &mut this.last;
             for (i, rx) in this.live.iter_mut().enumerate() {
                 if this.replaying[i].is_some() {
                     continue;
                 }
-                if let Poll::Ready(None) = rx.poll_drain(cx, &mut |f| take(last, &mut out, i, f)) {
+                let room = BATCH_BYTES.saturating_sub(out.len());
+                if room == 0 {
+                    break; // written now; the next poll takes more
+                }
+                let taken = rx.poll_drain_upto(cx, room, &mut |f| take(last, &mut out, i, f));
+                if let Poll::Ready(None) = taken {
                     ended += 1;
                 }
             }
@@ -553,16 +560,14 @@ mod tests {
         assert_eq!(seqs(&first), vec![2, 3], "a chunk stops at the batch size");
         assert_eq!(*asked.lock().unwrap(), vec![2], "one page read so far");
         let second = body.next().await.unwrap().unwrap();
-        assert_eq!(
-            seqs(&second),
-            vec![4, 5, 6],
-            "the rest of the replay, then live without repeating seq 5"
-        );
+        assert_eq!(seqs(&second), vec![4, 5], "the rest of the replay");
         assert_eq!(
             *asked.lock().unwrap(),
             vec![2, 4],
             "the next page once the first is written"
         );
+        let third = body.next().await.unwrap().unwrap();
+        assert_eq!(seqs(&third), vec![6], "then live, without repeating seq 5");
     }
 
     #[tokio::test]
@@ -598,5 +603,28 @@ mod tests {
         assert_eq!(seqs(&first), vec![2]);
         assert!(body.next().await.unwrap().is_err(), "the socket closes");
         assert!(body.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn live_frames_are_taken_a_chunk_at_a_time_and_the_rest_waits_in_the_queue() {
+        let (tx, rx) = crate::live::channel(4);
+        let mut body = body_stream(vec![subscription(vec![], rx)], false);
+        body.next().await.unwrap().unwrap();
+        for s in 2..=5 {
+            tx.push(fat(s)).unwrap();
+        }
+        let first = body.next().await.unwrap().unwrap();
+        assert_eq!(
+            seqs(&first),
+            vec![2, 3],
+            "64 KiB per chunk: two 40 KiB frames"
+        );
+        // 4 and 5 are still queued: the queue has room for two more, not four.
+        tx.push(fat(6)).unwrap();
+        tx.push(fat(7)).unwrap();
+        assert!(
+            tx.push(fat(8)).is_err(),
+            "a client that stops reading hits the cap"
+        );
     }
 }
