@@ -369,3 +369,54 @@ async fn a_kill_during_a_disk_full_fault_hands_out_no_seq_twice_and_the_turn_get
     // Nothing the client saw before the kill means anything else now.
     assert_all_stored(&seen, &journal(&gw, &sid).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_terminal_was_lost_is_failed_from_its_stored_record_once_there_is_room() {
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Stall {
+        chunks: vec!["Thinking about it. ".into()],
+    });
+    let (t, gw) = OnTmpfs::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let (s, rec) = gw.submit(&sid, "take your time").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{rec}");
+    let tid = rec["turn_id"].as_str().unwrap().to_string();
+    let mut seen = sse.collect_until("content.block.delta", WAIT).await;
+    gw.wait_stored(&sid, "content.block.delta").await;
+    // The turn's stream is silent now: the only writes during the fault are its cancel.
+    t.fill();
+    let (s, v) = gw
+        .post_empty(&format!("/v1/sessions/{sid}/turns/{tid}/cancel"))
+        .await;
+    assert!(s.is_success(), "{s} {v}");
+    seen.extend(sse.drain_for(Duration::from_millis(1000)).await);
+    assert!(
+        !seen.iter().any(|e| TERMINALS.contains(&e.event.as_str())),
+        "the unstored turn.cancelled reached a client: {:?}",
+        ev_types(&seen)
+    );
+    t.free();
+    seen.extend(
+        sse.collect_until("turn.failed", Duration::from_secs(15))
+            .await,
+    );
+    let failed = seen.iter().find(|e| e.event == "turn.failed").unwrap();
+    assert_eq!(failed.data["turn_id"], tid.as_str());
+    assert_eq!(error_code(&failed.data), "storage_error", "{}", failed.data);
+    let stored = journal(&gw, &sid).await;
+    assert_all_stored(&seen, &stored);
+    let terminals: Vec<&str> = stored
+        .values()
+        .filter(|e| e["turn_id"] == tid.as_str())
+        .filter_map(|e| e["type"].as_str())
+        .filter(|k| TERMINALS.contains(k))
+        .collect();
+    assert_eq!(
+        terminals,
+        vec!["turn.failed"],
+        "exactly one stored terminal"
+    );
+    let (_, rec) = gw.get(format!("/v1/sessions/{sid}/turns/{tid}")).await;
+    assert_eq!(rec["status"], "failed", "{rec}");
+}
