@@ -34,6 +34,9 @@ pub struct Subscription {
     /// `(from, to)` when the cursor is older than what is retained.
     pub gap: Option<(i64, i64)>,
     pub replay: Vec<Frame>,
+    /// The pages of the replay after `replay`, read as the client takes them (`None`: the
+    /// replay is complete).
+    pub rest: Option<Box<dyn crate::replay::ReplayRest>>,
     pub live: crate::live::LiveRx,
 }
 
@@ -105,6 +108,10 @@ pub trait Engine: Send + Sync + 'static {
     /// Stored events across sessions (for `/metrics` only; may read the store).
     async fn replay_events_retained(&self) -> u64 {
         0
+    }
+    /// More `/metrics` series, owned by the engine (egress, store health).
+    fn metric_families(&self) -> Vec<crate::metrics::Family> {
+        Vec::new()
     }
 
     // Sessions

@@ -93,18 +93,31 @@ impl LiveRx {
         cx: &mut Context<'_>,
         take: &mut impl FnMut(Frame),
     ) -> Poll<Option<()>> {
-        if let ready @ Poll::Ready(_) = self.drain(take) {
+        self.poll_drain_upto(cx, usize::MAX, take)
+    }
+
+    /// [`LiveRx::poll_drain`], taking frames only until `max_bytes` are taken (at least one
+    /// frame): the rest stays queued, where it still counts against the queue's cap, so a
+    /// subscriber whose socket does not drain is dropped at the cap instead of handing its
+    /// whole queue to the connection's write buffer.
+    pub fn poll_drain_upto(
+        &mut self,
+        cx: &mut Context<'_>,
+        max_bytes: usize,
+        take: &mut impl FnMut(Frame),
+    ) -> Poll<Option<()>> {
+        if let ready @ Poll::Ready(_) = self.drain(max_bytes, take) {
             return ready;
         }
         // Register only before waiting (a poll that finds frames needs no wake-up), then look
         // again so a push that raced the registration is not missed.
         self.0.waker.register(cx.waker());
-        self.drain(take)
+        self.drain(max_bytes, take)
     }
 
-    /// Everything queued, under one lock: `Ready(Some)` with frames, `Ready(None)` when the
-    /// sender is gone and nothing is left, `Pending` otherwise.
-    fn drain(&mut self, take: &mut impl FnMut(Frame)) -> Poll<Option<()>> {
+    /// What is queued (up to `max_bytes`), under one lock: `Ready(Some)` with frames,
+    /// `Ready(None)` when the sender is gone and nothing is left, `Pending` otherwise.
+    fn drain(&mut self, max_bytes: usize, take: &mut impl FnMut(Frame)) -> Poll<Option<()>> {
         let mut st = self.0.lock();
         if st.frames.is_empty() {
             return if st.tx_gone {
@@ -113,7 +126,12 @@ impl LiveRx {
                 Poll::Pending
             };
         }
-        for f in st.frames.drain(..) {
+        let mut bytes = 0usize;
+        while bytes < max_bytes {
+            let Some(f) = st.frames.pop_front() else {
+                break;
+            };
+            bytes += f.bytes.len();
             take(f);
         }
         Poll::Ready(Some(()))
@@ -167,6 +185,26 @@ mod tests {
         assert_eq!(tx.push(frame(3)), Err(PushError::Full));
         assert_eq!(drain(&mut rx), Poll::Ready(Some(vec![1, 2])));
         assert_eq!(tx.push(frame(3)), Ok(()));
+    }
+
+    #[test]
+    fn a_drain_stops_at_its_byte_budget_and_the_rest_still_counts_against_the_cap() {
+        let (tx, mut rx) = channel(3);
+        for s in 1..=3 {
+            tx.push(frame(s * 11)).unwrap();
+        }
+        let mut cx = Context::from_waker(noop_waker_ref());
+        let mut got = Vec::new();
+        let _ = rx.poll_drain_upto(&mut cx, 3, &mut |f| got.push(f.seq));
+        assert_eq!(got, vec![11, 22], "2 + 2 bytes reach the budget of 3");
+        tx.push(frame(44)).unwrap();
+        tx.push(frame(55)).unwrap();
+        assert_eq!(
+            tx.push(frame(66)),
+            Err(PushError::Full),
+            "33 is still queued"
+        );
+        assert_eq!(drain(&mut rx), Poll::Ready(Some(vec![33, 44, 55])));
     }
 
     #[test]

@@ -4,8 +4,10 @@
 
 use crate::engine::{Frame, Subscription};
 use crate::live::LiveRx;
+use crate::replay::{ReplayPage, ReplayRest};
 use crate::serve_stats::SseGuard;
 use bytes::{BufMut, Bytes, BytesMut};
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, Stream, StreamExt};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -133,8 +135,23 @@ fn take(last: &mut [i64], out: &mut Chunk, i: usize, f: Frame) {
     out.push(f.bytes);
 }
 
-/// The SSE body of one connection. Frames that are ready together (a replay, or a burst of
-/// live events) are written as one chunk, so a burst costs one socket write per subscriber.
+/// A subscription whose replay has pages left to read.
+struct Replaying {
+    rest: Box<dyn ReplayRest>,
+    /// The last seq read so far: the next page starts after it.
+    after: i64,
+}
+
+type PageFuture = BoxFuture<'static, Result<ReplayPage, String>>;
+
+/// The SSE body of one connection. Frames that are ready together (a replay page, or a burst
+/// of live events) are written as one chunk, so a burst costs one socket write per subscriber.
+///
+/// The replay is read page by page (`ReplayRest`): the next page is fetched only when
+/// everything queued is written, and hyper polls the body only when the socket takes data,
+/// so a client that stops reading holds one page. A subscription's live frames wait in its
+/// bounded live queue until its replay is complete (a full queue drops the subscriber, as for
+/// any slow client).
 ///
 /// Per-frame work is kept to the minimum because one event is written to every subscriber:
 /// no clock read or timer reset per frame (the heartbeat timer ticks every
@@ -143,12 +160,111 @@ fn take(last: &mut [i64], out: &mut Chunk, i: usize, f: Frame) {
 /// connection is aborted by [`crate::serve`]).
 struct SseBody {
     queue: VecDeque<(usize, Frame)>,
-    live: Vec<(usize, LiveRx)>,
+    /// Per subscription: its live queue, and its replay's pages still to read.
+    live: Vec<LiveRx>,
+    replaying: Vec<Option<Replaying>>,
+    sessions: Vec<String>,
+    fetch: Option<(usize, PageFuture)>,
+    /// A page could not be read: end the stream (the client reconnects with its cursor).
+    failed: bool,
+    /// The replay was longer than its first page.
+    paged: bool,
     last: Vec<i64>,
     tick: Pin<Box<Sleep>>,
     wrote: bool,
     finished: bool,
     _counted: SseGuard,
+}
+
+impl SseBody {
+    /// Moves frames into `out`: the queue first, then the next replay page once the queue is
+    /// written. Stops when `out` is full, a page is pending, or no replay is left.
+    fn fill(&mut self, cx: &mut Context<'_>, out: &mut Chunk) {
+        loop {
+            while out.len() < BATCH_BYTES {
+                let Some((i, f)) = self.queue.pop_front() else {
+                    break;
+                };
+                take(&mut self.last, out, i, f);
+            }
+            if !self.queue.is_empty() {
+                return;
+            }
+            if self.fetch.is_none() {
+                let Some(i) = self.replaying.iter().position(Option::is_some) else {
+                    return;
+                };
+                if let Some(r) = &self.replaying[i] {
+                    self.fetch = Some((i, r.rest.page(r.after)));
+                    self.paged = true;
+                }
+            }
+            let Some((i, fut)) = self.fetch.as_mut() else {
+                return;
+            };
+            let i = *i;
+            let page = match fut.as_mut().poll(cx) {
+                Poll::Pending => return,
+                Poll::Ready(p) => p,
+            };
+            self.fetch = None;
+            let page = match page {
+                Ok(p) => p,
+                Err(_) => {
+                    self.failed = true;
+                    return;
+                }
+            };
+            if let Some((from, to)) = page.gap {
+                let gap = json!({"type": "stream.gap", "session_id": self.sessions[i],
+                    "from": from, "to": to});
+                self.queue.push_back((
+                    usize::MAX,
+                    Frame {
+                        seq: 0,
+                        bytes: control(gap, "stream.gap"),
+                    },
+                ));
+            }
+            if let Some(r) = self.replaying[i].as_mut() {
+                r.after = r.after.max(page.through);
+            }
+            self.queue.extend(page.frames.into_iter().map(|f| (i, f)));
+            if page.done {
+                self.replaying[i] = None;
+            }
+        }
+    }
+}
+
+/// After a long replay ended, gives the heap it freed back to the system (glibc keeps freed
+/// memory in its arenas otherwise): once per second at most, off the request path.
+fn trim_heap_soon() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static PENDING: AtomicBool = AtomicBool::new(false);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if PENDING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        rt.spawn(async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            PENDING.store(false, Ordering::Release);
+            // SAFETY: malloc_trim only releases free memory of the allocator's arenas.
+            let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+        });
+    }
+}
+
+impl Drop for SseBody {
+    fn drop(&mut self) {
+        if self.paged {
+            trim_heap_soon();
+        }
+    }
 }
 
 impl Stream for SseBody {
@@ -160,23 +276,39 @@ impl Stream for SseBody {
             return Poll::Ready(None);
         }
         let mut out = Chunk::Empty;
-        while out.len() < BATCH_BYTES {
-            let Some((i, f)) = this.queue.pop_front() else {
-                break;
-            };
-            take(&mut this.last, &mut out, i, f);
+        if !this.failed {
+            this.fill(cx, &mut out);
         }
-        let last = &mut this.last;
         let mut ended = 0;
-        for (i, rx) in this.live.iter_mut() {
-            let i = *i;
-            if let Poll::Ready(None) = rx.poll_drain(cx, &mut |f| take(last, &mut out, i, f)) {
-                ended += 1;
+        if this.queue.is_empty() {
+            // Live frames once everything queued is written, one chunk's worth per poll: the
+            // rest stays in the live queue, where it counts against its cap (§4.6). A
+            // subscription still replaying leaves its live frames there until its replay is
+            // complete.
+            let last = &mut this.last;
+            for (i, rx) in this.live.iter_mut().enumerate() {
+                if this.replaying[i].is_some() {
+                    continue;
+                }
+                let room = BATCH_BYTES.saturating_sub(out.len());
+                if room == 0 {
+                    break; // written now; the next poll takes more
+                }
+                let taken = rx.poll_drain_upto(cx, room, &mut |f| take(last, &mut out, i, f));
+                if let Poll::Ready(None) = taken {
+                    ended += 1;
+                }
             }
         }
         if let Some(bytes) = out.into_bytes() {
             this.wrote = true;
             return Poll::Ready(Some(Ok(bytes)));
+        }
+        if this.failed {
+            this.finished = true;
+            return Poll::Ready(Some(Err(std::io::Error::other(
+                "the replay could not be read",
+            ))));
         }
         if ended == this.live.len() && this.queue.is_empty() {
             // Every sink was closed by the engine (session deleted, slow subscriber dropped,
@@ -213,19 +345,27 @@ pub fn body_stream(
             },
         ));
     }
-    let mut live = Vec::with_capacity(subs.len());
-    let mut last = Vec::with_capacity(subs.len());
+    let n = subs.len();
+    let (mut live, mut replaying) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut last, mut sessions) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for (i, mut sub) in subs.into_iter().enumerate() {
         queue.extend(prelude(&sub));
         last.push(sub.ready.cursor);
-        for f in std::mem::take(&mut sub.replay) {
-            queue.push_back((i, f));
-        }
-        live.push((i, sub.live));
+        let replay = std::mem::take(&mut sub.replay);
+        let after = replay.last().map_or(sub.ready.cursor, |f| f.seq);
+        queue.extend(replay.into_iter().map(|f| (i, f)));
+        replaying.push(sub.rest.take().map(|rest| Replaying { rest, after }));
+        sessions.push(sub.session_id);
+        live.push(sub.live);
     }
     SseBody {
         queue,
         live,
+        replaying,
+        sessions,
+        fetch: None,
+        failed: false,
+        paged: false,
         last,
         tick: Box::pin(tokio::time::sleep(HEARTBEAT / 2)),
         wrote: false,
@@ -243,107 +383,4 @@ pub fn wants_pad(h: &axum::http::HeaderMap) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_frame_has_id_event_and_one_data_line() {
-        let f = format_frame(Some(7), "turn.started", r#"{"a":1}"#);
-        assert_eq!(&f[..], b"id: 7\nevent: turn.started\ndata: {\"a\":1}\n\n");
-    }
-
-    fn frame(seq: i64) -> Frame {
-        Frame {
-            seq,
-            bytes: format_frame(Some(seq), "x", "{}"),
-        }
-    }
-
-    fn subscription(replay: Vec<Frame>, live: LiveRx) -> Subscription {
-        Subscription {
-            session_id: "s".into(),
-            ready: crate::engine::Ready {
-                cursor: 1,
-                current_turn_id: None,
-                is_live: false,
-            },
-            gap: Some((1, 1)),
-            replay,
-            live,
-        }
-    }
-
-    #[tokio::test]
-    async fn frames_ready_together_are_written_once_without_duplicates() {
-        let (tx, rx) = crate::live::channel(8);
-        let sub = subscription(vec![frame(2), frame(3)], rx);
-        tx.push(frame(3)).unwrap();
-        tx.push(frame(4)).unwrap();
-        let mut body = body_stream(vec![sub], false);
-        let first = body.next().await.unwrap().unwrap();
-        let text = String::from_utf8_lossy(&first);
-        assert!(
-            text.starts_with("id: \nevent: subscription.ready"),
-            "{text}"
-        );
-        assert!(text.contains("event: stream.gap"));
-        assert_eq!(
-            text.matches("id: 3\n").count(),
-            1,
-            "seq 3 replayed and live must be written once: {text}"
-        );
-        assert!(text.contains("id: 2\n") && text.contains("id: 4\n"));
-        drop(tx);
-        assert!(
-            body.next().await.unwrap().is_err(),
-            "a closed sink ends the stream with an error so the socket closes"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_lone_live_frame_is_written_as_it_is() {
-        let (tx, rx) = crate::live::channel(8);
-        let mut body = body_stream(vec![subscription(vec![], rx)], false);
-        body.next().await.unwrap().unwrap();
-        let f = frame(5);
-        tx.push(f.clone()).unwrap();
-        let chunk = body.next().await.unwrap().unwrap();
-        assert_eq!(chunk, f.bytes);
-        assert_eq!(
-            chunk.as_ptr(),
-            f.bytes.as_ptr(),
-            "the shared frame bytes are written without a copy"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_quiet_stream_pings_within_the_heartbeat_and_a_busy_one_does_not() {
-        let (tx, rx) = crate::live::channel(8);
-        let mut body = body_stream(vec![subscription(vec![], rx)], false);
-        body.next().await.unwrap().unwrap();
-        let t0 = Instant::now();
-        // Frames keep arriving every 5 s for 30 s: no ping in between.
-        for s in 2..8 {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            tx.push(frame(s)).unwrap();
-            let chunk = body.next().await.unwrap().unwrap();
-            assert_eq!(chunk, frame(s).bytes, "no ping while frames flow");
-        }
-        // Then silence: a ping comes after at most HEARTBEAT.
-        let quiet = Instant::now();
-        let chunk = body.next().await.unwrap().unwrap();
-        assert_eq!(&chunk[..], PING);
-        let waited = quiet.elapsed();
-        assert!(
-            waited <= HEARTBEAT && waited >= HEARTBEAT / 2,
-            "ping after {waited:?} of silence"
-        );
-        assert!(t0.elapsed() > Duration::from_secs(30));
-    }
-
-    #[test]
-    fn a_control_frame_has_an_empty_id_line() {
-        let f = format_frame(None, "subscription.ready", "{}");
-        assert!(f.starts_with(b"id: \nevent: subscription.ready\n"));
-    }
-}
+mod tests;

@@ -4,10 +4,13 @@
 //! `publish` assigns the seq, formats the frame once and queues the journal write under the
 //! session's lock, so journal order is seq order. The store thread offers the frame to every
 //! sink once the write is committed (durable before live), without blocking: a full sink is
-//! dropped and its connection killed. `subscribe` registers a sink under the same lock, with
-//! the high-water it joined at, and then reads the replay through the store thread, whose FIFO
-//! order guarantees the replay includes every event published before the registration; the
-//! sink takes only later frames live.
+//! dropped and its connection killed. A frame whose write failed (a full disk, an I/O error)
+//! reaches no sink: it is recorded as lost, and the engine fails the session's running turn
+//! once the database takes writes again (`engine/storage.rs`). `subscribe` registers a sink
+//! under the same lock, with the high-water it joined at, and then reads the first page of
+//! the replay through the store thread, whose FIFO order guarantees the replay includes every
+//! event published before the registration; the sink takes only later frames live, and the
+//! rest of the replay is read page by page as the client takes it (`replay.rs`).
 
 use crate::store::{rows, Store};
 use parking_lot::Mutex;
@@ -18,6 +21,10 @@ use tokio_util::sync::CancellationToken;
 use vis_companion_api::live::{self, LiveTx, PushError};
 use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
 use vis_companion_api::{Frame, Ready, Subscription};
+
+mod lost;
+mod replay;
+pub use lost::{Lost, LostSeqs};
 
 /// A store row written together with an event, given the event's seq.
 pub type SeqRow =
@@ -47,14 +54,28 @@ struct Sink {
 }
 
 struct Channel {
+    /// The last seq handed to an event (in memory; may be ahead of the store).
     seq: i64,
+    /// The last seq whose write is committed: a seq at or below it is never handed out again.
+    durable: i64,
     sinks: Vec<Sink>,
+}
+
+/// How an event's extra row relates to its seq.
+enum Row {
+    None,
+    /// Keeps the seq (egress rows): the session's high-water on load includes it, so the
+    /// event does not bump `sessions.last_seq` itself.
+    KeepsSeq(SeqRow),
+    /// Written in the same transaction as the event (a turn's record with its terminal).
+    Alongside(SeqRow),
 }
 
 pub struct Bus {
     store: Store,
     retain: i64,
     channels: Mutex<HashMap<String, Arc<Mutex<Channel>>>>,
+    lost: Arc<LostSeqs>,
 }
 
 impl Bus {
@@ -63,6 +84,7 @@ impl Bus {
             store,
             retain,
             channels: Mutex::new(HashMap::new()),
+            lost: Arc::new(LostSeqs::default()),
         }
     }
 
@@ -74,6 +96,7 @@ impl Bus {
             .or_insert_with(|| {
                 Arc::new(Mutex::new(Channel {
                     seq: last_seq,
+                    durable: last_seq,
                     sinks: Vec::new(),
                 }))
             });
@@ -93,19 +116,31 @@ impl Bus {
         self.channels.lock().remove(sid);
     }
 
+    /// The last seq handed to an event of the session (committed or not).
     pub fn high_water(&self, sid: &str) -> Option<i64> {
         self.channel(sid).map(|c| c.lock().seq)
     }
 
+    /// The last seq of the session whose write is committed.
+    pub fn durable_high_water(&self, sid: &str) -> Option<i64> {
+        self.channel(sid).map(|c| c.lock().durable)
+    }
+
+    /// Events the store could not write, by session (see [`LostSeqs`]).
+    pub fn lost(&self) -> &Arc<LostSeqs> {
+        &self.lost
+    }
+
     /// Publishes one event; returns its seq (0 if the session has no channel).
     pub fn publish(&self, sid: &str, kind: &str, payload: Map<String, Value>) -> i64 {
-        self.publish_with_row(sid, kind, payload, None)
+        self.publish_value(sid, kind, payload, Row::None)
     }
 
     /// [`Bus::publish`], plus a row that needs the event's seq, written by the same store
     /// job as the event (one store wake-up and one transaction for both). The row must keep
     /// the seq: the session's high-water on load is read from `sessions.last_seq` and the
     /// egress rows (`rows::get_session`), and is not bumped separately for such events.
+    #[cfg(test)]
     pub fn publish_with_row(
         &self,
         sid: &str,
@@ -113,6 +148,22 @@ impl Bus {
         payload: Map<String, Value>,
         row: Option<SeqRow>,
     ) -> i64 {
+        self.publish_value(sid, kind, payload, row.map_or(Row::None, Row::KeepsSeq))
+    }
+
+    /// [`Bus::publish`], with `row` written in the same transaction as the event: both are
+    /// stored, or neither (a turn's terminal and its record).
+    pub fn publish_together(
+        &self,
+        sid: &str,
+        kind: &str,
+        payload: Map<String, Value>,
+        row: SeqRow,
+    ) -> i64 {
+        self.publish_value(sid, kind, payload, Row::Alongside(row))
+    }
+
+    fn publish_value(&self, sid: &str, kind: &str, payload: Map<String, Value>, row: Row) -> i64 {
         self.publish_core(sid, kind, row, |seq| {
             let mut ev = payload;
             ev.insert("schema".into(), Value::from(1));
@@ -135,6 +186,7 @@ impl Bus {
         members: &str,
         row: Option<SeqRow>,
     ) -> i64 {
+        let row = row.map_or(Row::None, Row::KeepsSeq);
         self.publish_core(sid, kind, row, |seq| {
             let (sid, kind) = (Value::from(sid), Value::from(kind));
             let sep = if members.starts_with('}') { "" } else { "," };
@@ -147,12 +199,12 @@ impl Bus {
 
     /// Assigns the seq, builds the event's JSON with `data(seq)` and queues the journal write
     /// (and `row`) under the session's lock; the store thread hands the frame to the live
-    /// sinks once that write is committed.
+    /// sinks once that write is committed, or records the seq as lost if it is not.
     fn publish_core(
         &self,
         sid: &str,
         kind: &str,
-        row: Option<SeqRow>,
+        row: Row,
         data: impl FnOnce(i64) -> String,
     ) -> i64 {
         let Some(chan) = self.channel(sid) else {
@@ -173,10 +225,9 @@ impl Bus {
         };
         let live = chan.clone();
         let stored = !is_live_only(kind);
-        // A row written with the event keeps its seq (egress rows), so the session's
-        // high-water needs no update of its own.
-        let seq_kept = row.is_some();
+        let seq_kept = matches!(row, Row::KeepsSeq(_));
         let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
+        let lost = self.lost.clone();
         self.store.submit("event", move |c| {
             let out = crate::store::atomically(c, |c| {
                 rows::insert_event(
@@ -189,18 +240,25 @@ impl Bus {
                     seq_kept,
                 )?;
                 match row {
-                    Some(row) => row(c, seq),
-                    None => Ok(()),
+                    Row::KeepsSeq(row) | Row::Alongside(row) => row(c, seq),
+                    Row::None => Ok(()),
                 }
             });
-            if out.is_err() && seq_kept {
-                // The row that would have kept the seq is gone; the seq is still handed
-                // out (live), so record it where the next start reads the high-water.
+            let written = out.is_ok();
+            if !written && seq_kept {
+                // The row that would have kept the seq is gone; record the seq where the
+                // next start reads the high-water (if the database takes that write).
                 let _ = rows::bump_high_water(c, &sid_owned, seq);
             }
             // Live streams get the frame once it is committed: a client never sees an event
             // that a crash could take back. Jobs commit in seq order, so frames stay in order.
-            crate::store::after_commit(move || deliver(&live, frame));
+            crate::store::after_commit(move || {
+                if written && crate::store::committed() {
+                    deliver(&live, frame);
+                } else {
+                    lost.record(&sid_owned, seq, &kind_owned, &data);
+                }
+            });
             out
         });
         // Queued while the lock is held: the store runs the jobs, and so delivers the
@@ -209,7 +267,8 @@ impl Bus {
         seq
     }
 
-    /// Subscribes with replay. `running_start` is the running turn's `turn.started` seq.
+    /// [`Bus::try_subscribe`], `None` also when the store could not be read.
+    #[cfg(test)]
     pub async fn subscribe(
         &self,
         sid: &str,
@@ -217,48 +276,72 @@ impl Bus {
         running: Option<(String, i64)>,
         kick: CancellationToken,
     ) -> Option<Subscription> {
-        let chan = self.channel(sid)?;
+        self.try_subscribe(sid, cursor, running, kick)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Subscribes with replay. `running` is the running turn and its `turn.started` seq.
+    /// `Ok(None)`: the session has no channel; `Err`: the store could not be read.
+    pub async fn try_subscribe(
+        &self,
+        sid: &str,
+        cursor: i64,
+        running: Option<(String, i64)>,
+        kick: CancellationToken,
+    ) -> crate::store::StoreResult<Option<Subscription>> {
+        let Some(chan) = self.channel(sid) else {
+            return Ok(None);
+        };
         let (tx, rx) = live::channel(SSE_QUEUE_CAP);
-        let (high, effective) = {
+        let high = {
             let mut ch = chan.lock();
             let high = ch.seq;
-            let effective = if cursor < 0 || cursor > high {
-                running.as_ref().map(|(_, s)| s - 1).unwrap_or(high)
-            } else {
-                cursor
-            };
             ch.sinks.push(Sink {
                 tx,
                 kick,
                 from: high,
             });
-            (high, effective)
+            high
         };
-        let sid_owned = sid.to_string();
-        let (trimmed, rows) = self
+        // Queued behind every journal write published before the registration (FIFO), so the
+        // stored high-water it reads is the fate of every seq up to `high`.
+        let (sid_owned, start) = (sid.to_string(), running.as_ref().map(|(_, s)| *s));
+        let (effective, page) = self
             .store
-            .call(move |c| rows::events_between(c, &sid_owned, effective, high))
-            .await
-            .unwrap_or_default();
-        let replay = rows
-            .into_iter()
-            .map(|(seq, kind, data)| Frame {
-                seq,
-                bytes: format_frame(Some(seq), &kind, &data),
+            .call(move |c| {
+                let stored = rows::get_session(c, &sid_owned)?.map_or(0, |r| r.last_seq);
+                let durable = stored.min(high);
+                // A cursor past the durable high-water (or none): the running turn's start,
+                // else the tail. Never past `durable`: a seq above it may be lost and handed
+                // out again after a restart, and a client adopting it would miss that event.
+                let effective = if cursor < 0 || cursor > durable {
+                    start.map_or(durable, |s| s - 1).min(durable)
+                } else {
+                    cursor
+                };
+                Ok((
+                    effective,
+                    replay::read_page(c, &sid_owned, effective, high)?,
+                ))
             })
-            .collect();
+            .await?;
         let is_live = running.is_some();
-        Some(Subscription {
+        let gap = (effective < page.trimmed).then_some((effective + 1, page.trimmed));
+        let rest = (!page.done).then(|| replay::Rest::boxed(self.store.clone(), sid, high));
+        Ok(Some(Subscription {
             session_id: sid.to_string(),
             ready: Ready {
                 cursor: effective,
                 current_turn_id: running.map(|(t, _)| t),
                 is_live,
             },
-            gap: (effective < trimmed).then_some((effective + 1, trimmed)),
-            replay,
+            gap,
+            replay: page.frames,
+            rest,
             live: rx,
-        })
+        }))
     }
 
     /// Stored events after `cursor` as JSON, preceded by a `stream.gap` object if needed.
@@ -284,7 +367,9 @@ impl Bus {
 /// Hands a committed frame to every live stream of the channel that joined before it; a
 /// stream whose queue is full is dropped and its connection killed.
 fn deliver(chan: &Mutex<Channel>, frame: Frame) {
-    chan.lock().sinks.retain(|s| {
+    let mut ch = chan.lock();
+    ch.durable = ch.durable.max(frame.seq);
+    ch.sinks.retain(|s| {
         if frame.seq <= s.from {
             return true;
         }
@@ -308,109 +393,4 @@ pub fn payload(v: Value) -> Map<String, Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::task::Context;
-
-    fn fixture() -> (Arc<Bus>, Store, tempfile::TempDir) {
-        let (store, dir) = crate::store::test_support::temp_store("bus");
-        let bus = Arc::new(Bus::new(store.clone(), 100));
-        bus.open("s", 0);
-        (bus, store, dir)
-    }
-
-    fn drain(rx: &mut live::LiveRx) -> Vec<i64> {
-        let mut seqs = Vec::new();
-        let waker = futures::task::noop_waker();
-        let _ = rx.poll_drain(&mut Context::from_waker(&waker), &mut |f| seqs.push(f.seq));
-        seqs
-    }
-
-    #[tokio::test]
-    async fn a_live_stream_gets_an_event_only_once_the_store_has_committed_it() {
-        let (bus, store, _dir) = fixture();
-        let mut sub = bus
-            .subscribe("s", 0, None, CancellationToken::new())
-            .await
-            .expect("subscription");
-        let hold = crate::store::test_support::hold(&store);
-        bus.publish("s", "x.one", Map::new());
-        bus.publish("s", "x.two", Map::new());
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        assert_eq!(
-            drain(&mut sub.live),
-            Vec::<i64>::new(),
-            "nothing before the commit"
-        );
-        drop(hold);
-        store.flush().await;
-        assert_eq!(drain(&mut sub.live), vec![1, 2], "both, in seq order");
-        let stored = store
-            .call(|c| rows::events_between(c, "s", 0, 10))
-            .await
-            .expect("read")
-            .1;
-        assert_eq!(stored.len(), 2);
-    }
-
-    #[tokio::test]
-    async fn an_event_published_before_a_subscription_comes_once_in_its_replay_not_live() {
-        let (bus, store, _dir) = fixture();
-        let hold = crate::store::test_support::hold(&store);
-        bus.publish("s", "x.one", Map::new());
-        let subscribing = {
-            let bus = bus.clone();
-            tokio::spawn(async move { bus.subscribe("s", 0, None, CancellationToken::new()).await })
-        };
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        drop(hold);
-        let mut sub = subscribing.await.expect("task").expect("subscription");
-        assert_eq!(
-            sub.replay.iter().map(|f| f.seq).collect::<Vec<_>>(),
-            vec![1]
-        );
-        bus.publish("s", "x.two", Map::new());
-        store.flush().await;
-        assert_eq!(drain(&mut sub.live), vec![2], "seq 1 is not repeated live");
-    }
-
-    #[tokio::test]
-    async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
-        let (bus, store, _dir) = fixture();
-        store
-            .call(|c| {
-                rows::put_session(
-                    c,
-                    &rows::SessionRow {
-                        id: "s".into(),
-                        channel: "web".into(),
-                        root: "/".into(),
-                        last_status: "idle".into(),
-                        ..Default::default()
-                    },
-                )
-            })
-            .await
-            .expect("session");
-        let kept: SeqRow = Box::new(|c, seq| rows::insert_egress(c, "s", seq, "{}"));
-        assert_eq!(
-            bus.publish_with_row("s", "egress.decision", Map::new(), Some(kept)),
-            1
-        );
-        let failing: SeqRow =
-            Box::new(|_, _| Err(crate::store::StoreError::Other("the row failed".into())));
-        assert_eq!(
-            bus.publish_with_row("s", "egress.decision", Map::new(), Some(failing)),
-            2
-        );
-        let high = store
-            .call(|c| Ok(rows::get_session(c, "s")?.map(|r| r.last_seq)))
-            .await
-            .expect("read");
-        assert_eq!(
-            high,
-            Some(2),
-            "the next start must not hand out seq 2 again"
-        );
-    }
-}
+mod tests;

@@ -11,6 +11,7 @@ mod engine;
 mod extensions;
 mod home;
 mod mcp;
+mod metrics;
 mod model_sandbox;
 mod pairing;
 mod providers;
@@ -44,6 +45,10 @@ enum Cmd {
     /// Print the pairing link and QR code of the running gateway.
     Pair(cli::client::PairArgs),
     /// Run a command as a sandbox child of a session of the running gateway.
+    ///
+    /// The command runs in the current directory when that is inside the session's workspace
+    /// root, otherwise in the root. Without --session, a new session is made with --root (default:
+    /// the current directory) as its workspace root.
     Exec(cli::client::ExecArgs),
     /// Run only the egress proxy, from a policy file.
     Proxy(cli::client::ProxyArgs),

@@ -95,7 +95,10 @@ async fn metrics_count_turns_failures_and_running_state() {
             "dup {l}"
         );
     }
-    assert!(!m.contains("# HELP"));
+    assert!(
+        m.contains("# HELP vis_turns_total "),
+        "every series is explained: {m}"
+    );
     let (_, j) = into_json(
         gw.req(Method::GET, "/metrics")
             .header("Accept", "application/json")

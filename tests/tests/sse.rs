@@ -467,9 +467,11 @@ async fn a_subscriber_that_stops_reading_is_disconnected_and_can_resume_by_curso
         assert!(Instant::now() < deadline, "{r}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // fill the socket buffers with big frames, then queue > 1024 small frames
+    // fill the socket buffers with big frames (≈ 9 MiB: well past the kernel's largest
+    // autotuned send buffer, 4 MiB, plus hyper's; 24 turns were about that much, which made
+    // the test pass or fail by timing), then queue > 1024 small frames
     let big = "x".repeat(64 * 1024);
-    for _ in 0..24 {
+    for _ in 0..48 {
         let (st, _) = gw.submit(&sid, &format!("/help {big}")).await;
         assert!(st.is_success());
     }

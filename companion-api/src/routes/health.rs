@@ -1,5 +1,6 @@
 //! Health, capabilities, status and metrics (§5.4–5.6).
 
+use crate::metrics::{self, Family, Kind, Sample};
 use crate::middleware::auth::token_matches;
 use crate::protocol::{compatibility_short, protocol_block, ClientInfo};
 use crate::AppState;
@@ -65,93 +66,154 @@ pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> 
     }))
 }
 
-/// `(name, kind, value)` rows of the metrics answer.
-async fn series(state: &AppState) -> Vec<(&'static str, &'static str, f64)> {
+/// Every series of the metrics answer: the Companion's figures, then the engine's own.
+async fn series(state: &AppState) -> Vec<Family> {
+    use Kind::{Counter, Gauge};
     let s = state.engine.stats().await;
     let retained = state.engine.replay_events_retained().await;
     let rss = crate::serve_stats::rss_bytes() as f64;
-    vec![
-        (
-            "vis_turn_tokens_total{kind=\"input\"}",
-            "counter",
-            s.tokens_input as f64,
+    let sse = crate::serve_stats::sse_clients() as f64;
+    let tokens = Family {
+        name: "vis_turn_tokens_total",
+        help: "Provider tokens used by turns, by kind (input, output).",
+        kind: Counter,
+        samples: vec![
+            Sample::labelled(vec![("kind", "input".into())], s.tokens_input as f64),
+            Sample::labelled(vec![("kind", "output".into())], s.tokens_output as f64),
+        ],
+    };
+    let one = Family::single;
+    let mut out = vec![
+        tokens,
+        one(
+            "vis_turns_total",
+            "Turns started.",
+            Counter,
+            s.turns_total as f64,
         ),
-        (
-            "vis_turn_tokens_total{kind=\"output\"}",
-            "counter",
-            s.tokens_output as f64,
-        ),
-        ("vis_turns_total", "counter", s.turns_total as f64),
-        (
+        one(
             "vis_turns_failed_total",
-            "counter",
+            "Turns that ended failed or cancelled.",
+            Counter,
             s.turns_failed_total as f64,
         ),
-        ("vis_turn_cost_usd_total", "counter", 0.0),
-        (
+        one(
+            "vis_turn_cost_usd_total",
+            "Cost of turns in USD (not computed: always 0).",
+            Counter,
+            0.0,
+        ),
+        one(
             "vis_turn_duration_ms_total",
-            "counter",
+            "Milliseconds from start to terminal, summed over ended turns.",
+            Counter,
             s.turn_duration_ms_total as f64,
         ),
-        ("vis_sessions_tracked", "gauge", s.sessions_tracked as f64),
-        ("vis_turns_running", "gauge", s.turns_running as f64),
-        ("vis_turns_executing", "gauge", s.turns_executing as f64),
-        (
+        one(
+            "vis_sessions_tracked",
+            "Sessions loaded in memory.",
+            Gauge,
+            s.sessions_tracked as f64,
+        ),
+        one(
+            "vis_turns_running",
+            "Turns started and not ended.",
+            Gauge,
+            s.turns_running as f64,
+        ),
+        one(
+            "vis_turns_executing",
+            "Running turns holding an execution slot.",
+            Gauge,
+            s.turns_executing as f64,
+        ),
+        one(
             "vis_turns_waiting",
-            "gauge",
+            "Running turns waiting for an execution slot.",
+            Gauge,
             s.turns_running.saturating_sub(s.turns_executing) as f64,
         ),
-        ("vis_turns_queued", "gauge", s.turns_queued as f64),
-        (
+        one(
+            "vis_turns_queued",
+            "Turns queued behind a running turn.",
+            Gauge,
+            s.turns_queued as f64,
+        ),
+        one(
             "vis_turn_concurrency_limit",
-            "gauge",
+            "Execution slots (VIS_GATEWAY_MAX_CONCURRENT_TURNS).",
+            Gauge,
             s.concurrency_limit as f64,
         ),
-        ("vis_replay_events_retained", "gauge", retained as f64),
-        ("vis_process_rss_bytes", "gauge", rss),
-        ("vis_gateway_client_registrations_total", "counter", 0.0),
-        ("vis_gateway_client_releases_total", "counter", 0.0),
-        ("vis_gateway_client_replacements_total", "counter", 0.0),
-        ("vis_gateway_client_leases_reaped_total", "counter", 0.0),
-        ("vis_gateway_client_leases", "gauge", 0.0),
-        (
-            "vis_gateway_sse_clients",
-            "gauge",
-            crate::serve_stats::sse_clients() as f64,
+        one(
+            "vis_replay_events_retained",
+            "Stored events kept for replay, all sessions.",
+            Gauge,
+            retained as f64,
         ),
-    ]
+        one(
+            "vis_process_rss_bytes",
+            "Resident memory of the gateway process.",
+            Gauge,
+            rss,
+        ),
+    ];
+    for (name, help) in [
+        (
+            "vis_gateway_client_registrations_total",
+            "Client lease registrations (no leases here: always 0).",
+        ),
+        (
+            "vis_gateway_client_releases_total",
+            "Client lease releases (always 0).",
+        ),
+        (
+            "vis_gateway_client_replacements_total",
+            "Client lease replacements (always 0).",
+        ),
+        (
+            "vis_gateway_client_leases_reaped_total",
+            "Client leases reaped (always 0).",
+        ),
+    ] {
+        out.push(one(name, help, Counter, 0.0));
+    }
+    out.push(one(
+        "vis_gateway_client_leases",
+        "Client leases held (always 0).",
+        Gauge,
+        0.0,
+    ));
+    out.push(one(
+        "vis_gateway_sse_clients",
+        "Open SSE streams.",
+        Gauge,
+        sse,
+    ));
+    out.extend(state.engine.metric_families());
+    out
 }
 
 pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let rows = series(&state).await;
+    let families = series(&state).await;
     let wants_json = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("application/json"));
     if wants_json {
-        let mut m = serde_json::Map::new();
-        for (name, _, v) in &rows {
-            let key = name
-                .trim_start_matches("vis_")
-                .replace("turn_tokens_total{kind=\"input\"}", "tokens_input")
-                .replace("turn_tokens_total{kind=\"output\"}", "tokens_output");
-            m.insert(key, json!(v));
+        let mut m = metrics::to_json(&families);
+        // The reference's JSON keys for the token counters.
+        if let Some(Value::Object(t)) = m.remove("turn_tokens_total") {
+            for (k, v) in t {
+                m.insert(format!("tokens_{k}"), v);
+            }
         }
         return Json(Value::Object(m)).into_response();
-    }
-    let mut out = String::new();
-    let mut typed = std::collections::HashSet::new();
-    for (name, kind, v) in rows {
-        let base = name.split('{').next().unwrap_or(name);
-        if typed.insert(base) {
-            out.push_str(&format!("# TYPE {base} {kind}\n"));
-        }
-        out.push_str(&format!("{name} {v}\n"));
     }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        out,
+        metrics::render(&families),
     )
         .into_response()
 }

@@ -175,7 +175,8 @@ fn dechunk(mut s: &str) -> String {
 
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
-    /// Run as a child of this session.
+    /// Run as a child of this session (in the current directory if it is inside the
+    /// session's workspace root, else in the root).
     #[arg(long, conflicts_with = "root")]
     pub session: Option<String>,
     /// Create a session with this workspace root (default: the current directory), titled
@@ -234,15 +235,18 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
         bail!("{}", v["error"]["message"].as_str().unwrap_or(&text));
     }
     let env: std::collections::BTreeMap<String, String> = serde_json::from_value(v["env"].clone())?;
-    let cwd = v["cwd"]
+    let session_root = v["cwd"]
         .as_str()
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
+    let cwd = exec_dir(std::env::current_dir().ok(), &session_root);
     // `jail.enabled: true`: the gateway hands back the jail's argv prefix (P10 kernel wall).
-    let jail: Vec<String> = match v.get("jail").filter(|j| !j.is_null()) {
+    let mut jail: Vec<String> = match v.get("jail").filter(|j| !j.is_null()) {
         Some(j) => serde_json::from_value(j["argv_prefix"].clone())?,
         None => Vec::new(),
     };
+    crate::sandbox::jail::set_workdir(&mut jail, &cwd);
+    let jailed = !jail.is_empty();
     let argv: Vec<String> = jail
         .into_iter()
         .chain(args.command.iter().cloned())
@@ -250,13 +254,22 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
     let (program, rest) = argv
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("no command given"))?;
-    let status = match std::process::Command::new(program)
-        .args(rest)
-        .env_clear()
-        .envs(&env)
-        .current_dir(&cwd)
-        .status()
-    {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(rest).env_clear().envs(&env).current_dir(&cwd);
+    if jailed {
+        // pasta's start-up lines are removed from the head of the child's stderr.
+        cmd.stderr(std::process::Stdio::piped());
+    }
+    let spawned = cmd.spawn().map(|mut child| {
+        let relay = child.stderr.take().map(relay_stderr);
+        let status = child.wait();
+        if let Some(done) = relay {
+            // Bounded: a daemon the command left behind may hold the pipe open.
+            let _ = done.recv_timeout(Duration::from_secs(2));
+        }
+        status
+    });
+    let status = match spawned.and_then(|s| s) {
         Ok(s) => s,
         Err(e) => {
             // As a shell does: 127 when the program is not there, 126 when it cannot run.
@@ -275,6 +288,41 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
+/// Where `exec` runs its command: the current directory when it is inside the session's
+/// workspace root (as a user who `cd`s into a subfolder expects), otherwise the root.
+fn exec_dir(here: Option<PathBuf>, root: &std::path::Path) -> PathBuf {
+    let canon = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let root = canon(root);
+    match here.map(|h| canon(&h)) {
+        Some(h) if h.starts_with(&root) => h,
+        _ => root,
+    }
+}
+
+/// Copies a jailed child's stderr to ours as it comes, without pasta's start-up lines;
+/// the receiver hears when the pipe is closed.
+fn relay_stderr(mut from: std::process::ChildStderr) -> std::sync::mpsc::Receiver<()> {
+    use std::io::{Read, Write};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut filter = crate::sandbox::jail::NoiseFilter::new();
+        let mut err = std::io::stderr();
+        let mut buf = [0u8; 8192];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let _ = err.write_all(&filter.feed(&buf[..n]));
+                    let _ = err.flush();
+                }
+            }
+        }
+        let _ = err.write_all(&filter.finish());
+        let _ = tx.send(());
+    });
+    rx
+}
+
 #[derive(clap::Args, Debug)]
 pub struct ProxyArgs {
     /// The policy file (YAML: `tokens`, `network`, optional `listen` and `reserved_ports`).
@@ -287,12 +335,7 @@ pub struct ProxyArgs {
 
 /// `vis-gateway proxy`: just the egress proxy, stand-alone (decision A5).
 pub fn proxy(args: ProxyArgs) -> Result<ExitCode> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    super::logging::init(false);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -1,4 +1,5 @@
 //! Sub-commands.
 
 pub mod client;
+pub mod logging;
 pub mod start;

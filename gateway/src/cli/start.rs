@@ -49,21 +49,8 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn init_logging(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        b.json().init();
-    } else {
-        b.init();
-    }
-}
-
 pub fn run(home: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> {
-    init_logging(args.log_json);
+    super::logging::init(args.log_json);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -64,6 +64,10 @@ impl Engine for Api {
         Some(Arc::new(crate::mcp::routes::McpRoutes(self.0.clone())))
     }
 
+    fn metric_families(&self) -> Vec<vis_companion_api::metrics::Family> {
+        crate::metrics::families()
+    }
+
     async fn replay_events_retained(&self) -> u64 {
         self.0
             .store
@@ -139,6 +143,7 @@ impl Engine for Api {
             .await
             .map_err(store_err)?;
         g.session(&row.id).await?;
+        tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
         Ok(
             json!({"id": row.id, "channel": row.channel, "title": row.title, "external_id": row.external_id, "workspace_id": row.workspace_id}),
         )
@@ -181,6 +186,7 @@ impl Engine for Api {
         g.extensions.stop_session(sid).await;
         let id = sid.to_string();
         let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
+        tracing::info!(session = sid, "session deleted");
     }
 
     async fn transcript(
@@ -275,8 +281,9 @@ impl Engine for Api {
             .map(|r| (r.turn.tid.clone(), r.started_seq));
         self.0
             .bus
-            .subscribe(sid, cursor.0, running, kick)
+            .try_subscribe(sid, cursor.0, running, kick)
             .await
+            .map_err(store_err)?
             .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
@@ -302,7 +309,7 @@ impl Engine for Api {
         }
         self.0
             .bus
-            .high_water(sid)
+            .durable_high_water(sid)
             .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
@@ -486,6 +493,7 @@ impl Engine for Api {
             .jail_prefix(&root, &cfg)
             .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "jail-unavailable", e))?
             .map(|p| json!({"argv_prefix": p}));
+        tracing::info!(session = %sid, root = %root.display(), jailed = jail.is_some(), "exec: child environment handed out");
         Ok(
             json!({"session_id": sid, "cwd": root, "env": env, "proxy_port": sandbox.port(), "jail": jail}),
         )

@@ -236,13 +236,18 @@ pub struct HostFilters(pub ExtensionHost);
 impl vis_proxy::FilterSet for HostFilters {
     fn filters(&self, principal: &vis_proxy::Principal) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
         let project = principal.project.as_deref();
-        match self.0.network_filters_for(project) {
+        let list: Vec<Arc<dyn vis_proxy::NetworkFilter>> = match self.0.network_filters_for(project)
+        {
             Some(list) => list,
             None => vec![Arc::new(crate::extensions::LoadingScope {
                 host: self.0.clone(),
                 project: project.map(std::path::Path::to_path_buf),
             })],
-        }
+        };
+        // Each call's time goes to `vis_egress_filter_duration_seconds`.
+        list.into_iter()
+            .map(|f| Arc::new(crate::metrics::TimedFilter(f)) as Arc<dyn vis_proxy::NetworkFilter>)
+            .collect()
     }
 }
 

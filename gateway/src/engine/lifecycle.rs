@@ -187,6 +187,7 @@ impl Gateway {
             ev["attachments"] = json!(t.attachments);
         }
         let seq = self.bus.publish(&t.sid, "turn.started", payload(ev));
+        tracing::info!(session = %t.sid, turn = %t.tid, seq, queued = is_queued, "turn started");
         if let Some(title) = title {
             self.publish_title(&t.sid, &title);
         }
@@ -226,7 +227,7 @@ impl Gateway {
         }
     }
 
-    fn spawn(self: &Arc<Self>, l: Launch) {
+    pub(super) fn spawn(self: &Arc<Self>, l: Launch) {
         let gw = self.clone();
         tokio::spawn(async move { gw.work(l).await });
     }
@@ -390,6 +391,9 @@ impl Gateway {
             if st.running.as_ref().is_none_or(|r| r.turn.tid != tid) {
                 return; // already landed (cancel backstop or shutdown raced the worker)
             }
+            if self.storage.is_stopped(tid) {
+                return; // its events were lost: the storage watcher lands it (storage.rs)
+            }
             let Some(run) = st.running.take() else { return };
             self.land(&mut st, run, terminal)
         };
@@ -398,7 +402,7 @@ impl Gateway {
         }
     }
 
-    fn land(
+    pub(super) fn land(
         self: &Arc<Self>,
         st: &mut SessionState,
         run: Running,
@@ -451,7 +455,6 @@ impl Gateway {
         self.counters
             .tokens_out
             .fetch_add(t.tokens.output, Ordering::Relaxed);
-        self.save_turn(&t);
         let mut ev = json!({"turn_id": t.tid, "status": status.as_str()});
         if let Some(k) = &t.idempotency_key {
             ev["idempotency_key"] = json!(k);
@@ -470,7 +473,20 @@ impl Gateway {
             }
             _ => {}
         }
-        self.bus.publish(&t.sid, kind, payload(ev));
+        // The terminal and the settled record are stored together or not at all, so a turn
+        // whose terminal was lost is still stored as running (storage.rs fails it again).
+        match self.turn_row(&t) {
+            Some(row) => self.bus.publish_together(&t.sid, kind, payload(ev), row),
+            None => self.bus.publish(&t.sid, kind, payload(ev)),
+        };
+        tracing::info!(
+            session = %t.sid,
+            turn = %t.tid,
+            status = status.as_str(),
+            duration_ms = t.duration_ms.unwrap_or(0),
+            error = t.error.as_deref().unwrap_or(""),
+            "turn ended"
+        );
         self.bus.publish(
             &t.sid,
             "context.updated",

@@ -13,6 +13,7 @@ mod lifecycle;
 pub mod presentation;
 pub mod runner;
 mod slash;
+mod storage;
 pub mod turn;
 mod views;
 
@@ -100,6 +101,8 @@ pub struct Gateway {
     pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
     /// MCP servers: the phone's list and each session's connections.
     pub mcp: Arc<crate::mcp::Mcp>,
+    /// Turns stopped because their events could not be stored (`storage.rs`).
+    pub storage: storage::StorageWatch,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -158,8 +161,10 @@ impl Gateway {
             presentations,
             model_sandboxes: Arc::default(),
             mcp: Arc::new(crate::mcp::Mcp::new(home_dir_for_mcp)),
+            storage: Default::default(),
         });
         gw.human_input.bind(&gw);
+        gw.watch_storage();
         Ok(gw)
     }
 

@@ -174,7 +174,7 @@ impl Runtime {
             if let Ok(Ok(n)) =
                 tokio::time::timeout(Duration::from_millis(200), e.read(&mut buf)).await
             {
-                err = String::from_utf8_lossy(&buf[..n]).to_string();
+                err = crate::sandbox::jail::strip_pasta_noise(&String::from_utf8_lossy(&buf[..n]));
             }
         }
         format!("{status} {err}")

@@ -317,9 +317,126 @@ pub fn strip_pasta_noise(stderr: &str) -> String {
     }
 }
 
+/// Whether `line` (without its newline) is one of pasta's start-up lines.
+fn is_noise(line: &[u8]) -> bool {
+    const NOISE: [&[u8]; 2] = [
+        b"Couldn't write to /proc/self/uid_map: Operation not permitted",
+        b"Couldn't configure user mappings",
+    ];
+    NOISE.contains(&line)
+        || (line.starts_with(b"Failed to send ") && line.ends_with(b" bytes to syslog"))
+}
+
+/// Whether an unfinished line could still become one of pasta's lines.
+fn may_be_noise(partial: &[u8]) -> bool {
+    const STARTS: [&[u8]; 3] = [
+        b"Couldn't write to /proc/self/uid_map: Operation not permitted",
+        b"Couldn't configure user mappings",
+        b"Failed to send ",
+    ];
+    STARTS
+        .iter()
+        .any(|s| s.starts_with(partial) || partial.starts_with(b"Failed to send "))
+}
+
+/// [`strip_pasta_noise`] for a stream (a jailed child's stderr passed through as it comes):
+/// pasta's lines are dropped from its head; the first other byte ends the filtering, so an
+/// unfinished line that cannot be pasta's (a prompt) is passed on at once.
+#[derive(Debug, Default)]
+pub struct NoiseFilter {
+    /// What is held back while the stream is still at its head; `None` once past it.
+    head: Option<Vec<u8>>,
+    passed: bool,
+}
+
+impl NoiseFilter {
+    pub fn new() -> NoiseFilter {
+        NoiseFilter {
+            head: Some(Vec::new()),
+            passed: false,
+        }
+    }
+
+    /// The bytes of `chunk` (and any held before it) to pass on.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        if self.passed {
+            return chunk.to_vec();
+        }
+        let buf = self.head.get_or_insert_with(Vec::new);
+        buf.extend_from_slice(chunk);
+        loop {
+            match buf.iter().position(|b| *b == b'\n') {
+                Some(i) if is_noise(&buf[..i]) => {
+                    buf.drain(..=i);
+                }
+                None if may_be_noise(buf) => return Vec::new(),
+                _ => {
+                    self.passed = true;
+                    return self.head.take().unwrap_or_default();
+                }
+            }
+        }
+    }
+
+    /// The end of the stream: a held unfinished line, unless it is pasta's.
+    pub fn finish(&mut self) -> Vec<u8> {
+        match self.head.take() {
+            Some(rest) if !is_noise(&rest) => rest,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Replaces the working directory of a jail argv prefix (`--chdir <dir>`): `dir` must be
+/// the workspace root or inside it (the root is bound at the same path).
+pub fn set_workdir(prefix: &mut [String], dir: &Path) {
+    if let Some(i) = prefix.iter().rposition(|a| a == "--chdir") {
+        if let Some(d) = prefix.get_mut(i + 1) {
+            *d = s(dir);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stream_filter_drops_pastas_lines_in_any_cut_and_nothing_else() {
+        let text = b"Couldn't write to /proc/self/uid_map: Operation not permitted\nCouldn't configure user mappings\nerr one\nCouldn't configure user mappings\n";
+        for cut in 1..text.len() {
+            let mut f = NoiseFilter::new();
+            let mut out = f.feed(&text[..cut]);
+            out.extend(f.feed(&text[cut..]));
+            out.extend(f.finish());
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                "err one\nCouldn't configure user mappings\n",
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_prompt_without_a_newline_is_passed_on_at_once() {
+        let mut f = NoiseFilter::new();
+        assert_eq!(f.feed(b"Password: "), b"Password: ");
+        let mut g = NoiseFilter::new();
+        assert_eq!(g.feed(b"Couldn't "), b"", "could still be pasta's");
+        assert_eq!(g.feed(b"open x\n"), b"Couldn't open x\n");
+        let mut h = NoiseFilter::new();
+        assert_eq!(h.feed(b"Couldn't configure user mappings"), b"");
+        assert_eq!(h.finish(), b"", "pasta's line without its newline");
+    }
+
+    #[test]
+    fn the_workdir_of_a_jail_prefix_can_be_moved_inside_the_root() {
+        let mut p = argv_prefix(&bins(), &spec(true));
+        set_workdir(&mut p, Path::new("/tmp/w/proj/sub"));
+        let i = p.iter().position(|a| a == "--chdir").unwrap();
+        assert_eq!(p[i + 1], "/tmp/w/proj/sub");
+        assert_eq!(p.last().map(String::as_str), Some("--"));
+    }
 
     fn bins() -> Binaries {
         Binaries {

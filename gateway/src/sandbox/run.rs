@@ -93,6 +93,7 @@ pub async fn run_with(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> std::io::Result<RunOutput> {
+    let started = std::time::Instant::now();
     let mut child =
         sh_command(command, root, env, jail.unwrap_or_default(), Stdio::null()).spawn()?;
     let pid = child.id();
@@ -127,6 +128,24 @@ pub async fn run_with(
     if jail.is_some() {
         result.stderr = super::jail::strip_pasta_noise(&result.stderr);
     }
+    // The program only: the rest of a command line can carry secrets.
+    let program: String = command
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(64)
+        .collect();
+    tracing::info!(
+        session = env.get("VIS_SESSION_ID").map_or("", String::as_str),
+        program,
+        jailed = jail.is_some(),
+        exit_code = result.exit_code.unwrap_or(-1),
+        timed_out = result.timed_out,
+        cancelled = result.cancelled,
+        duration_ms = started.elapsed().as_millis() as u64,
+        "sandbox command finished"
+    );
     Ok(result)
 }
 

@@ -16,6 +16,7 @@ pub struct EgressSink {
 
 impl DecisionSink for EgressSink {
     fn record(&self, session_id: &str, decision: Decision) {
+        crate::metrics::egress_decision(session_id, &decision);
         let Ok(json) = serde_json::to_string(&decision) else {
             return;
         };

@@ -74,11 +74,11 @@ impl Store {
             .send(Box::new(move |c| {
                 let out = f(c);
                 after_commit(move || {
-                    let out = match (out, COMMIT_FAILED.get()) {
-                        (Ok(_), true) => Err(StoreError::Other(
+                    let out = match out {
+                        Ok(_) if !committed() => Err(StoreError::Other(
                             "the database could not commit this write".into(),
                         )),
-                        (out, _) => out,
+                        out => out,
                     };
                     let _ = otx.send(out);
                 });
@@ -95,6 +95,7 @@ impl Store {
         let job: Job = Box::new(move |c| {
             if let Err(e) = f(c) {
                 tracing::error!(error = %e, job = what, "store write failed");
+                crate::metrics::store_write_failed();
             }
         });
         if self.tx.send(job).is_err() {
@@ -149,25 +150,63 @@ fn restrict(path: &Path) {
 }
 
 thread_local! {
-    /// Actions the current batch's jobs asked to run once their writes are committed.
+    /// Actions the current job asked to run once its writes are committed.
     static AFTER_COMMIT: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(Vec::new()) };
-    /// Whether the batch whose [`after_commit`] actions are running failed to commit.
+    /// Whether the writes of the job whose [`after_commit`] action is running were lost: its
+    /// transaction failed to commit or was rolled back by SQLite.
     static COMMIT_FAILED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// From inside a store job: runs `f` on the store thread once the job's writes are
 /// committed (after the batch's `COMMIT`), in the order the jobs asked. Used to hand
-/// events to live streams only when they are durable.
+/// events to live streams only when they are durable; `f` calls [`committed`] to learn
+/// whether they are.
 pub fn after_commit(f: impl FnOnce() + 'static) {
     AFTER_COMMIT.with(|a| a.borrow_mut().push(Box::new(f)));
 }
 
-fn run_after_commit() {
-    let actions = AFTER_COMMIT.with(|a| std::mem::take(&mut *a.borrow_mut()));
-    actions.into_iter().for_each(|f| f());
+/// From inside an [`after_commit`] action: whether the transaction that held its job's
+/// writes committed. `false` when SQLite refused the commit or rolled the transaction back
+/// (a full disk, an I/O error): the job's writes are gone even if every statement of the job
+/// itself succeeded.
+pub fn committed() -> bool {
+    !COMMIT_FAILED.get()
 }
 
+/// The after-commit actions of a batch, each with whether its transaction committed.
+#[derive(Default)]
+struct Settled(Vec<(Box<dyn FnOnce()>, bool)>);
+
+impl Settled {
+    /// Settles the actions the jobs since the last call asked for.
+    fn take(&mut self, committed: bool) {
+        let actions = AFTER_COMMIT.with(|a| std::mem::take(&mut *a.borrow_mut()));
+        self.0.extend(actions.into_iter().map(|f| (f, committed)));
+    }
+
+    fn run(self) {
+        for (f, ok) in self.0 {
+            COMMIT_FAILED.set(!ok);
+            f();
+        }
+        COMMIT_FAILED.set(false);
+    }
+}
+
+fn begin(conn: &Connection) -> bool {
+    exec(conn, "BEGIN IMMEDIATE").is_ok()
+}
+
+/// Runs jobs in batches: one transaction per batch, then each job's after-commit actions
+/// with the fate of the transaction that held its writes.
+///
+/// SQLite rolls a whole transaction back by itself on some errors (`SQLITE_FULL` and
+/// `SQLITE_IOERR` from a single-row write, for instance), after which later statements
+/// would run in autocommit mode. Such a rollback is noticed after the job that caused it:
+/// the jobs of the batch so far are settled as lost, and the rest of the batch gets a new
+/// transaction, so no job is reported lost whose writes were committed, and none reported
+/// committed whose writes were rolled back.
 fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -177,22 +216,32 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let in_tx = batch.len() > 1 && exec(&conn, "BEGIN IMMEDIATE").is_ok();
+        let mut in_tx = batch.len() > 1 && begin(&conn);
+        let mut settled = Settled::default();
         for job in batch {
             job(&conn);
+            if in_tx && conn.is_autocommit() {
+                tracing::error!("the database rolled back a batch of writes");
+                crate::metrics::store_write_failed();
+                settled.take(false);
+                in_tx = begin(&conn);
+            } else if !in_tx {
+                // Outside a batch transaction a job commits its own writes; it tells its
+                // actions itself whether they failed.
+                settled.take(true);
+            }
         }
-        let mut failed = false;
+        let mut ok = true;
         if in_tx {
             if let Err(e) = exec(&conn, "COMMIT") {
                 tracing::error!(error = %e, "store commit failed");
+                crate::metrics::store_write_failed();
                 let _ = exec(&conn, "ROLLBACK");
-                failed = true;
+                ok = false;
             }
         }
-        COMMIT_FAILED.set(failed);
-        // Also after a failed commit: live delivery goes on even when the journal could not
-        // keep the event (as it did before the store was involved).
-        run_after_commit();
+        settled.take(ok);
+        settled.run();
     }
 }
 
@@ -413,6 +462,60 @@ mod tests {
                 .await
                 .expect("count");
             assert_eq!(n, 0, "the answered-with-error write was rolled back");
+        });
+    }
+
+    #[test]
+    fn a_batch_sqlite_rolls_back_mid_way_answers_each_job_as_the_database_ended_up() {
+        let (store, _dir) = temp_store("store");
+        rt().block_on(async {
+            store
+                .call(|c| Ok(c.execute_batch("CREATE TABLE t (x INTEGER PRIMARY KEY, b BLOB)")?))
+                .await
+                .expect("schema");
+            // SQLite's own size limit: a write needing a new page fails with SQLITE_FULL.
+            store
+                .call(|c| {
+                    let n: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                    c.query_row(&format!("PRAGMA max_page_count = {n}"), [], |r| {
+                        r.get::<_, i64>(0)
+                    })?;
+                    Ok(())
+                })
+                .await
+                .expect("cap");
+            let held = hold(&store);
+            let small = |x: i64| {
+                move |c: &Connection| -> StoreResult<()> {
+                    c.execute("INSERT INTO t (x) VALUES (?1)", [x])?;
+                    Ok(())
+                }
+            };
+            let mut before = Box::pin(store.call(small(1)));
+            queue(&mut before).await;
+            store.submit("too big", |c| {
+                c.execute("INSERT INTO t (x, b) VALUES (2, zeroblob(65536))", [])?;
+                Ok(())
+            });
+            let mut after = Box::pin(store.call(small(3)));
+            queue(&mut after).await;
+            let _ = held.send(());
+            let (before, after) = (before.await, after.await);
+            let xs: Vec<i64> = store
+                .call(|c| {
+                    let mut st = c.prepare("SELECT x FROM t ORDER BY x")?;
+                    let xs = st
+                        .query_map([], |r| r.get(0))?
+                        .collect::<Result<Vec<i64>, _>>()?;
+                    Ok(xs)
+                })
+                .await
+                .expect("read");
+            assert!(!xs.contains(&2), "{xs:?}");
+            // Each answer tells the truth about its own write.
+            assert_eq!(before.is_ok(), xs.contains(&1), "{before:?} {xs:?}");
+            assert_eq!(after.is_ok(), xs.contains(&3), "{after:?} {xs:?}");
+            assert!(after.is_ok(), "a job after the failure commits: {after:?}");
         });
     }
 }

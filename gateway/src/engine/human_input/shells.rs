@@ -368,28 +368,45 @@ pub(super) fn spawn_proc(
         stop: Mutex::new(Some(stop_tx)),
     });
     let mut readers = Vec::new();
-    let streams: Vec<Box<dyn tokio::io::AsyncRead + Unpin + Send>> = [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+    let streams: Vec<(bool, Box<dyn tokio::io::AsyncRead + Unpin + Send>)> = [
+        child.stdout.take().map(|s| {
+            (
+                false,
+                Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            )
+        }),
+        child.stderr.take().map(|s| {
+            (
+                true,
+                Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            )
+        }),
     ]
     .into_iter()
     .flatten()
     .collect();
-    for mut r in streams {
+    for (is_stderr, mut r) in streams {
         let p = p.clone();
+        // A jailed child's stderr starts with pasta's start-up lines: not the child's output.
+        let mut noise =
+            (is_stderr && !jail.is_empty()).then(crate::sandbox::jail::NoiseFilter::new);
         readers.push(tokio::spawn(async move {
             let mut chunk = [0u8; 8192];
             loop {
-                match r.read(&mut chunk).await {
+                let n = match r.read(&mut chunk).await {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => append_capped(&p.out, &String::from_utf8_lossy(&chunk[..n])),
+                    Ok(n) => n,
+                };
+                let kept = match noise.as_mut() {
+                    Some(f) => f.feed(&chunk[..n]),
+                    None => chunk[..n].to_vec(),
+                };
+                if !kept.is_empty() {
+                    append_capped(&p.out, &String::from_utf8_lossy(&kept));
                 }
+            }
+            if let Some(rest) = noise.as_mut().map(|f| f.finish()).filter(|r| !r.is_empty()) {
+                append_capped(&p.out, &String::from_utf8_lossy(&rest));
             }
         }));
     }

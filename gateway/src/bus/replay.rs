@@ -1,0 +1,98 @@
+//! The SSE replay, read from the journal in pages: the first page with the subscription
+//! (atomically with the sink's registration), the others only when the client has taken the
+//! previous one, so a client that does not read holds one page, not its whole history.
+
+use crate::store::{Store, StoreResult};
+use futures::future::BoxFuture;
+use rusqlite::{params, Connection, OptionalExtension};
+use vis_companion_api::replay::{ReplayPage, ReplayRest};
+use vis_companion_api::sse::format_frame;
+use vis_companion_api::Frame;
+
+/// Most frames in one replay page.
+pub const REPLAY_PAGE_FRAMES: usize = 256;
+/// A replay page ends at the first frame that takes it past this many bytes.
+pub const REPLAY_PAGE_BYTES: usize = 128 * 1024;
+
+/// One page of stored events with `after < seq <= upto`.
+pub(super) struct Page {
+    pub frames: Vec<Frame>,
+    /// The session's `trimmed_through` when the page was read.
+    pub trimmed: i64,
+    /// The last seq this page covers (the next page reads after it).
+    pub through: i64,
+    /// Nothing stored is left up to `upto`.
+    pub done: bool,
+}
+
+pub(super) fn read_page(c: &Connection, sid: &str, after: i64, upto: i64) -> StoreResult<Page> {
+    let trimmed: i64 = c
+        .prepare_cached("SELECT trimmed_through FROM sessions WHERE id = ?1")?
+        .query_row([sid], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let mut st = c.prepare_cached(
+        "SELECT seq, type, data FROM events WHERE sid = ?1 AND seq > ?2 AND seq <= ?3 \
+         ORDER BY seq LIMIT ?4",
+    )?;
+    let mut rows = st.query(params![sid, after, upto, (REPLAY_PAGE_FRAMES + 1) as i64])?;
+    let (mut frames, mut bytes, mut done) = (Vec::new(), 0usize, true);
+    while let Some(r) = rows.next()? {
+        if frames.len() == REPLAY_PAGE_FRAMES || bytes >= REPLAY_PAGE_BYTES {
+            done = false;
+            break;
+        }
+        let (seq, kind, data): (i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        let bytes_of = format_frame(Some(seq), &kind, &data);
+        bytes += bytes_of.len();
+        frames.push(Frame {
+            seq,
+            bytes: bytes_of,
+        });
+    }
+    let through = frames
+        .last()
+        .map_or(if done { upto } else { after }, |f| f.seq);
+    Ok(Page {
+        frames,
+        trimmed,
+        through: through.max(after),
+        done,
+    })
+}
+
+/// The pages after the first, read through the store thread on demand.
+pub(super) struct Rest {
+    store: Store,
+    sid: String,
+    upto: i64,
+}
+
+impl Rest {
+    pub fn boxed(store: Store, sid: &str, upto: i64) -> Box<dyn ReplayRest> {
+        Box::new(Rest {
+            store,
+            sid: sid.to_string(),
+            upto,
+        })
+    }
+}
+
+impl ReplayRest for Rest {
+    fn page(&self, after: i64) -> BoxFuture<'static, Result<ReplayPage, String>> {
+        let (store, sid, upto) = (self.store.clone(), self.sid.clone(), self.upto);
+        Box::pin(async move {
+            let p = store
+                .call(move |c| read_page(c, &sid, after, upto))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(ReplayPage {
+                // Retention trimmed rows this client had not read yet: say so, as at the start.
+                gap: (after < p.trimmed).then_some((after + 1, p.trimmed)),
+                frames: p.frames,
+                through: p.through,
+                done: p.done,
+            })
+        })
+    }
+}

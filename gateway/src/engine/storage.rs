@@ -1,0 +1,250 @@
+//! Storage faults (a full disk, an I/O error). An event the database could not store never
+//! reaches a client (`bus.rs`), so a turn that lost events can no longer be told truthfully:
+//! the watcher stops it, waits until the database takes writes again and then lands its
+//! terminal, `turn.failed` with an `error` block `storage_error`. A turn whose own terminal
+//! was lost (landed in memory, not stored) is failed the same way. While it waits, the watcher
+//! also records the lost seqs as used (`sessions.last_seq`), so no seq a client could have been
+//! told of is handed out again, even after a `kill -9`.
+
+use super::lifecycle::Terminal;
+use super::runner::Progress;
+use super::turn::{Status, Turn};
+use super::{Gateway, Running};
+use crate::bus::Lost;
+use crate::store::rows;
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// First and longest wait between two attempts to write after a fault.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Turns stopped because their events could not be stored, waiting for the database.
+#[derive(Default)]
+pub struct StorageWatch {
+    /// turn id → session id
+    stopped: Mutex<HashMap<String, String>>,
+}
+
+impl StorageWatch {
+    /// Whether the turn was stopped for lost events (its worker must not land it).
+    pub fn is_stopped(&self, tid: &str) -> bool {
+        self.stopped.lock().contains_key(tid)
+    }
+}
+
+fn storage_error(lost: &Lost) -> Terminal {
+    Terminal::Failed {
+        code: "storage_error".into(),
+        message: format!(
+            "the database could not store {} event(s) of this session (seq {}..{}; is the disk \
+             full?), so the turn was stopped; it is failed now that writes succeed again",
+            lost.count, lost.first, lost.last
+        ),
+    }
+}
+
+impl Gateway {
+    /// Starts the storage watcher (one task per gateway; ends when the gateway is dropped).
+    pub fn watch_storage(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let lost = self.bus.lost().clone();
+        tokio::spawn(async move {
+            loop {
+                lost.wait().await;
+                let Some(gw) = weak.upgrade() else { return };
+                gw.settle_lost().await;
+            }
+        });
+    }
+
+    /// Stops the turns that lost events, waits for the database, fails them; again while
+    /// more events are lost meanwhile.
+    async fn settle_lost(self: &Arc<Self>) {
+        let mut all: HashMap<String, Lost> = HashMap::new();
+        // A round whose own writes were lost again (room for the probe, not for the turn's
+        // terminal) waits longer before the next one.
+        let mut pause = Duration::ZERO;
+        loop {
+            let lost = self.bus.lost().take();
+            if lost.is_empty() {
+                return;
+            }
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            pause = (pause * 2).clamp(RETRY_FIRST, RETRY_MAX);
+            for (sid, l) in lost {
+                self.stop_for_lost(&sid, &l);
+                let e = all.entry(sid).or_default();
+                let fresh = e.count == 0;
+                e.first = if fresh { l.first } else { e.first.min(l.first) };
+                e.last = e.last.max(l.last);
+                e.count += l.count;
+                e.terminals.extend(l.terminals);
+            }
+            if !self.wait_for_writes(&all).await {
+                return;
+            }
+            for (sid, l) in std::mem::take(&mut all) {
+                self.fail_for_lost(&sid, &l).await;
+            }
+            // The terminals are stored (or lost again, which the next round sees).
+            self.store.flush().await;
+        }
+    }
+
+    /// Stops the session's running turn if it was running when the events were lost.
+    fn stop_for_lost(&self, sid: &str, lost: &Lost) {
+        let Some(shared) = self.loaded_session(sid) else {
+            return;
+        };
+        let mut st = shared.lock();
+        let Some(r) = st.running.as_mut() else {
+            return;
+        };
+        if r.started_seq > lost.last {
+            return; // started after the loss: its own events are stored
+        }
+        tracing::error!(
+            session = sid,
+            turn = %r.turn.tid,
+            lost = lost.count,
+            "events of a running turn could not be stored; the turn is stopped until the database takes writes"
+        );
+        self.storage
+            .stopped
+            .lock()
+            .insert(r.turn.tid.clone(), sid.to_string());
+        r.cancel.cancel();
+    }
+
+    /// Retries a write until the database takes it (or the gateway is stopping). The write
+    /// records every lost seq as used, so a restart never hands one out again.
+    async fn wait_for_writes(&self, lost: &HashMap<String, Lost>) -> bool {
+        let mut wait = RETRY_FIRST;
+        loop {
+            let used: Vec<(String, i64)> = lost
+                .keys()
+                .filter_map(|sid| self.bus.high_water(sid).map(|h| (sid.clone(), h)))
+                .collect();
+            let wrote = self
+                .store
+                .call(move |c| {
+                    crate::store::atomically(c, |c| {
+                        used.iter()
+                            .try_for_each(|(sid, high)| rows::bump_high_water(c, sid, *high))
+                    })
+                })
+                .await;
+            if wrote.is_ok() {
+                tracing::warn!("the database takes writes again; failing the stopped turns");
+                return true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.stop.cancelled() => return false,
+            }
+            wait = (wait * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Lands `storage_error` for the session's stopped turn and for every turn whose terminal
+    /// was lost and that is still stored unsettled.
+    async fn fail_for_lost(self: &Arc<Self>, sid: &str, lost: &Lost) {
+        let stopped: Vec<String> = {
+            let mut map = self.storage.stopped.lock();
+            let tids: Vec<String> = map
+                .iter()
+                .filter(|(_, s)| s.as_str() == sid)
+                .map(|(t, _)| t.clone())
+                .collect();
+            tids.iter().for_each(|t| {
+                map.remove(t);
+            });
+            tids
+        };
+        let shared = self.loaded_session(sid);
+        for tid in &stopped {
+            let Some(shared) = &shared else { break };
+            let launch = {
+                let mut st = shared.lock();
+                match st.running.take_if(|r| &r.turn.tid == tid) {
+                    Some(run) => self.land(&mut st, run, storage_error(lost)),
+                    None => None,
+                }
+            };
+            if let Some(l) = launch {
+                self.spawn(l);
+            }
+        }
+        let done: HashSet<&String> = stopped.iter().collect();
+        for tid in lost.terminals.iter().filter(|t| !done.contains(t)) {
+            self.fail_unsettled(sid, tid, lost).await;
+        }
+    }
+
+    /// A turn whose terminal was lost is still stored as queued or running (its record is
+    /// written with its terminal): it lands `storage_error` from that record, as a restart
+    /// lands `interrupted`.
+    async fn fail_unsettled(self: &Arc<Self>, sid: &str, tid: &str, lost: &Lost) {
+        let (s, t) = (sid.to_string(), tid.to_string());
+        let Ok(Some(rec)) = self.store.call(move |c| rows::turn_of(c, &s, &t)).await else {
+            return;
+        };
+        let Ok(turn) = serde_json::from_str::<Turn>(&rec) else {
+            return;
+        };
+        if turn.status.is_terminal() {
+            return;
+        }
+        let Ok(shared) = self.session(sid).await else {
+            return;
+        };
+        let launch = {
+            let mut st = shared.lock();
+            if st.running.as_ref().is_some_and(|r| r.turn.tid == tid) {
+                return; // running again? then it is not the turn that was landed
+            }
+            let run = Running {
+                turn: Turn {
+                    status: Status::Streaming,
+                    ..turn.clone()
+                },
+                cancel: CancellationToken::new(),
+                started_seq: 0,
+                progress: Arc::new(Mutex::new(Progress {
+                    iterations: turn.iterations.clone(),
+                    ..Default::default()
+                })),
+            };
+            let launch = self.land(&mut st, run, storage_error(lost));
+            if st.running.is_some() {
+                st.row.last_status = "running".into();
+            }
+            launch
+        };
+        if let Some(l) = launch {
+            self.spawn(l);
+        }
+    }
+
+    /// A turn record as a store write, for writing it in one transaction with an event (the
+    /// seq it is given is not used).
+    pub fn turn_row(&self, t: &Turn) -> Option<crate::bus::SeqRow> {
+        let (tid, sid, ord, status, key) = (
+            t.tid.clone(),
+            t.sid.clone(),
+            t.ord,
+            t.status.as_str(),
+            t.idempotency_key.clone(),
+        );
+        let rec = serde_json::to_string(t).ok()?;
+        Some(Box::new(move |c, _| {
+            rows::put_turn(c, &tid, &sid, ord, status, key.as_deref(), &rec)
+        }))
+    }
+}
