@@ -12,10 +12,12 @@ pub mod error;
 pub mod live;
 pub mod middleware;
 pub mod protocol;
+pub mod records;
 mod routes;
 pub mod serve;
 pub mod serve_stats;
 pub mod sse;
+pub mod upload;
 
 use std::sync::Arc;
 

@@ -505,6 +505,7 @@ fn history_request() -> ChatRequest {
             parameters: json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
         }],
         max_tokens: None,
+        ..ChatRequest::default()
     }
 }
 

@@ -7,6 +7,7 @@
 
 mod api;
 mod coalesce;
+pub mod companion;
 pub mod ext;
 pub mod human_input;
 mod lifecycle;
@@ -98,6 +99,8 @@ pub struct Gateway {
     pub presentations: Arc<presentation::Presentations>,
     /// The model's Python sandbox runtime of each session (`python_execution`).
     pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
+    /// State of the Companion app's routes beyond the core flow (`companion/`).
+    pub companion: companion::State,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -154,6 +157,7 @@ impl Gateway {
             human_input,
             presentations,
             model_sandboxes: Arc::default(),
+            companion: companion::State::default(),
         });
         gw.human_input.bind(&gw);
         Ok(gw)
