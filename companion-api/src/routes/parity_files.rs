@@ -40,9 +40,8 @@ pub fn mkdir_target(path: &str, name: &str) -> ApiResult<PathBuf> {
             format!("path must be absolute or start with ~: {path:?}"),
         ));
     }
-    if parent
-        .components()
-        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    if path.split('/').any(|seg| seg == "." || seg == "..")
+        || parent.components().any(|c| matches!(c, Component::ParentDir))
     {
         return Err(bad(
             "invalid-path",

@@ -373,9 +373,8 @@ pub async fn run(
         };
         let mut forms = Vec::new();
         let mut results = Vec::new();
-        // Files the calls write are found by their modification time (with a little slack
-        // for the file system's coarse clock).
-        let mark = std::time::SystemTime::now() - Duration::from_millis(20);
+        // Files the calls write are found by their modification time.
+        let mark = super::companion::artifacts::mark();
         for (n, call) in calls.iter().enumerate() {
             let (form, out) = run_tool(ctx, &tools, call, iteration, n).await;
             forms.push(form);

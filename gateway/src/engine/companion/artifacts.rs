@@ -23,6 +23,12 @@ const MAX_PER_ITERATION: usize = 16;
 /// Largest file copied.
 const MAX_BYTES: u64 = 25 * 1024 * 1024;
 
+/// The start of a tool phase, as compared with file modification times: a little before
+/// now, because file systems stamp times from a coarse clock that can lag by a tick.
+pub fn mark() -> SystemTime {
+    SystemTime::now() - std::time::Duration::from_millis(25)
+}
+
 /// A media type from a file name's extension (`application/octet-stream` when unknown).
 pub fn media_type(name: &str) -> &'static str {
     let ext = name.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
@@ -303,8 +309,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("old.txt"), "old").unwrap();
         std::fs::write(d.path().join(".gitignore"), "build/\n").unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        let mark = SystemTime::now();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let mark = mark();
         std::fs::create_dir_all(d.path().join("build")).unwrap();
         std::fs::write(d.path().join("build/out.bin"), "x").unwrap();
         std::fs::write(d.path().join("plot.png"), "png").unwrap();
