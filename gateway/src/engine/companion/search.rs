@@ -178,4 +178,62 @@ mod tests {
         assert_eq!(fts_query("  -- ** "), None);
         assert_eq!(fts_query("Größe").as_deref(), Some("\"größe\"*"));
     }
+
+    #[test]
+    fn every_write_of_a_turn_or_a_title_keeps_the_index_in_step() {
+        use crate::store::rows::{self, SessionRow};
+        use serde_json::json;
+        let (store, _dir) = crate::store::test_support::temp_store("search");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let find = |q: &str| {
+            let (q, st) = (fts_query(q).unwrap(), store.clone());
+            rt.block_on(async move { st.call(move |c| Ok(run(c, &q)?)).await.unwrap() })
+        };
+        let write = |f: Box<dyn FnOnce(&Connection) -> crate::store::StoreResult<()> + Send>| {
+            let st = store.clone();
+            rt.block_on(async move { st.call(f).await.unwrap() })
+        };
+        let mut row = SessionRow {
+            id: "s1".into(),
+            channel: "web".into(),
+            title: Some("Garden plan".into()),
+            root: "/".into(),
+            last_status: "idle".into(),
+            ..Default::default()
+        };
+        let record = |reply: &str| {
+            json!({"request": "water the tomatoes", "created_at": 5,
+                "content": [{"type": "prose", "markdown": reply}],
+                "iterations": [{"thinking": "irrigation matters"}]})
+            .to_string()
+        };
+        let (r1, rec) = (row.clone(), record("Use a drip hose"));
+        write(Box::new(move |c| {
+            rows::put_session(c, &r1)?;
+            rows::put_turn(c, "t1", "s1", 1, "completed", None, &rec)
+        }));
+        let side = |q: &str| find(q).matches.first().map(|m| m.hits[0].side);
+        assert_eq!(side("garden"), Some(HitSide::Title));
+        assert_eq!(side("tomato"), Some(HitSide::Request));
+        assert_eq!(side("drip"), Some(HitSide::Reply));
+        assert_eq!(side("irrigation"), Some(HitSide::Thinking));
+        assert_eq!(find("tomato").matches[0].hits[0].turn, Some(1));
+        let rec = record("Use a watering can");
+        write(Box::new(move |c| {
+            rows::put_turn(c, "t1", "s1", 1, "completed", None, &rec)
+        }));
+        assert_eq!(side("drip"), None, "an updated reply replaces the old one");
+        assert_eq!(side("watering"), Some(HitSide::Reply));
+        row.title = Some("Orchard".into());
+        let r2 = row.clone();
+        write(Box::new(move |c| rows::put_session(c, &r2)));
+        assert_eq!(side("garden"), None);
+        assert_eq!(side("orchard"), Some(HitSide::Title));
+        write(Box::new(|c| rows::delete_session(c, "s1")));
+        assert!(find("tomato").matches.is_empty());
+        assert!(find("orchard").matches.is_empty());
+    }
 }
