@@ -63,8 +63,9 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE VIRTUAL TABLE search_text USING fts5(
         body, sid UNINDEXED, tid UNINDEXED, side UNINDEXED, at UNINDEXED,
-        tokenize = 'unicode61 remove_diacritics 2', prefix = '2 3'
+        tokenize = 'unicode61 remove_diacritics 2', prefix = '2 3 4 5'
     );
+    CREATE VIRTUAL TABLE search_terms USING fts5vocab(search_text, 'row');
     CREATE TRIGGER search_turn_insert AFTER INSERT ON turns BEGIN
         INSERT INTO search_text(rowid, body, sid, tid, side, at)
         SELECT new.rowid * 4 + 1, b, new.sid, new.tid, 'request', json_extract(new.record, '$.created_at')

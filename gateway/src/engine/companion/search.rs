@@ -12,22 +12,53 @@ use vis_companion_api::records::{HitSide, SearchHit, SearchResults, SessionMatch
 use vis_companion_api::ApiResult;
 
 /// FTS rows read per query (best first).
-const MAX_ROWS: i64 = 600;
+const MAX_ROWS: i64 = 400;
 /// Sessions answered per query.
 const MAX_SESSIONS: usize = 50;
 /// Preview hits kept per session.
 const MAX_HITS: usize = 5;
 
-/// The user's words as an FTS5 query: each word a quoted prefix term, all required.
-/// `None` when nothing searchable is left.
-pub fn fts_query(q: &str) -> Option<String> {
+/// The user's words (at most 12), lower-cased; `None` when nothing searchable is left.
+pub fn words(q: &str) -> Option<Vec<String>> {
     let words: Vec<String> = q
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .take(12)
-        .map(|w| format!("\"{}\"*", w.to_lowercase()))
+        .map(str::to_lowercase)
         .collect();
-    (!words.is_empty()).then(|| words.join(" "))
+    (!words.is_empty()).then_some(words)
+}
+
+/// The FTS5 query: every word required; the last one, still being typed, also as a prefix
+/// unless `last_is_word` (it is already a whole word of the index). Exact terms are read
+/// lazily; a prefix term is merged in full first, which is what makes it the costly kind.
+pub fn fts_query(words: &[String], last_is_word: bool) -> String {
+    let n = words.len();
+    words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            if i + 1 == n && !last_is_word {
+                format!("\"{w}\"*")
+            } else {
+                format!("\"{w}\"")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Builds the query for `q` (checking the last word against the index's vocabulary) and
+/// runs it.
+pub fn search(c: &Connection, q: &str) -> rusqlite::Result<SearchResults> {
+    let Some(words) = words(q) else {
+        return Ok(SearchResults::default());
+    };
+    let last = words.last().cloned().unwrap_or_default();
+    let is_word = c
+        .prepare_cached("SELECT 1 FROM search_terms WHERE term = ?1")?
+        .exists([last])?;
+    run(c, &fts_query(&words, is_word))
 }
 
 fn side_of(s: &str) -> Option<HitSide> {
@@ -41,45 +72,59 @@ fn side_of(s: &str) -> Option<HitSide> {
 }
 
 struct Row {
+    rowid: i64,
     sid: String,
     tid: Option<String>,
     side: HitSide,
     at: Option<i64>,
-    snippet: String,
     score: f64,
 }
 
-/// Runs the query on the store thread.
+/// Runs the query on the store thread. Titles (negative row ids) and turn texts are read in
+/// two passes, turn texts newest first: FTS5 walks its row-id ordered lists and stops at the
+/// limit, so a word found in every turn costs what a rare one does. bm25 and the snippets
+/// are computed only for the rows read and the hits answered.
 pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
-    let mut st = c.prepare_cached(
-        "SELECT sid, tid, side, at, snippet(search_text, 0, '', '', '…', 14), bm25(search_text) \
-         FROM search_text WHERE search_text MATCH ?1 ORDER BY rank LIMIT ?2",
+    let mut titles = c.prepare_cached(
+        "SELECT rowid, sid, tid, side, at, bm25(search_text) FROM search_text \
+         WHERE search_text MATCH ?1 AND rowid < 0 LIMIT ?2",
     )?;
-    let rows = st.query_map(params![query, MAX_ROWS], |r| {
+    let mut turns = c.prepare_cached(
+        "SELECT rowid, sid, tid, side, at, bm25(search_text) FROM search_text \
+         WHERE search_text MATCH ?1 AND rowid > 0 ORDER BY rowid DESC LIMIT ?2",
+    )?;
+    let read = |r: &rusqlite::Row| {
         Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, Option<String>>(1)?,
-            r.get::<_, String>(2)?,
-            r.get::<_, Option<i64>>(3)?,
-            r.get::<_, String>(4)?,
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Option<String>>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, Option<i64>>(4)?,
             r.get::<_, f64>(5)?,
         ))
-    })?;
+    };
+    let mut rows = titles
+        .query_map(params![query, MAX_SESSIONS as i64], read)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.extend(
+        turns
+            .query_map(params![query, MAX_ROWS], read)?
+            .collect::<Result<Vec<_>, _>>()?,
+    );
     let mut by_session: HashMap<String, Vec<Row>> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
-    for row in rows {
-        let (sid, tid, side, at, snippet, score) = row?;
+    for (rowid, sid, tid, side, at, score) in rows {
         let Some(side) = side_of(&side) else { continue };
         let list = by_session.entry(sid.clone()).or_insert_with(|| {
             order.push(sid.clone());
             Vec::new()
         });
         list.push(Row {
+            rowid,
             sid,
             tid,
             side,
             at,
-            snippet: snippet.split_whitespace().collect::<Vec<_>>().join(" "),
             score,
         });
     }
@@ -103,6 +148,10 @@ pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
             .then(a.2.cmp(&b.2))
     });
     sessions.truncate(MAX_SESSIONS);
+    let mut snippet = c.prepare_cached(
+        "SELECT snippet(search_text, 0, '', '', '…', 14) FROM search_text \
+         WHERE search_text MATCH ?1 AND rowid = ?2",
+    )?;
     let mut position = c.prepare_cached(
         "SELECT COUNT(*) FROM turns WHERE sid = ?1 AND ord <= (SELECT ord FROM turns WHERE tid = ?2)",
     )?;
@@ -118,25 +167,43 @@ pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
                 .then(a.score.partial_cmp(&b.score).unwrap_or(std::cmp::Ordering::Equal))
         });
         let has = |s: HitSide| hits.iter().any(|h| h.side == s);
-        let first = |s: HitSide| {
-            hits.iter()
-                .find(|h| h.side == s)
-                .map(|h| h.snippet.clone())
-        };
         let mut shown = Vec::new();
-        for h in hits.iter().take(MAX_HITS) {
+        // The best hit of every side present, then the next best ones, in band order.
+        let mut picked: Vec<usize> = Vec::new();
+        for side in [HitSide::Title, HitSide::Request, HitSide::Reply, HitSide::Thinking] {
+            if let Some(i) = hits.iter().position(|h| h.side == side) {
+                picked.push(i);
+            }
+        }
+        for i in 0..hits.len() {
+            if picked.len() >= MAX_HITS {
+                break;
+            }
+            if !picked.contains(&i) {
+                picked.push(i);
+            }
+        }
+        picked.sort_unstable();
+        for h in picked.iter().map(|i| &hits[*i]) {
             let turn = match &h.tid {
                 Some(tid) => Some(position.query_row(params![h.sid, tid], |r| r.get(0))?),
                 None => None,
             };
+            let text: String = snippet.query_row(params![query, h.rowid], |r| r.get(0))?;
             shown.push(SearchHit {
                 side: h.side,
-                snippet: h.snippet.clone(),
+                snippet: text.split_whitespace().collect::<Vec<_>>().join(" "),
                 at: h.at,
                 turn_id: h.tid.clone(),
                 turn,
             });
         }
+        let first = |s: HitSide| {
+            shown
+                .iter()
+                .find(|h| h.side == s)
+                .map(|h| h.snippet.clone())
+        };
         out.session_ids.push(sid.clone());
         out.matches.push(SessionMatch {
             rank: band,
@@ -155,11 +222,12 @@ pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
 
 impl Gateway {
     pub async fn search_sessions(&self, q: &str) -> ApiResult<SearchResults> {
-        let Some(query) = fts_query(q) else {
+        if words(q).is_none() {
             return Ok(SearchResults::default());
-        };
+        }
+        let q = q.to_string();
         self.store
-            .call(move |c| Ok(run(c, &query)?))
+            .call(move |c| Ok(search(c, &q)?))
             .await
             .map_err(store_err)
     }
@@ -170,13 +238,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_query_keeps_words_only_and_makes_each_a_prefix_term() {
+    fn the_query_keeps_words_only_and_only_an_unfinished_last_word_is_a_prefix() {
+        let w = words("Fix the \"parser\" OR NOT*").unwrap();
+        assert_eq!(w, ["fix", "the", "parser", "or", "not"]);
         assert_eq!(
-            fts_query("Fix the \"parser\" OR NOT*").as_deref(),
-            Some("\"fix\"* \"the\"* \"parser\"* \"or\"* \"not\"*")
+            fts_query(&w, false),
+            "\"fix\" \"the\" \"parser\" \"or\" \"not\"*"
         );
-        assert_eq!(fts_query("  -- ** "), None);
-        assert_eq!(fts_query("Größe").as_deref(), Some("\"größe\"*"));
+        assert_eq!(fts_query(&w[..1], true), "\"fix\"");
+        assert_eq!(words("  -- ** "), None);
+        assert_eq!(words("Größe").unwrap(), ["größe"]);
     }
 
     #[test]
@@ -189,8 +260,8 @@ mod tests {
             .build()
             .unwrap();
         let find = |q: &str| {
-            let (q, st) = (fts_query(q).unwrap(), store.clone());
-            rt.block_on(async move { st.call(move |c| Ok(run(c, &q)?)).await.unwrap() })
+            let (q, st) = (q.to_string(), store.clone());
+            rt.block_on(async move { st.call(move |c| Ok(search(c, &q)?)).await.unwrap() })
         };
         let write = |f: Box<dyn FnOnce(&Connection) -> crate::store::StoreResult<()> + Send>| {
             let st = store.clone();
