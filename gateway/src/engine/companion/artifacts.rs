@@ -16,8 +16,10 @@ use vis_companion_api::records::{
 };
 use vis_companion_api::{ApiError, ApiResult};
 
-/// Entries walked per scan at most (a scan that hits it reports what it found so far).
+/// Entries walked per scan at most, and the longest a scan may take (a scan that hits either
+/// reports what it found so far).
 const MAX_SCAN: usize = 200_000;
+const MAX_SCAN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 /// Files kept per iteration at most.
 const MAX_PER_ITERATION: usize = 16;
 /// Largest file copied.
@@ -63,8 +65,9 @@ pub fn changed_since(root: &Path, since: SystemTime) -> Vec<(String, PathBuf)> {
         .git_global(false)
         .require_git(false)
         .build();
+    let started = std::time::Instant::now();
     for (n, dent) in walker.flatten().enumerate() {
-        if n >= MAX_SCAN {
+        if n >= MAX_SCAN || (n % 1024 == 0 && started.elapsed() > MAX_SCAN_TIME) {
             break;
         }
         if !dent.file_type().is_some_and(|t| t.is_file()) {

@@ -9,6 +9,8 @@ pub mod attachments;
 pub mod devices;
 pub mod files;
 pub mod meta;
+#[cfg(test)]
+mod oneshot_tests;
 pub mod search;
 pub mod settings;
 pub mod usage;
