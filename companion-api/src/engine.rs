@@ -214,8 +214,7 @@ pub trait Engine: Send + Sync + 'static {
     async fn setting(&self, id: &str) -> ApiResult<Toggle>;
     async fn set_setting(&self, id: &str, action: SettingAction) -> ApiResult<Toggle>;
     async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList>;
-    async fn iteration_attachments(&self, sid: &str, iid: &str)
-        -> ApiResult<IterationAttachments>;
+    async fn iteration_attachments(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments>;
     async fn iteration_attachment_bytes(
         &self,
         sid: &str,

@@ -61,8 +61,14 @@ mod tests {
     fn the_declared_media_type_wins_and_bad_input_is_named() {
         let d = decode("data:image/png;base64,aGk=", Some("IMAGE/JPEG")).unwrap();
         assert_eq!(d.media_type.as_deref(), Some("image/jpeg"));
-        assert!(decode("data:image/png,abc", None).unwrap_err().contains("base64"));
-        assert!(decode("!!not base64!!", None).unwrap_err().contains("base64"));
-        assert!(decode("data:image/png;base64", None).unwrap_err().contains("comma"));
+        assert!(decode("data:image/png,abc", None)
+            .unwrap_err()
+            .contains("base64"));
+        assert!(decode("!!not base64!!", None)
+            .unwrap_err()
+            .contains("base64"));
+        assert!(decode("data:image/png;base64", None)
+            .unwrap_err()
+            .contains("comma"));
     }
 }

@@ -145,7 +145,10 @@ async fn every_call_of_the_app_answers_without_a_missing_route_or_a_405() {
     let (_, soul) = gw.get(format!("/v1/sessions/{sid}")).await;
     let pid = soul["project_id"].as_str().unwrap().to_string();
     let (s, dev) = gw
-        .post("/v1/devices", json!({"token": "device-token-1234", "platform": "ios"}))
+        .post(
+            "/v1/devices",
+            json!({"token": "device-token-1234", "platform": "ios"}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{dev}");
     let fill = |t: &str| {
@@ -160,7 +163,9 @@ async fn every_call_of_the_app_answers_without_a_missing_route_or_a_405() {
             ("POST", p) if p.ends_with("/turns") => json!({"request": "/help"}),
             ("POST", "/v1/devices") => json!({"token": "t-2"}),
             ("POST", "/v1/settings") => json!({"id": "verbosity", "action": "cycle"}),
-            ("PATCH", "/v1/router") => json!({"role": "primary", "provider": "openai", "model": "m"}),
+            ("PATCH", "/v1/router") => {
+                json!({"role": "primary", "provider": "openai", "model": "m"})
+            }
             ("PATCH", p) if p.ends_with("/model") => json!({"provider": "openai", "model": "m"}),
             ("PATCH", p) if p.ends_with(&sid) => json!({"title": "Probe"}),
             ("POST", "/v1/fs/actions/mkdir") => json!({"path": "/tmp", "name": ".."}),
@@ -197,7 +202,10 @@ async fn every_call_of_the_app_answers_without_a_missing_route_or_a_405() {
             missing.push(format!("{m} {path}: {status} {v}"));
         }
     }
-    assert!(missing.is_empty(), "routes the app calls are missing: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "routes the app calls are missing: {missing:#?}"
+    );
     for (m, p) in OTHER_OWNER_CALLS {
         let (s, v) = into_json(
             gw.req(Method::from_bytes(m.as_bytes()).unwrap(), p)
@@ -219,7 +227,10 @@ async fn renaming_and_starring_are_seen_by_a_second_sse_client_and_in_the_list()
     let mut watcher = gw.events(&sid, -1).await;
     let mut elsewhere = gw.events(&other, -1).await;
     let (s, row) = gw
-        .patch(&format!("/v1/sessions/{sid}"), json!({"title": "Release plan"}))
+        .patch(
+            &format!("/v1/sessions/{sid}"),
+            json!({"title": "Release plan"}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{row}");
     assert_eq!(row["title"], "Release plan");
@@ -234,19 +245,30 @@ async fn renaming_and_starring_are_seen_by_a_second_sse_client_and_in_the_list()
         .await;
     assert_eq!(s, StatusCode::OK, "{row}");
     let rank = row["favorite_rank"].as_i64().expect("a rank");
-    let ev = watcher.collect_until("session.favorite_updated", WAIT).await;
+    let ev = watcher
+        .collect_until("session.favorite_updated", WAIT)
+        .await;
     let data = &ev.last().unwrap().data;
     assert_eq!(data["is_favorite"], true);
     assert_eq!(data["favorite_rank"], rank);
     let (_, list) = gw.get("/v1/sessions?limit=10").await;
-    assert_eq!(list["sessions"][0]["id"], sid.as_str(), "a starred session leads: {list}");
+    assert_eq!(
+        list["sessions"][0]["id"],
+        sid.as_str(),
+        "a starred session leads: {list}"
+    );
     assert_eq!(list["sessions"][0]["title"], "Release plan");
 
     let (_, row) = gw
-        .patch(&format!("/v1/sessions/{sid}"), json!({"is_favorite": false}))
+        .patch(
+            &format!("/v1/sessions/{sid}"),
+            json!({"is_favorite": false}),
+        )
         .await;
     assert!(row["favorite_rank"].is_null(), "{row}");
-    let ev = watcher.collect_until("session.favorite_updated", WAIT).await;
+    let ev = watcher
+        .collect_until("session.favorite_updated", WAIT)
+        .await;
     assert_eq!(ev.last().unwrap().data["is_favorite"], false);
 }
 
@@ -273,12 +295,32 @@ async fn bad_patches_and_unknown_sessions_are_clear_4xx_and_change_nothing() {
     assert!(row["favorite_rank"].is_null());
     let unknown = "00000000-0000-4000-8000-00000000abcd";
     for (m, p, b) in [
-        ("PATCH", format!("/v1/sessions/{unknown}"), json!({"title": "x"})),
+        (
+            "PATCH",
+            format!("/v1/sessions/{unknown}"),
+            json!({"title": "x"}),
+        ),
         ("GET", format!("/v1/sessions/{unknown}/usage"), json!({})),
-        ("GET", format!("/v1/sessions/{unknown}/transcript.md"), json!({})),
-        ("GET", format!("/v1/sessions/{unknown}/suggest?kind=file&q=a"), json!({})),
-        ("PATCH", format!("/v1/sessions/{unknown}/model"), json!({"provider": "", "model": ""})),
-        ("GET", format!("/v1/sessions/{unknown}/artifacts"), json!({})),
+        (
+            "GET",
+            format!("/v1/sessions/{unknown}/transcript.md"),
+            json!({}),
+        ),
+        (
+            "GET",
+            format!("/v1/sessions/{unknown}/suggest?kind=file&q=a"),
+            json!({}),
+        ),
+        (
+            "PATCH",
+            format!("/v1/sessions/{unknown}/model"),
+            json!({"provider": "", "model": ""}),
+        ),
+        (
+            "GET",
+            format!("/v1/sessions/{unknown}/artifacts"),
+            json!({}),
+        ),
     ] {
         let (s, v) = into_json(
             gw.req(Method::from_bytes(m.as_bytes()).unwrap(), &p)
@@ -306,8 +348,11 @@ async fn search_finds_titles_requests_and_replies_with_their_side_snippet_and_tu
     let (_, last) = gw.run_turn(&a, "how do I cook breakfast").await;
     assert_eq!(last.event, "turn.completed");
     let b = gw.create_session().await;
-    gw.patch(&format!("/v1/sessions/{b}"), json!({"title": "Marmalade notes"}))
-        .await;
+    gw.patch(
+        &format!("/v1/sessions/{b}"),
+        json!({"title": "Marmalade notes"}),
+    )
+    .await;
     let c = gw.create_session().await;
     // titled first, so the request does not become the title
     gw.patch(&format!("/v1/sessions/{c}"), json!({"title": "Kitchen"}))
@@ -337,7 +382,10 @@ async fn search_finds_titles_requests_and_replies_with_their_side_snippet_and_tu
     assert_eq!(reply["is_in_reply"], true);
     let hit = &reply["hits"][0];
     assert_eq!(hit["side"], "reply");
-    assert!(hit["snippet"].as_str().unwrap().contains("marmalade"), "{hit}");
+    assert!(
+        hit["snippet"].as_str().unwrap().contains("marmalade"),
+        "{hit}"
+    );
     assert_eq!(hit["turn"], 1);
     assert!(hit["at"].as_i64().unwrap() > 0);
     let (_, none) = gw.get("/v1/sessions/actions/search?q=zebra").await;
@@ -400,7 +448,12 @@ async fn usage_and_the_markdown_export_describe_every_turn() {
 async fn suggest_ranks_workspace_files_and_leaves_out_gitignored_ones() {
     let gw = Gateway::start(Opts::default()).await;
     let root = gw.dirs.root();
-    for p in ["src/engine/search.rs", "src/main.rs", "docs/searching.md", "build/search.rs"] {
+    for p in [
+        "src/engine/search.rs",
+        "src/main.rs",
+        "docs/searching.md",
+        "build/search.rs",
+    ] {
         let f = root.join(p);
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(f, "x").unwrap();
@@ -413,7 +466,9 @@ async fn suggest_ranks_workspace_files_and_leaves_out_gitignored_ones() {
     assert_eq!(s, StatusCode::OK, "{v}");
     let rows = v.as_array().unwrap();
     assert_eq!(rows[0]["name"], "src/engine/search.rs", "{v}");
-    assert!(rows.iter().all(|r| !r["name"].as_str().unwrap().starts_with("build/")));
+    assert!(rows
+        .iter()
+        .all(|r| !r["name"].as_str().unwrap().starts_with("build/")));
     for k in ["name", "size", "age", "status"] {
         assert!(rows[0][k].is_string(), "{k}: {v}");
     }
@@ -427,7 +482,10 @@ async fn mkdir_creates_one_folder_and_refuses_dot_dot_and_existing_names() {
     std::fs::create_dir_all(&base).unwrap();
     let path = base.display().to_string();
     let (s, v) = gw
-        .post("/v1/fs/actions/mkdir", json!({"path": path, "name": "new-app"}))
+        .post(
+            "/v1/fs/actions/mkdir",
+            json!({"path": path, "name": "new-app"}),
+        )
         .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
     assert_eq!(v["name"], "new-app");
@@ -438,7 +496,10 @@ async fn mkdir_creates_one_folder_and_refuses_dot_dot_and_existing_names() {
     for (body, kind) in [
         (json!({"path": path, "name": ".."}), "invalid-name"),
         (json!({"path": path, "name": "../escape"}), "invalid-name"),
-        (json!({"path": format!("{path}/../.."), "name": "x"}), "invalid-path"),
+        (
+            json!({"path": format!("{path}/../.."), "name": "x"}),
+            "invalid-path",
+        ),
         (json!({"path": "relative", "name": "x"}), "invalid-path"),
         (json!({"name": "x"}), "invalid-request"),
     ] {
@@ -447,7 +508,10 @@ async fn mkdir_creates_one_folder_and_refuses_dot_dot_and_existing_names() {
         assert_eq!(error_type(&v), kind, "{body}");
     }
     let (s, v) = gw
-        .post("/v1/fs/actions/mkdir", json!({"path": path, "name": "new-app"}))
+        .post(
+            "/v1/fs/actions/mkdir",
+            json!({"path": path, "name": "new-app"}),
+        )
         .await;
     assert_eq!(s, StatusCode::CONFLICT, "{v}");
     assert!(!gw.dirs.base.path().join("escape").exists());
@@ -485,7 +549,10 @@ async fn an_image_sent_as_a_data_url_reaches_the_model_as_an_openai_image_url_pa
         .unwrap()
         .clone();
     let parts = user["content"].as_array().expect("content parts");
-    assert_eq!(parts[0], json!({"type": "text", "text": "what is in this picture?"}));
+    assert_eq!(
+        parts[0],
+        json!({"type": "text", "text": "what is in this picture?"})
+    );
     assert_eq!(parts[1]["type"], "image_url");
     assert_eq!(
         parts[1]["image_url"]["url"],
@@ -517,7 +584,12 @@ async fn an_image_sent_as_raw_base64_reaches_the_model_as_an_anthropic_image_blo
         .await;
     assert_eq!(s, StatusCode::ACCEPTED, "{rec}");
     let evs = sse.collect_until_any(TERMINALS, WAIT).await;
-    assert_eq!(evs.last().unwrap().event, "turn.completed", "{:?}", ev_types(&evs));
+    assert_eq!(
+        evs.last().unwrap().event,
+        "turn.completed",
+        "{:?}",
+        ev_types(&evs)
+    );
     let req = llm.requests().pop().expect("a provider request");
     assert_eq!(req.path, "/v1/messages");
     let user = &req.body["messages"][0];
@@ -535,7 +607,10 @@ async fn oversized_and_non_image_attachments_are_refused_and_nothing_is_stored()
     let llm = FixtureLlm::start().await;
     let gw = Gateway::start(Opts::openai(&llm)).await;
     let sid = gw.create_session().await;
-    let big = format!("data:image/png;base64,{}", "A".repeat(30 * 1024 * 1024 / 3 * 4));
+    let big = format!(
+        "data:image/png;base64,{}",
+        "A".repeat(30 * 1024 * 1024 / 3 * 4)
+    );
     for (att, needle) in [
         (json!({"filename": "huge.png", "base64": big}), "exceeds"),
         (
@@ -555,7 +630,10 @@ async fn oversized_and_non_image_attachments_are_refused_and_nothing_is_stored()
             .await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
         assert_eq!(error_type(&v), "invalid-attachment");
-        assert!(v["error"]["message"].as_str().unwrap().contains(needle), "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(needle),
+            "{v}"
+        );
     }
     let (_, turns) = gw.get(format!("/v1/sessions/{sid}/turns")).await;
     assert_eq!(turns["turns"], json!([]), "no turn was stored");
@@ -574,7 +652,10 @@ async fn oversized_and_non_image_attachments_are_refused_and_nothing_is_stored()
         .as_str()
         .unwrap()
         .to_string();
-    assert!(text.contains("notes.txt") && text.contains("buy milk"), "{text}");
+    assert!(
+        text.contains("notes.txt") && text.contains("buy milk"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -590,7 +671,10 @@ async fn a_pinned_model_routes_the_next_turn_and_is_broadcast() {
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert_eq!(v, json!({"model": {"provider": "openai", "model": "pinned-model"}}));
+    assert_eq!(
+        v,
+        json!({"model": {"provider": "openai", "model": "pinned-model"}})
+    );
     let ev = sse.collect_until("session.model_updated", WAIT).await;
     assert_eq!(ev.last().unwrap().data["model"], "pinned-model");
     let (_, got) = gw.get(format!("/v1/sessions/{sid}/model")).await;
@@ -628,20 +712,32 @@ async fn settings_cycle_and_reach_the_provider_request_in_both_dialects() {
     let (_, t) = gw.get("/v1/settings/reasoning_level").await;
     assert_eq!(t["value"], "default");
     let (s, t) = gw
-        .post("/v1/settings", json!({"id": "reasoning_level", "action": "value", "value": "high"}))
+        .post(
+            "/v1/settings",
+            json!({"id": "reasoning_level", "action": "value", "value": "high"}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{t}");
     assert_eq!(t["value"], "high");
     let (_, t) = gw
-        .post("/v1/settings", json!({"id": "verbosity", "action": "cycle"}))
+        .post(
+            "/v1/settings",
+            json!({"id": "verbosity", "action": "cycle"}),
+        )
         .await;
     assert_eq!(t["value"], "low");
     let (_, t) = gw
-        .post("/v1/settings", json!({"id": "codex_fast_mode", "action": "toggle"}))
+        .post(
+            "/v1/settings",
+            json!({"id": "codex_fast_mode", "action": "toggle"}),
+        )
         .await;
     assert_eq!(t["enabled"], true);
     let (s, v) = gw
-        .post("/v1/settings", json!({"id": "verbosity", "action": "value", "value": "loud"}))
+        .post(
+            "/v1/settings",
+            json!({"id": "verbosity", "action": "value", "value": "loud"}),
+        )
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     let (s, _) = gw
@@ -664,16 +760,28 @@ async fn anthropic_requests_get_a_thinking_budget_from_the_reasoning_level() {
         ..Default::default()
     })
     .await;
-    gw.post("/v1/settings", json!({"id": "reasoning_level", "action": "value", "value": "medium"}))
-        .await;
-    gw.post("/v1/settings", json!({"id": "verbosity", "action": "value", "value": "low"}))
-        .await;
+    gw.post(
+        "/v1/settings",
+        json!({"id": "reasoning_level", "action": "value", "value": "medium"}),
+    )
+    .await;
+    gw.post(
+        "/v1/settings",
+        json!({"id": "verbosity", "action": "value", "value": "low"}),
+    )
+    .await;
     let sid = gw.create_session_at(&gw.dirs.root()).await;
     gw.run_turn(&sid, "think").await;
     let body = llm.requests().pop().unwrap().body;
-    assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 8192}));
+    assert_eq!(
+        body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 8192})
+    );
     assert!(body["max_tokens"].as_u64().unwrap() > 8192);
-    assert!(body.get("verbosity").is_none(), "no such field in this dialect");
+    assert!(
+        body.get("verbosity").is_none(),
+        "no such field in this dialect"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -690,7 +798,10 @@ async fn the_router_reports_status_objects_and_patch_sets_default_and_fallback()
     assert_eq!(p["status"]["source"], "env-var");
     assert!(!v.to_string().contains("\"test\""), "no key: {v}");
     let (s, d) = gw
-        .patch("/v1/router", json!({"role": "primary", "provider": "openai", "model": "gpt-x"}))
+        .patch(
+            "/v1/router",
+            json!({"role": "primary", "provider": "openai", "model": "gpt-x"}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{d}");
     assert_eq!(d["default_provider"], "openai");
@@ -701,9 +812,16 @@ async fn the_router_reports_status_objects_and_patch_sets_default_and_fallback()
     gw.run_turn(&sid, "which model").await;
     assert_eq!(llm.requests().pop().unwrap().body["model"], "gpt-x");
     let (s, e) = gw
-        .patch("/v1/router", json!({"role": "fallback", "provider": "openai", "model": "y"}))
+        .patch(
+            "/v1/router",
+            json!({"role": "fallback", "provider": "openai", "model": "y"}),
+        )
         .await;
-    assert_eq!(s, StatusCode::BAD_REQUEST, "a fallback on the default's own provider: {e}");
+    assert_eq!(
+        s,
+        StatusCode::BAD_REQUEST,
+        "a fallback on the default's own provider: {e}"
+    );
     let (s, e) = gw
         .patch("/v1/router", json!({"provider": "ghost", "model": "y"}))
         .await;
@@ -720,11 +838,17 @@ async fn devices_are_registered_listed_and_removed_without_their_token() {
     assert_eq!(v["push"]["devices"], 0);
     let (s, e) = gw.post("/v1/devices", json!({"platform": "ios"})).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert!(e["error"]["message"].as_str().unwrap().contains("token or grant"));
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("token or grant"));
     let token = "apns-secret-token-abcd";
     for _ in 0..2 {
         let (s, v) = gw
-            .post("/v1/devices", json!({"token": token, "platform": "ios", "label": "phone"}))
+            .post(
+                "/v1/devices",
+                json!({"token": token, "platform": "ios", "label": "phone"}),
+            )
             .await;
         assert_eq!(s, StatusCode::OK, "{v}");
         assert_eq!(v["device"]["token_preview"], "…abcd");
@@ -756,15 +880,24 @@ async fn files_a_tool_writes_are_listed_and_downloadable_and_revisions_version_t
     assert_eq!(a["size"], 17);
     assert_eq!(a["media_type"], "text/plain");
     let r = gw
-        .req(Method::GET, &format!("/v1/sessions/{sid}/iterations/{iid}/attachments/0"))
+        .req(
+            Method::GET,
+            &format!("/v1/sessions/{sid}/iterations/{iid}/attachments/0"),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    assert!(r.headers()["cache-control"].to_str().unwrap().contains("immutable"));
+    assert!(r.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("immutable"));
     assert_eq!(r.text().await.unwrap(), "made by the agent");
     let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
-    assert_eq!(tr["turns"][0]["iterations"][0]["attachments"][0]["filename"], "out.txt");
+    assert_eq!(
+        tr["turns"][0]["iterations"][0]["attachments"][0]["filename"],
+        "out.txt"
+    );
     let (s, rev) = gw
         .post(
             &format!("/v1/sessions/{sid}/iterations/{iid}/attachments"),
@@ -823,7 +956,9 @@ async fn deleting_a_project_recursively_deletes_its_sessions_and_answers_their_i
     assert_eq!(s, StatusCode::NOT_FOUND);
     let (s, _) = gw.get(format!("/v1/sessions/{keep}")).await;
     assert_eq!(s, StatusCode::OK);
-    let (s, e) = gw.delete(&format!("/v1/projects/{pid}?is_recursive=true")).await;
+    let (s, e) = gw
+        .delete(&format!("/v1/projects/{pid}?is_recursive=true"))
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(error_type(&e), "project-not-found");
 }
@@ -876,7 +1011,10 @@ async fn speech_and_voice_answer_the_none_configured_shapes() {
         .post(&format!("/v1/sessions/{sid}/speech"), json!({"text": "hi"}))
         .await;
     assert_eq!(s, StatusCode::NOT_IMPLEMENTED);
-    assert!(v["error"].as_str().unwrap().contains("no speech synthesis engine"));
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("no speech synthesis engine"));
     let (_, caps) = gw.get("/v1/capabilities").await;
     assert_eq!(caps["features"]["voice"]["enabled"], false);
     assert_eq!(caps["features"]["speech"]["is_enabled"], false);

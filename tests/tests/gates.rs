@@ -306,7 +306,10 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/sessions/{sid}/workspace/resume"),
     ("GET", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
     ("POST", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
-    ("GET", "/v1/sessions/{sid}/iterations/{iid}/attachments/{idx}"),
+    (
+        "GET",
+        "/v1/sessions/{sid}/iterations/{iid}/attachments/{idx}",
+    ),
     ("POST", "/v1/fs/actions/mkdir"),
     ("PATCH", "/v1/router"),
     ("POST", "/v1/settings"),

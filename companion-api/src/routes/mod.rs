@@ -104,7 +104,10 @@ pub fn router(state: AppState) -> Router {
             get(parity_sessions::transcript_md),
         )
         .route("/v1/sessions/{sid}/suggest", get(parity_sessions::suggest))
-        .route("/v1/sessions/{sid}/model", patch(parity_sessions::set_model))
+        .route(
+            "/v1/sessions/{sid}/model",
+            patch(parity_sessions::set_model),
+        )
         .route(
             "/v1/sessions/{sid}/forks",
             get(parity_sessions::fork_points).post(parity_sessions::fork),
@@ -166,7 +169,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/sessions/{sid}/speech/jobs/{jid}/events",
             get(parity_machine::no_job),
         )
-        .route("/v1/sessions/{sid}/voice", post(parity_machine::session_voice))
+        .route(
+            "/v1/sessions/{sid}/voice",
+            post(parity_machine::session_voice),
+        )
         .route(
             "/v1/sessions/{sid}/voice/jobs/{jid}",
             get(parity_machine::no_job).delete(parity_machine::no_job),

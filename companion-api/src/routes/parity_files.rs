@@ -41,7 +41,9 @@ pub fn mkdir_target(path: &str, name: &str) -> ApiResult<PathBuf> {
         ));
     }
     if path.split('/').any(|seg| seg == "." || seg == "..")
-        || parent.components().any(|c| matches!(c, Component::ParentDir))
+        || parent
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
     {
         return Err(bad(
             "invalid-path",

@@ -32,8 +32,10 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
             ChatMessage::UserImages { text, images } => {
                 let mut blocks: Vec<Value> = images
                     .iter()
-                    .map(|i| json!({"type": "image", "source": {"type": "base64",
-                        "media_type": i.media_type, "data": i.base64}}))
+                    .map(|i| {
+                        json!({"type": "image", "source": {"type": "base64",
+                        "media_type": i.media_type, "data": i.base64}})
+                    })
                     .collect();
                 let text = if text.is_empty() { "(empty)" } else { text };
                 blocks.push(json!({"type": "text", "text": text}));

@@ -894,7 +894,10 @@ async fn reasoning_verbosity_and_fast_mode_are_sent_only_where_the_dialect_has_t
     assert_eq!(openai["verbosity"], "high");
     assert_eq!(openai["service_tier"], "priority");
     let anthropic = &reqs[1].body;
-    assert_eq!(anthropic["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
+    assert_eq!(
+        anthropic["thinking"],
+        json!({"type": "enabled", "budget_tokens": 2048})
+    );
     assert_eq!(anthropic["max_tokens"], 8192);
     for k in ["verbosity", "service_tier", "reasoning_effort"] {
         assert!(anthropic.get(k).is_none(), "{k}: {anthropic}");

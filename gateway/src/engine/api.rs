@@ -539,11 +539,7 @@ impl Engine for Api {
         self.0.artifacts(sid).await
     }
 
-    async fn iteration_attachments(
-        &self,
-        sid: &str,
-        iid: &str,
-    ) -> ApiResult<IterationAttachments> {
+    async fn iteration_attachments(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments> {
         self.0.iteration_attachments(sid, iid).await
     }
 

@@ -391,7 +391,14 @@ pub async fn run(
         } else {
             let call_id = (calls.len() == 1).then(|| calls[0].id.clone());
             ctx.gw
-                .record_artifacts(&ctx.sid, &ctx.tid, &iteration_id, call_id, ctx.root.clone(), mark)
+                .record_artifacts(
+                    &ctx.sid,
+                    &ctx.tid,
+                    &iteration_id,
+                    call_id,
+                    ctx.root.clone(),
+                    mark,
+                )
                 .await
         };
         let produced = json!(produced);
@@ -454,9 +461,13 @@ pub async fn run_with_fallback(
     let first = run(ctx, client, model, messages.clone(), tools.clone(), prompts).await;
     let untouched = ctx.progress.lock().iterations.is_empty();
     match (first, fallback) {
-        (Outcome::Failed { code: "provider_error", message }, Some((fb, fb_model)))
-            if untouched && !ctx.cancel.is_cancelled() =>
-        {
+        (
+            Outcome::Failed {
+                code: "provider_error",
+                message,
+            },
+            Some((fb, fb_model)),
+        ) if untouched && !ctx.cancel.is_cancelled() => {
             ctx.emit(
                 "chunk.provider-fallback",
                 json!({"detail": format!("{message}; retrying on {}/{fb_model}", fb.config().id),

@@ -83,7 +83,11 @@ pub fn changed_since(root: &Path, since: SystemTime) -> Vec<(String, PathBuf)> {
             continue;
         }
         if let Ok(rel) = dent.path().strip_prefix(root) {
-            found.push((modified, rel.to_string_lossy().to_string(), dent.into_path()));
+            found.push((
+                modified,
+                rel.to_string_lossy().to_string(),
+                dent.into_path(),
+            ));
         }
     }
     found.sort();
@@ -167,7 +171,11 @@ pub fn collect(root: &Path, since: SystemTime) -> Vec<NewFile> {
 }
 
 fn not_found(what: String) -> ApiError {
-    ApiError::new(axum::http::StatusCode::NOT_FOUND, "attachment-not-found", what)
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "attachment-not-found",
+        what,
+    )
 }
 
 impl Gateway {
@@ -206,7 +214,9 @@ impl Gateway {
                 let mut st = c.prepare_cached(&format!(
                     "SELECT {COLS} FROM artifacts a WHERE a.sid = ?1 ORDER BY a.id"
                 ))?;
-                let rows = st.query_map([s], descriptor)?.collect::<Result<Vec<_>, _>>()?;
+                let rows = st
+                    .query_map([s], descriptor)?
+                    .collect::<Result<Vec<_>, _>>()?;
                 Ok(rows)
             })
             .await

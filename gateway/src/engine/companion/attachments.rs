@@ -40,12 +40,16 @@ pub fn check(req: &SubmitTurn) -> ApiResult<Vec<Value>> {
         };
         // A cheap size check before decoding anything.
         if raw.len() / 4 * 3 > MAX_FILE_BYTES + 3 {
-            return Err(bad(format!("attachment {i} exceeds {MAX_FILE_BYTES} bytes")));
+            return Err(bad(format!(
+                "attachment {i} exceeds {MAX_FILE_BYTES} bytes"
+            )));
         }
         let decoded = upload::decode(raw, a.media_type.as_deref())
             .map_err(|e| bad(format!("attachment {i}: {e}")))?;
         if decoded.bytes.len() > MAX_FILE_BYTES {
-            return Err(bad(format!("attachment {i} exceeds {MAX_FILE_BYTES} bytes")));
+            return Err(bad(format!(
+                "attachment {i} exceeds {MAX_FILE_BYTES} bytes"
+            )));
         }
         let media = decoded.media_type.unwrap_or_default();
         let text = is_text(&media);
@@ -155,8 +159,12 @@ mod tests {
 
     #[test]
     fn a_pdf_is_refused_and_a_text_file_reaches_the_model_as_text() {
-        let e = check(&req(vec![("a.pdf", None, "data:application/pdf;base64,JVBERi0=")]))
-            .unwrap_err();
+        let e = check(&req(vec![(
+            "a.pdf",
+            None,
+            "data:application/pdf;base64,JVBERi0=",
+        )]))
+        .unwrap_err();
         assert_eq!(e.kind, "invalid-attachment");
         assert!(e.message.contains("application/pdf"), "{}", e.message);
         let out = check(&req(vec![("n.txt", Some("text/plain"), "aGVsbG8=")])).unwrap();

@@ -122,12 +122,14 @@ impl Gateway {
         let registered_at: Option<i64> = self
             .store
             .call(move |c| {
-                Ok(c.query_row("SELECT record FROM devices WHERE token = ?1", [k], |r| {
-                    r.get::<_, String>(0)
-                })
-                .optional()?
-                .and_then(|r| serde_json::from_str::<PushDevice>(&r).ok())
-                .map(|d| d.registered_at))
+                Ok(
+                    c.query_row("SELECT record FROM devices WHERE token = ?1", [k], |r| {
+                        r.get::<_, String>(0)
+                    })
+                    .optional()?
+                    .and_then(|r| serde_json::from_str::<PushDevice>(&r).ok())
+                    .map(|d| d.registered_at),
+                )
             })
             .await
             .map_err(store_err)?;

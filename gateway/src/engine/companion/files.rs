@@ -280,7 +280,10 @@ impl Indexes {
         let (held, refresh) = {
             let mut map = self.map.lock();
             let slot = map.entry(root.clone()).or_default();
-            let stale = slot.index.as_ref().is_some_and(|i| i.built.elapsed() > FRESH);
+            let stale = slot
+                .index
+                .as_ref()
+                .is_some_and(|i| i.built.elapsed() > FRESH);
             let refresh = stale && !slot.refreshing;
             if refresh {
                 slot.refreshing = true;
@@ -351,10 +354,22 @@ mod tests {
         let d = tree();
         let idx = build(d.path());
         let names: Vec<String> = idx.query("search").into_iter().map(|s| s.name).collect();
-        assert_eq!(names.first().map(String::as_str), Some("src/engine/search.rs"));
-        assert!(names.contains(&"docs/searching.md".to_string()), "{names:?}");
-        assert!(!names.iter().any(|n| n.starts_with("target/") || n.starts_with(".hidden")));
+        assert_eq!(
+            names.first().map(String::as_str),
+            Some("src/engine/search.rs")
+        );
+        assert!(
+            names.contains(&"docs/searching.md".to_string()),
+            "{names:?}"
+        );
+        assert!(!names
+            .iter()
+            .any(|n| n.starts_with("target/") || n.starts_with(".hidden")));
         assert!(idx.query("zzz").is_empty());
-        assert_eq!(idx.query("mnrs")[0].name, "src/main.rs", "a subsequence matches");
+        assert_eq!(
+            idx.query("mnrs")[0].name,
+            "src/main.rs",
+            "a subsequence matches"
+        );
     }
 }

@@ -162,7 +162,11 @@ impl Gateway {
 
     /// Sessions of the project `pid` (the id derived from its root).
     async fn project_sessions(&self, pid: &str) -> ApiResult<Vec<String>> {
-        let all = self.store.call(rows::all_sessions).await.map_err(store_err)?;
+        let all = self
+            .store
+            .call(rows::all_sessions)
+            .await
+            .map_err(store_err)?;
         Ok(all
             .into_iter()
             .filter(|r| super::project_id(&r.root) == pid)

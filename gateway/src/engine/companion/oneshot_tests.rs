@@ -54,7 +54,9 @@ impl Fixture {
             .unwrap();
         let resp = self.app.clone().oneshot(req).await.unwrap();
         let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
         (
             status,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
@@ -85,12 +87,20 @@ async fn a_renamed_and_starred_session_answers_its_soul_and_is_found_by_search()
     assert_eq!(v["title"], "Quarterly budget");
     assert_eq!(v["favorite_rank"], 1);
     let (_, found) = f
-        .call(Method::GET, "/v1/sessions/actions/search?q=budg", json!(null))
+        .call(
+            Method::GET,
+            "/v1/sessions/actions/search?q=budg",
+            json!(null),
+        )
         .await;
     assert_eq!(found["matches"][0]["session_id"], sid.as_str(), "{found}");
     assert_eq!(found["matches"][0]["hits"][0]["side"], "title");
     let (s, v) = f
-        .call(Method::PATCH, &format!("/v1/sessions/{sid}"), json!({"title": 5}))
+        .call(
+            Method::PATCH,
+            &format!("/v1/sessions/{sid}"),
+            json!({"title": 5}),
+        )
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
 }
@@ -116,7 +126,11 @@ async fn settings_devices_and_the_speech_routes_answer_their_shapes() {
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let (s, d) = f
-        .call(Method::POST, "/v1/devices", json!({"grant": "sealed", "relay_url": "https://r"}))
+        .call(
+            Method::POST,
+            "/v1/devices",
+            json!({"grant": "sealed", "relay_url": "https://r"}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{d}");
     assert_eq!(d["device"]["is_relayed"], true);
@@ -152,7 +166,11 @@ async fn mkdir_refuses_a_traversal_and_a_pin_needs_a_configured_provider() {
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     assert_eq!(v["error"]["type"], "unknown-provider");
     let (s, v) = f
-        .call(Method::GET, &format!("/v1/sessions/{sid}/usage"), json!(null))
+        .call(
+            Method::GET,
+            &format!("/v1/sessions/{sid}/usage"),
+            json!(null),
+        )
         .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v, json!({"usage": null}));

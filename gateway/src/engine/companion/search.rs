@@ -161,16 +161,22 @@ pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
             continue;
         };
         hits.sort_by(|a, b| {
-            a.side
-                .band()
-                .cmp(&b.side.band())
-                .then(a.score.partial_cmp(&b.score).unwrap_or(std::cmp::Ordering::Equal))
+            a.side.band().cmp(&b.side.band()).then(
+                a.score
+                    .partial_cmp(&b.score)
+                    .unwrap_or(std::cmp::Ordering::Equal),
+            )
         });
         let has = |s: HitSide| hits.iter().any(|h| h.side == s);
         let mut shown = Vec::new();
         // The best hit of every side present, then the next best ones, in band order.
         let mut picked: Vec<usize> = Vec::new();
-        for side in [HitSide::Title, HitSide::Request, HitSide::Reply, HitSide::Thinking] {
+        for side in [
+            HitSide::Title,
+            HitSide::Request,
+            HitSide::Reply,
+            HitSide::Thinking,
+        ] {
             if let Some(i) = hits.iter().position(|h| h.side == side) {
                 picked.push(i);
             }

@@ -83,21 +83,25 @@ impl Settings {
 
     /// Applies an action to the toggle `id`.
     pub fn apply(&mut self, id: &str, action: &SettingAction) -> Result<(), String> {
-        let next_level = |cur: Option<Level>, action: &SettingAction| -> Result<Option<Level>, String> {
-            let word = match action {
-                SettingAction::Cycle | SettingAction::Toggle => {
-                    let at = LEVELS.iter().position(|w| *w == level_word(cur)).unwrap_or(0);
-                    LEVELS[(at + 1) % LEVELS.len()].to_string()
+        let next_level =
+            |cur: Option<Level>, action: &SettingAction| -> Result<Option<Level>, String> {
+                let word = match action {
+                    SettingAction::Cycle | SettingAction::Toggle => {
+                        let at = LEVELS
+                            .iter()
+                            .position(|w| *w == level_word(cur))
+                            .unwrap_or(0);
+                        LEVELS[(at + 1) % LEVELS.len()].to_string()
+                    }
+                    SettingAction::Value(v) => v.trim().to_ascii_lowercase(),
+                };
+                match word.as_str() {
+                    "default" => Ok(None),
+                    w => Level::parse(w)
+                        .map(Some)
+                        .ok_or_else(|| format!("{id} must be one of {}", LEVELS.join(", "))),
                 }
-                SettingAction::Value(v) => v.trim().to_ascii_lowercase(),
             };
-            match word.as_str() {
-                "default" => Ok(None),
-                w => Level::parse(w)
-                    .map(Some)
-                    .ok_or_else(|| format!("{id} must be one of {}", LEVELS.join(", "))),
-            }
-        };
         match id {
             "reasoning_level" => self.reasoning = next_level(self.reasoning, action)?,
             "verbosity" => self.verbosity = next_level(self.verbosity, action)?,
@@ -328,7 +332,12 @@ impl Gateway {
     }
 
     pub async fn patch_router(&self, patch: RouterPatch) -> ApiResult<RouterDefaults> {
-        let role = patch.role.as_deref().unwrap_or("primary").trim().to_string();
+        let role = patch
+            .role
+            .as_deref()
+            .unwrap_or("primary")
+            .trim()
+            .to_string();
         if role != "primary" && role != "fallback" {
             return Err(ApiError::bad_request(
                 "invalid-request",
@@ -386,7 +395,15 @@ impl Gateway {
             .or_else(|| self.providers.read().default.clone());
         let primary_model = s.default_model.clone().or_else(|| {
             let p = primary.clone()?;
-            Some(self.providers.read().clients.get(&p)?.config().default_model.clone())
+            Some(
+                self.providers
+                    .read()
+                    .clients
+                    .get(&p)?
+                    .config()
+                    .default_model
+                    .clone(),
+            )
         });
         Ok(RouterDefaults {
             default_provider: primary,

@@ -135,7 +135,12 @@ pub fn markdown(title: &str, sid: &str, root: &str, turns: &[Turn]) -> String {
         let _ = writeln!(out, "### Vis\n");
         let mut calls = Vec::new();
         for it in &t.iterations {
-            for f in it.get("forms").and_then(Value::as_array).into_iter().flatten() {
+            for f in it
+                .get("forms")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let op = text_of(f.get("op"));
                 let summary = text_of(f.get("result_summary"));
                 let failed = f.get("error").is_some_and(|e| !e.is_null());
@@ -149,7 +154,11 @@ pub fn markdown(title: &str, sid: &str, root: &str, turns: &[Turn]) -> String {
             }
         }
         if !calls.is_empty() {
-            let _ = writeln!(out, "<details><summary>{} tool call(s)</summary>\n", calls.len());
+            let _ = writeln!(
+                out,
+                "<details><summary>{} tool call(s)</summary>\n",
+                calls.len()
+            );
             let _ = writeln!(out, "{}\n\n</details>\n", calls.join("\n"));
         }
         for b in &t.content {
@@ -194,7 +203,10 @@ impl Gateway {
     pub async fn transcript_markdown(&self, sid: &str) -> ApiResult<String> {
         let turns = self.all_turns(sid).await?;
         let row = self.session(sid).await?.lock().row.clone();
-        let title = row.title.clone().unwrap_or_else(|| "Untitled session".into());
+        let title = row
+            .title
+            .clone()
+            .unwrap_or_else(|| "Untitled session".into());
         Ok(markdown(&title, sid, &row.root, &turns))
     }
 }
