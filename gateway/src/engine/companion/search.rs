@@ -269,7 +269,8 @@ mod tests {
             let (q, st) = (q.to_string(), store.clone());
             rt.block_on(async move { st.call(move |c| Ok(search(c, &q)?)).await.unwrap() })
         };
-        let write = |f: Box<dyn FnOnce(&Connection) -> crate::store::StoreResult<()> + Send>| {
+        type Job = Box<dyn FnOnce(&Connection) -> crate::store::StoreResult<()> + Send>;
+        let write = |f: Job| {
             let st = store.clone();
             rt.block_on(async move { st.call(f).await.unwrap() })
         };
