@@ -470,6 +470,12 @@ async fn suggest_ranks_workspace_files_and_leaves_out_gitignored_ones() {
         std::fs::write(f, "x").unwrap();
     }
     std::fs::write(root.join(".gitignore"), "build/\n").unwrap();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&root)
+        .status()
+        .unwrap();
+    assert!(git.success());
     let sid = gw.create_session_at(&root).await;
     let (s, v) = gw
         .get(format!("/v1/sessions/{sid}/suggest?kind=file&q=search"))
@@ -484,6 +490,7 @@ async fn suggest_ranks_workspace_files_and_leaves_out_gitignored_ones() {
         assert!(rows[0][k].is_string(), "{k}: {v}");
     }
     assert_eq!(rows[0]["size"], "1 B");
+    assert_eq!(rows[0]["status"], "?", "untracked in git: {v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1029,4 +1036,57 @@ async fn speech_and_voice_answer_the_none_configured_shapes() {
     let (_, caps) = gw.get("/v1/capabilities").await;
     assert_eq!(caps["features"]["voice"]["enabled"], false);
     assert_eq!(caps["features"]["speech"]["is_enabled"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_provider_fails_before_any_output_is_retried_on_the_fallback() {
+    let llm = FixtureLlm::start().await;
+    let gw = Gateway::start(
+        Opts {
+            provider: Provider::Anthropic(llm.anthropic_base_url()),
+            ..Default::default()
+        }
+        .env("OPENAI_API_KEY", "test")
+        .env("OPENAI_BASE_URL", &llm.openai_base_url()),
+    )
+    .await;
+    let (s, d) = gw
+        .patch(
+            "/v1/router",
+            json!({"role": "primary", "provider": "openai", "model": "a"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    let (s, d) = gw
+        .patch(
+            "/v1/router",
+            json!({"role": "fallback", "provider": "claude", "model": "b"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    assert_eq!(d["fallback_provider"], "claude");
+    let (_, r) = gw.get("/v1/router").await;
+    let claude = r["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "claude")
+        .unwrap()
+        .clone();
+    assert_eq!(claude["is_fallback"], true, "{r}");
+    assert_eq!(claude["status"]["source"], "config");
+    llm.push(Script::error(400, "bad model"));
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "hello there").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    assert!(
+        ev_types(&evs).contains(&"chunk.provider-fallback"),
+        "{:?}",
+        ev_types(&evs)
+    );
+    let reqs = llm.requests();
+    assert_eq!(reqs[0].path, "/v1/chat/completions");
+    assert_eq!(reqs[0].body["model"], "a");
+    assert_eq!(reqs.last().unwrap().path, "/v1/messages");
+    assert_eq!(reqs.last().unwrap().body["model"], "b");
 }
