@@ -4,6 +4,7 @@
 //! records); the HTTP layer owns status codes, headers, ETags and SSE framing.
 
 use crate::error::ApiResult;
+use crate::records::*;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -204,4 +205,47 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Asks the process to stop (`POST /v1/admin/stop`).
     fn request_stop(&self);
+
+    // Companion parity: typed records (`records.rs`).
+    /// `PATCH /v1/sessions/:sid`: rename and/or (un)star, with the events other clients need.
+    async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()>;
+    /// Full-text search over titles and transcripts.
+    async fn search_sessions(&self, q: &str) -> ApiResult<SearchResults>;
+    async fn session_usage(&self, sid: &str) -> ApiResult<UsageAnswer>;
+    /// The session as a Markdown document a person would want to read.
+    async fn transcript_markdown(&self, sid: &str) -> ApiResult<String>;
+    /// Ranked files of the session's workspace matching `q` (at most 20).
+    async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>>;
+    /// Pins (or with `None`, clears) the session's provider and model.
+    async fn set_session_model(&self, sid: &str, pref: Option<ModelPref>)
+        -> ApiResult<ModelAnswer>;
+    async fn router_status(&self) -> ApiResult<RouterAnswer>;
+    async fn patch_router(&self, patch: RouterPatch) -> ApiResult<RouterDefaults>;
+    async fn settings(&self) -> ApiResult<SettingsAnswer>;
+    async fn setting(&self, id: &str) -> ApiResult<Toggle>;
+    async fn set_setting(&self, id: &str, action: SettingAction) -> ApiResult<Toggle>;
+    async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList>;
+    async fn iteration_attachments(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments>;
+    async fn iteration_attachment_bytes(
+        &self,
+        sid: &str,
+        iid: &str,
+        index: i64,
+    ) -> ApiResult<StoredBytes>;
+    async fn save_revision(
+        &self,
+        sid: &str,
+        iid: &str,
+        rev: NewRevision,
+    ) -> ApiResult<IterationAttachment>;
+    async fn devices(&self) -> ApiResult<DevicesAnswer>;
+    async fn register_device(&self, input: DeviceInput) -> ApiResult<DeviceRegistered>;
+    /// Whether a device with this raw token was registered (and is now removed).
+    async fn unregister_device(&self, token: &str) -> ApiResult<bool>;
+    async fn push_status(&self) -> PushStatus;
+    async fn delete_project(&self, pid: &str, recursive: bool) -> ApiResult<ProjectDeleted>;
+    async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints>;
+    /// Copies the session through `through` (a turn id; all turns when `None`) into a new
+    /// session; returns its id.
+    async fn fork_session(&self, sid: &str, through: Option<String>) -> ApiResult<String>;
 }

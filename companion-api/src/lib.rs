@@ -15,10 +15,12 @@ pub mod metrics;
 pub mod middleware;
 pub mod protocol;
 pub mod replay;
+pub mod records;
 mod routes;
 pub mod serve;
 pub mod serve_stats;
 pub mod sse;
+pub mod upload;
 
 use std::sync::Arc;
 

@@ -301,6 +301,45 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/mcp/servers/{name}/actions/start"),
     ("POST", "/v1/mcp/servers/{name}/auth/{step}"),
     ("POST", "/v1/sandbox/env"),
+    ("PATCH", "/v1/sessions/{sid}"),
+    ("GET", "/v1/sessions/actions/search"),
+    ("GET", "/v1/sessions/{sid}/usage"),
+    ("GET", "/v1/sessions/{sid}/transcript.md"),
+    ("GET", "/v1/sessions/{sid}/suggest"),
+    ("PATCH", "/v1/sessions/{sid}/model"),
+    ("GET", "/v1/sessions/{sid}/forks"),
+    ("POST", "/v1/sessions/{sid}/forks"),
+    ("GET", "/v1/sessions/{sid}/workspace/drafts"),
+    ("POST", "/v1/sessions/{sid}/workspace/drafts"),
+    ("POST", "/v1/sessions/{sid}/workspace/resume"),
+    ("GET", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
+    ("POST", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
+    (
+        "GET",
+        "/v1/sessions/{sid}/iterations/{iid}/attachments/{idx}",
+    ),
+    ("POST", "/v1/fs/actions/mkdir"),
+    ("PATCH", "/v1/router"),
+    ("POST", "/v1/settings"),
+    ("POST", "/v1/devices"),
+    ("DELETE", "/v1/devices/{token}"),
+    ("DELETE", "/v1/projects/{pid}"),
+    ("GET", "/v1/voice/model"),
+    ("POST", "/v1/voice/model"),
+    ("GET", "/v1/speech/model"),
+    ("POST", "/v1/speech/model"),
+    ("GET", "/v1/speech/voices"),
+    ("POST", "/v1/speech/voices"),
+    ("DELETE", "/v1/speech/voices/{id}"),
+    ("POST", "/v1/sessions/{sid}/speech"),
+    ("GET", "/v1/sessions/{sid}/speech/jobs/{jid}"),
+    ("DELETE", "/v1/sessions/{sid}/speech/jobs/{jid}"),
+    ("GET", "/v1/sessions/{sid}/speech/jobs/{jid}/audio"),
+    ("GET", "/v1/sessions/{sid}/speech/jobs/{jid}/events"),
+    ("POST", "/v1/sessions/{sid}/voice"),
+    ("GET", "/v1/sessions/{sid}/voice/jobs/{jid}"),
+    ("DELETE", "/v1/sessions/{sid}/voice/jobs/{jid}"),
+    ("GET", "/v1/sessions/{sid}/voice/jobs/{jid}/events"),
     ("DELETE", "/v1/sessions/{sid}"),
 ];
 
@@ -320,6 +359,11 @@ fn fill(template: &str, sid: &str) -> String {
         .replace("{vid}", "00000000-0000-4000-8000-000000000002")
         .replace("{rid}", "00000000-0000-4000-8000-000000000003")
         .replace("{nid}", "n1")
+        .replace("{iid}", "00000000-0000-4000-8000-000000000004:1")
+        .replace("{idx}", "0")
+        .replace("{token}", "unknown-device")
+        .replace("{pid}", "00000000-0000-4000-8000-000000000005")
+        .replace("{jid}", "job-1")
         .replace("{id}", "reasoning_level");
     if path == "/v1/events" {
         format!("/v1/events?sids={sid}")
@@ -462,6 +506,10 @@ async fn bound_to_0_0_0_0_every_gated_route_needs_the_token_and_accepts_both_car
                     || (p.contains("/turns/0000")
                         || p.contains("human-input/0000")
                         || p.contains("/live/0000")
+                        || p.contains("/iterations/0000")
+                        || p.contains("/projects/0000")
+                        || p.contains("/jobs/")
+                        || p.contains("/speech/voices/")
                         || (p.contains("{name}") && !body.contains("no such route"))),
                 "#{i} {m} {p} with {carrier}: unexpected 404 {body}"
             );

@@ -1,8 +1,5 @@
-//! Routes the Companion calls while opening a session that this gateway answers with their
-//! documented empty shapes (settings, devices, artifacts) or small real answers (router, fs,
-//! extensions).
+//! Extensions, the sandbox environment and the folder browser (`GET /v1/fs`).
 
-use super::path::Path;
 use super::Q;
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
@@ -53,58 +50,6 @@ pub async fn sandbox_env(
             .sandbox_env(text("session_id")?, text("root")?, text("title")?)
             .await?,
     ))
-}
-
-pub async fn router(State(st): State<AppState>) -> ApiResult<Json<Value>> {
-    Ok(Json(st.engine.router().await?))
-}
-
-pub async fn artifacts(
-    State(st): State<AppState>,
-    Path(sid): Path<String>,
-) -> ApiResult<Json<Value>> {
-    st.engine.get_session(&sid, false).await?;
-    Ok(Json(json!({"artifacts": []})))
-}
-
-fn setting_row(id: &str) -> Option<Value> {
-    match id {
-        "reasoning_level" => Some(
-            json!({"id": id, "label": "Reasoning", "type": "cycle", "value": "default",
-            "choices": ["default", "low", "medium", "high"]}),
-        ),
-        "verbosity" => Some(
-            json!({"id": id, "label": "Verbosity", "type": "cycle", "value": "default",
-            "choices": ["default", "low", "high"]}),
-        ),
-        "codex_fast_mode" => {
-            Some(json!({"id": id, "label": "Fast mode", "type": "toggle", "enabled": false}))
-        }
-        _ => None,
-    }
-}
-
-pub async fn settings() -> Json<Value> {
-    let rows: Vec<Value> = ["reasoning_level", "verbosity", "codex_fast_mode"]
-        .iter()
-        .filter_map(|i| setting_row(i))
-        .collect();
-    Json(json!({"settings": rows}))
-}
-
-pub async fn setting(Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    setting_row(&id).map(Json).ok_or_else(|| {
-        ApiError::new(
-            axum::http::StatusCode::NOT_FOUND,
-            "setting-not-found",
-            format!("no setting {id}"),
-        )
-        .with("setting_id", id)
-    })
-}
-
-pub async fn devices() -> Json<Value> {
-    Json(json!({"devices": [], "push": {"is_available": false, "provider": null, "missing": []}}))
 }
 
 /// Lists directories under `path` (default: home), no dot-folders, ≤ 400 entries.

@@ -44,6 +44,7 @@ pub async fn admin_stop(State(state): State<AppState>) -> Json<Value> {
 
 pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
     let client = ClientInfo::from_headers(&headers);
+    let push = state.engine.push_status().await;
     Json(json!({
         "version": 1,
         "protocol": protocol_block(),
@@ -52,7 +53,7 @@ pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> 
         "features": {
             "chat": {"enabled": true},
             "attachments": {"enabled": true, "transport": "inline-base64",
-                "media_types": ["image/jpeg", "image/png", "image/gif", "image/webp", "image/bmp"],
+                "media_types": ["image/jpeg", "image/png", "image/gif", "image/webp"],
                 "video_media_types": [], "audio_media_types": [],
                 "max_files": 8, "max_file_bytes": 26_214_400, "max_video_bytes": 33_554_432, "max_audio_bytes": 33_554_432},
             "voice": {"enabled": false, "transport": "audio/wav", "transcription": "gateway-local", "is_async": true,
@@ -61,7 +62,7 @@ pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> 
             "speech": {"is_enabled": false, "transport": "audio/wav", "synthesis": "gateway-local", "is_async": true,
                 "progress": "sse", "progress_event": "speech.job", "phases": [], "inline_max_chars": 280,
                 "max_chars": 20000, "model": {}, "engines": [], "selected": null},
-            "push": {"is_available": false, "provider": null, "environment": null, "topic": null, "missing": [], "apns": {}, "fcm": {}},
+            "push": push,
         }
     }))
 }

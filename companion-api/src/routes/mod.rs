@@ -5,13 +5,16 @@ mod extras;
 mod health;
 mod human_input;
 mod mcp;
+mod parity_files;
+mod parity_machine;
+mod parity_sessions;
 mod path;
 mod sessions;
 mod turns;
 
 use crate::error::ApiError;
 use crate::AppState;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, patch, post};
 use axum::Router;
 use std::collections::HashMap;
 
@@ -35,7 +38,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{sid}/model", get(sessions::model))
         .route("/v1/sessions/{sid}/slashes", get(sessions::slashes))
         .route("/v1/sessions/{sid}/egress", get(sessions::egress))
-        .route("/v1/sessions/{sid}/artifacts", get(extras::artifacts))
+        .route("/v1/sessions/{sid}/artifacts", get(parity_files::artifacts))
         .route(
             "/v1/sessions/{sid}/turns",
             get(turns::list).post(turns::submit),
@@ -88,10 +91,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/extensions", get(extras::extensions))
         .route("/v1/extensions/reload", post(extras::reload_extensions))
         .route("/v1/sandbox/env", post(extras::sandbox_env))
-        .route("/v1/router", get(extras::router))
-        .route("/v1/settings", get(extras::settings))
-        .route("/v1/settings/{id}", get(extras::setting))
-        .route("/v1/devices", get(extras::devices))
+        .route("/v1/router", get(parity_machine::router))
+        .route("/v1/settings", get(parity_machine::settings))
+        .route("/v1/settings/{id}", get(parity_machine::setting))
+        .route("/v1/devices", get(parity_machine::devices))
         .route("/v1/fs", get(extras::fs))
         .route("/v1/mcp/servers", get(mcp::list).post(mcp::save))
         .route("/v1/mcp/servers/actions/test", post(mcp::test))
@@ -100,6 +103,92 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/mcp/servers/{name}/actions/kill", post(mcp::kill))
         .route("/v1/mcp/servers/{name}/actions/start", post(mcp::start))
         .route("/v1/mcp/servers/{name}/auth/{step}", post(mcp::auth))
+        // Companion parity (the app's calls beyond the core flow).
+        .route("/v1/sessions/{sid}", patch(parity_sessions::patch_session))
+        .route("/v1/sessions/actions/search", get(parity_sessions::search))
+        .route("/v1/sessions/{sid}/usage", get(parity_sessions::usage))
+        .route(
+            "/v1/sessions/{sid}/transcript.md",
+            get(parity_sessions::transcript_md),
+        )
+        .route("/v1/sessions/{sid}/suggest", get(parity_sessions::suggest))
+        .route(
+            "/v1/sessions/{sid}/model",
+            patch(parity_sessions::set_model),
+        )
+        .route(
+            "/v1/sessions/{sid}/forks",
+            get(parity_sessions::fork_points).post(parity_sessions::fork),
+        )
+        .route(
+            "/v1/sessions/{sid}/workspace/drafts",
+            get(parity_sessions::drafts).post(parity_sessions::drafts_unavailable),
+        )
+        .route(
+            "/v1/sessions/{sid}/workspace/resume",
+            post(parity_sessions::drafts_unavailable),
+        )
+        .route(
+            "/v1/sessions/{sid}/iterations/{iid}/attachments",
+            get(parity_files::iteration_list).post(parity_files::iteration_save),
+        )
+        .route(
+            "/v1/sessions/{sid}/iterations/{iid}/attachments/{idx}",
+            get(parity_files::iteration_bytes),
+        )
+        .route("/v1/fs/actions/mkdir", post(parity_files::mkdir))
+        .route("/v1/router", patch(parity_machine::patch_router))
+        .route("/v1/settings", post(parity_machine::set_setting))
+        .route("/v1/devices", post(parity_machine::register_device))
+        .route(
+            "/v1/devices/{token}",
+            delete(parity_machine::unregister_device),
+        )
+        .route("/v1/projects/{pid}", delete(parity_machine::delete_project))
+        .route(
+            "/v1/voice/model",
+            get(parity_machine::voice_model).post(parity_machine::voice_model_start),
+        )
+        .route(
+            "/v1/speech/model",
+            get(parity_machine::speech_model).post(parity_machine::speech_model_start),
+        )
+        .route(
+            "/v1/speech/voices",
+            get(parity_machine::speech_voices).post(parity_machine::speech_unavailable),
+        )
+        .route(
+            "/v1/speech/voices/{id}",
+            delete(parity_machine::speech_voice_delete),
+        )
+        .route(
+            "/v1/sessions/{sid}/speech",
+            post(parity_machine::session_speech),
+        )
+        .route(
+            "/v1/sessions/{sid}/speech/jobs/{jid}",
+            get(parity_machine::no_job).delete(parity_machine::no_job),
+        )
+        .route(
+            "/v1/sessions/{sid}/speech/jobs/{jid}/audio",
+            get(parity_machine::no_job),
+        )
+        .route(
+            "/v1/sessions/{sid}/speech/jobs/{jid}/events",
+            get(parity_machine::no_job),
+        )
+        .route(
+            "/v1/sessions/{sid}/voice",
+            post(parity_machine::session_voice),
+        )
+        .route(
+            "/v1/sessions/{sid}/voice/jobs/{jid}",
+            get(parity_machine::no_job).delete(parity_machine::no_job),
+        )
+        .route(
+            "/v1/sessions/{sid}/voice/jobs/{jid}/events",
+            get(parity_machine::no_job),
+        )
         .fallback(|| async { ApiError::not_found_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)

@@ -29,6 +29,18 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
                 let text = if text.is_empty() { "(empty)" } else { text };
                 ("user", vec![json!({"type": "text", "text": text})])
             }
+            ChatMessage::UserImages { text, images } => {
+                let mut blocks: Vec<Value> = images
+                    .iter()
+                    .map(|i| {
+                        json!({"type": "image", "source": {"type": "base64",
+                        "media_type": i.media_type, "data": i.base64}})
+                    })
+                    .collect();
+                let text = if text.is_empty() { "(empty)" } else { text };
+                blocks.push(json!({"type": "text", "text": text}));
+                ("user", blocks)
+            }
             ChatMessage::Assistant { text, tool_calls } => {
                 let mut blocks = Vec::new();
                 if !text.is_empty() {
@@ -80,10 +92,17 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
 
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
-    body.insert(
-        "max_tokens".into(),
-        json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
-    );
+    let mut max_tokens = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    if let Some(level) = req.reasoning {
+        // Extended thinking: the budget must stay below max_tokens.
+        let budget = thinking_budget(level);
+        max_tokens = max_tokens.max(budget + 4096);
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
+    body.insert("max_tokens".into(), json!(max_tokens));
     body.insert("stream".into(), json!(true));
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
         body.insert("system".into(), json!(system));
@@ -98,6 +117,15 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
         body.insert("tools".into(), Value::Array(tools));
     }
     Value::Object(body)
+}
+
+/// Extended-thinking budget per reasoning level.
+pub(crate) fn thinking_budget(level: crate::Level) -> u32 {
+    match level {
+        crate::Level::Low => 2048,
+        crate::Level::Medium => 8192,
+        crate::Level::High => 24576,
+    }
 }
 
 enum Block {
@@ -140,6 +168,7 @@ impl Parser {
             let created = get("cache_creation_input_tokens").unwrap_or(0);
             self.usage.input_tokens = input + read + created;
             self.usage.cached_input_tokens = read;
+            self.usage.cache_write_tokens = created;
         }
         if let Some(out) = get("output_tokens") {
             self.usage.output_tokens = out;
@@ -488,7 +517,8 @@ mod tests {
                         input_tokens: 42,
                         output_tokens: 42,
                         cached_input_tokens: 30,
-                        reasoning_tokens: 0
+                        reasoning_tokens: 0,
+                        cache_write_tokens: 2,
                     },
                 },
             ]
@@ -568,6 +598,7 @@ mod tests {
                 parameters: json!({"type":"object"}),
             }],
             max_tokens: None,
+            ..Default::default()
         };
         let b = request_body(&cfg, &req);
         assert_eq!(b["model"], "claude-y");

@@ -152,6 +152,55 @@ pub struct ChatRequest {
     pub tools: Vec<ToolSpec>,
     /// Anthropic requires a value; 8192 is sent when `None`.
     pub max_tokens: Option<u32>,
+    /// How hard the model should think (`None`: the provider's default). OpenAI:
+    /// `reasoning_effort`; Anthropic: extended thinking with a budget per level.
+    #[serde(default)]
+    pub reasoning: Option<Level>,
+    /// How long the answer should be (`None`: the provider's default). OpenAI: `verbosity`;
+    /// the Anthropic dialect has no such field and sends nothing.
+    #[serde(default)]
+    pub verbosity: Option<Level>,
+    /// Ask for the provider's faster processing tier. OpenAI: `service_tier: "priority"`;
+    /// the Anthropic dialect has no such field and sends nothing.
+    #[serde(default)]
+    pub fast: bool,
+}
+
+/// A low / medium / high dial (reasoning effort, verbosity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Low,
+    Medium,
+    High,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Low => "low",
+            Level::Medium => "medium",
+            Level::High => "high",
+        }
+    }
+
+    /// `low`, `medium` or `high` (case-insensitive); anything else is `None`.
+    pub fn parse(s: &str) -> Option<Level> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "low" => Some(Level::Low),
+            "medium" => Some(Level::Medium),
+            "high" => Some(Level::High),
+            _ => None,
+        }
+    }
+}
+
+/// An image sent to the model, as base64 of its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub media_type: String,
+    pub base64: String,
 }
 
 /// Conversation history entry, dialect-neutral.
@@ -159,6 +208,11 @@ pub struct ChatRequest {
 pub enum ChatMessage {
     User {
         text: String,
+    },
+    /// A user message carrying images (OpenAI `image_url` parts, Anthropic `image` blocks).
+    UserImages {
+        text: String,
+        images: Vec<Image>,
     },
     Assistant {
         text: String,
@@ -230,6 +284,10 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cached_input_tokens: u64,
     pub reasoning_tokens: u64,
+    /// The part of `input_tokens` written to the prompt cache (Anthropic
+    /// `cache_creation_input_tokens`; 0 where the dialect does not report it).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 /// Passed to the `on_retry` callback before each retry sleep

@@ -24,6 +24,14 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
     for m in &req.messages {
         messages.push(match m {
             ChatMessage::User { text } => json!({"role": "user", "content": text}),
+            ChatMessage::UserImages { text, images } => {
+                let mut parts = vec![json!({"type": "text", "text": text})];
+                for i in images {
+                    parts.push(json!({"type": "image_url", "image_url": {
+                        "url": format!("data:{};base64,{}", i.media_type, i.base64)}}));
+                }
+                json!({"role": "user", "content": parts})
+            }
             ChatMessage::Assistant { text, tool_calls } => {
                 let mut o = Map::new();
                 o.insert("role".into(), json!("assistant"));
@@ -89,6 +97,15 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(level) = req.reasoning {
+        body.insert("reasoning_effort".into(), json!(level.as_str()));
+    }
+    if let Some(level) = req.verbosity {
+        body.insert("verbosity".into(), json!(level.as_str()));
+    }
+    if req.fast {
+        body.insert("service_tier".into(), json!("priority"));
     }
     if let Some(max) = req.max_tokens {
         // api.openai.com rejects `max_tokens` for reasoning models; compatible
@@ -198,6 +215,7 @@ fn parse_usage(u: &Value) -> Usage {
         output_tokens: n("/completion_tokens"),
         cached_input_tokens: n("/prompt_tokens_details/cached_tokens"),
         reasoning_tokens: n("/completion_tokens_details/reasoning_tokens"),
+        cache_write_tokens: 0,
     }
 }
 
@@ -377,7 +395,8 @@ mod tests {
                         input_tokens: 12,
                         output_tokens: 5,
                         cached_input_tokens: 8,
-                        reasoning_tokens: 3
+                        reasoning_tokens: 3,
+                        cache_write_tokens: 0,
                     }
                 }
             ]
@@ -490,6 +509,7 @@ mod tests {
                 parameters: json!({"type":"object","properties":{}}),
             }],
             max_tokens: Some(100),
+            ..Default::default()
         };
         let b = request_body(&cfg, &req);
         assert_eq!(b["model"], "m-default");

@@ -7,8 +7,8 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use vis_providers::{
-    collect, ChatMessage, ChatRequest, Client, Collected, Dialect, ProviderConfig, ProviderError,
-    RetryInfo, StopReason, StreamEvent, ToolCall, ToolSpec,
+    collect, ChatMessage, ChatRequest, Client, Collected, Dialect, Image, Level, ProviderConfig,
+    ProviderError, RetryInfo, StopReason, StreamEvent, ToolCall, ToolSpec,
 };
 use vis_tests::{FixtureLlm, Script};
 
@@ -505,6 +505,7 @@ fn history_request() -> ChatRequest {
             parameters: json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
         }],
         max_tokens: None,
+        ..ChatRequest::default()
     }
 }
 
@@ -838,4 +839,73 @@ async fn a_stream_can_be_opened_and_read_inside_a_spawned_task() {
     .unwrap()
     .unwrap();
     assert_eq!(got.text, "You said: from a task");
+}
+
+fn picture_request() -> ChatRequest {
+    ChatRequest {
+        messages: vec![ChatMessage::UserImages {
+            text: "what is this?".into(),
+            images: vec![Image {
+                media_type: "image/png".into(),
+                base64: "iVBORw0KGgo=".into(),
+            }],
+        }],
+        ..ChatRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn an_image_message_is_an_openai_image_url_part_and_an_anthropic_image_block() {
+    let f = FixtureLlm::start().await;
+    for d in DIALECTS {
+        let got = run(&client(&f, d), &picture_request()).await.unwrap();
+        assert_eq!(got.text, "You said: what is this?", "{d}");
+    }
+    let reqs = f.requests();
+    assert_eq!(
+        reqs[0].body["messages"][0],
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        ]})
+    );
+    assert_eq!(
+        reqs[1].body["messages"][0],
+        json!({"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            {"type": "text", "text": "what is this?"},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn reasoning_verbosity_and_fast_mode_are_sent_only_where_the_dialect_has_the_field() {
+    let f = FixtureLlm::start().await;
+    let mut req = ask("think");
+    req.reasoning = Some(Level::Low);
+    req.verbosity = Some(Level::High);
+    req.fast = true;
+    for d in DIALECTS {
+        run(&client(&f, d), &req).await.unwrap();
+    }
+    let reqs = f.requests();
+    let openai = &reqs[0].body;
+    assert_eq!(openai["reasoning_effort"], "low");
+    assert_eq!(openai["verbosity"], "high");
+    assert_eq!(openai["service_tier"], "priority");
+    let anthropic = &reqs[1].body;
+    assert_eq!(
+        anthropic["thinking"],
+        json!({"type": "enabled", "budget_tokens": 2048})
+    );
+    assert_eq!(anthropic["max_tokens"], 8192);
+    for k in ["verbosity", "service_tier", "reasoning_effort"] {
+        assert!(anthropic.get(k).is_none(), "{k}: {anthropic}");
+    }
+    let plain = ask("plain");
+    run(&client(&f, Dialect::OpenAiChat), &plain).await.unwrap();
+    let body = &f.requests()[2].body;
+    for k in ["verbosity", "service_tier", "reasoning_effort"] {
+        assert!(body.get(k).is_none(), "nothing sent by default: {k}");
+    }
 }

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use vis_companion_api::records::*;
 use vis_companion_api::{
     ApiError, ApiResult, CreateSession, Cursor, Engine, SessionListQuery, Stats, SubmitTurn,
     Subscription,
@@ -497,6 +498,108 @@ impl Engine for Api {
         Ok(
             json!({"session_id": sid, "cwd": root, "env": env, "proxy_port": sandbox.port(), "jail": jail}),
         )
+    }
+
+    async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
+        self.0.patch_session(sid, patch).await
+    }
+
+    async fn search_sessions(&self, q: &str) -> ApiResult<SearchResults> {
+        self.0.search_sessions(q).await
+    }
+
+    async fn session_usage(&self, sid: &str) -> ApiResult<UsageAnswer> {
+        self.0.session_usage(sid).await
+    }
+
+    async fn transcript_markdown(&self, sid: &str) -> ApiResult<String> {
+        self.0.transcript_markdown(sid).await
+    }
+
+    async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>> {
+        self.0.suggest_files(sid, q).await
+    }
+
+    async fn set_session_model(
+        &self,
+        sid: &str,
+        pref: Option<ModelPref>,
+    ) -> ApiResult<ModelAnswer> {
+        self.0.set_session_model(sid, pref).await
+    }
+
+    async fn router_status(&self) -> ApiResult<RouterAnswer> {
+        self.0.router_status().await
+    }
+
+    async fn patch_router(&self, patch: RouterPatch) -> ApiResult<RouterDefaults> {
+        self.0.patch_router(patch).await
+    }
+
+    async fn settings(&self) -> ApiResult<SettingsAnswer> {
+        self.0.settings_answer().await
+    }
+
+    async fn setting(&self, id: &str) -> ApiResult<Toggle> {
+        self.0.setting(id).await
+    }
+
+    async fn set_setting(&self, id: &str, action: SettingAction) -> ApiResult<Toggle> {
+        self.0.set_setting(id, action).await
+    }
+
+    async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList> {
+        self.0.artifacts(sid).await
+    }
+
+    async fn iteration_attachments(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments> {
+        self.0.iteration_attachments(sid, iid).await
+    }
+
+    async fn iteration_attachment_bytes(
+        &self,
+        sid: &str,
+        iid: &str,
+        index: i64,
+    ) -> ApiResult<StoredBytes> {
+        self.0.iteration_attachment_bytes(sid, iid, index).await
+    }
+
+    async fn save_revision(
+        &self,
+        sid: &str,
+        iid: &str,
+        rev: NewRevision,
+    ) -> ApiResult<IterationAttachment> {
+        self.0.save_revision(sid, iid, rev).await
+    }
+
+    async fn devices(&self) -> ApiResult<DevicesAnswer> {
+        self.0.devices().await
+    }
+
+    async fn register_device(&self, input: DeviceInput) -> ApiResult<DeviceRegistered> {
+        self.0.register_device(input).await
+    }
+
+    async fn unregister_device(&self, token: &str) -> ApiResult<bool> {
+        self.0.unregister_device(token).await
+    }
+
+    async fn push_status(&self) -> PushStatus {
+        self.0.push_status().await
+    }
+
+    async fn delete_project(&self, pid: &str, recursive: bool) -> ApiResult<ProjectDeleted> {
+        self.0.delete_project(self, pid, recursive).await
+    }
+
+    async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints> {
+        self.0.fork_points(sid).await
+    }
+
+    async fn fork_session(&self, sid: &str, through: Option<String>) -> ApiResult<String> {
+        self.0.fork_session(self, sid, through).await
     }
 
     fn request_stop(&self) {

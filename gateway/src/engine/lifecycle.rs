@@ -53,7 +53,7 @@ impl Gateway {
                 ))
             }
         };
-        let attachments = check_attachments(&req)?;
+        let attachments = super::companion::attachments::check(&req)?;
         let shared = self.session(sid).await?;
         let replay = req
             .idempotency_key
@@ -276,7 +276,7 @@ impl Gateway {
         let Ok(shared) = self.session(&l.sid).await else {
             return Terminal::Cancelled;
         };
-        let (request, model, root) = {
+        let (request, model, root, attachments, pinned) = {
             let st = shared.lock();
             let Some(r) = &st.running else {
                 return Terminal::Cancelled;
@@ -285,7 +285,15 @@ impl Gateway {
                 r.turn.request.clone(),
                 r.turn.model.clone(),
                 st.row.root.clone(),
+                r.turn.attachments.clone(),
+                self.pinned_model(&st.row),
             )
+        };
+        // A turn without its own model runs on the session's pin, else the router default.
+        let model = match model {
+            Some(m) => Some(m),
+            None if !request.trim_start().starts_with('/') => self.effective_model(pinned).await,
+            None => None,
         };
         if self.is_slash(&request, std::path::Path::new(&root)).await {
             if let Some(r) = shared
@@ -318,7 +326,10 @@ impl Gateway {
             };
         };
         let mut messages = self.history(&l.sid).await;
-        messages.push(ChatMessage::User { text: request });
+        messages.push(super::companion::attachments::user_message(
+            &request,
+            &attachments,
+        ));
         let (tools, prompts) = self.turn_tools(&l.sid, std::path::Path::new(&root)).await;
         let ctx = RunCtx {
             gw: self.clone(),
@@ -329,8 +340,9 @@ impl Gateway {
             cancel: l.cancel.clone(),
         };
         let limit = silence_timeout();
+        let fallback = self.fallback_pick(&client).await;
         let outcome = tokio::select! {
-            o = runner::run(&ctx, client, model, messages, tools, &prompts) => o,
+            o = runner::run_with_fallback(&ctx, client, model, messages, tools, &prompts, fallback) => o,
             _ = runner::silence(&l.progress, limit) => Outcome::Failed {
                 code: "turn_stalled",
                 message: format!(
@@ -370,9 +382,10 @@ impl Gateway {
                 .iter()
                 .filter_map(|b| b.get("markdown").and_then(|m| m.as_str()))
                 .collect();
-            out.push(ChatMessage::User {
-                text: t.request.clone(),
-            });
+            out.push(super::companion::attachments::user_message(
+                &t.request,
+                &t.attachments,
+            ));
             out.push(ChatMessage::Assistant {
                 text: answer,
                 tool_calls: vec![],
@@ -866,50 +879,4 @@ fn not_queued(tid: &str, status: &str) -> ApiError {
     ApiError::conflict("not-queued", format!("turn {tid} is not queued ({status})"))
         .with("turn_id", tid)
         .with("turn_status", status)
-}
-
-const MAX_FILES: usize = 8;
-const MAX_FILE_BYTES: usize = 26_214_400;
-/// The media types `/v1/capabilities` advertises.
-pub const MEDIA_TYPES: &[&str] = &[
-    "image/jpeg",
-    "image/png",
-    "image/gif",
-    "image/webp",
-    "image/bmp",
-];
-
-/// Enforces the advertised attachment caps and media types (§10 Q7) and keeps the uploads.
-fn check_attachments(req: &SubmitTurn) -> ApiResult<Vec<Value>> {
-    use base64::Engine as _;
-    let bad = |m: String| ApiError::bad_request("invalid-attachment", m);
-    let Some(atts) = &req.attachments else {
-        return Ok(vec![]);
-    };
-    if atts.len() > MAX_FILES {
-        return Err(bad(format!("at most {MAX_FILES} attachments per turn")));
-    }
-    let mut out = Vec::new();
-    for (i, a) in atts.iter().enumerate() {
-        let Some(b64) = a.base64.as_deref() else {
-            return Err(bad(format!("attachment {i} has no base64 data")));
-        };
-        let media = a.media_type.as_deref().unwrap_or("");
-        if !MEDIA_TYPES.contains(&media) {
-            return Err(bad(format!(
-                "attachment {i} has media type {media:?}; accepted: {}",
-                MEDIA_TYPES.join(", ")
-            )));
-        }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(b64.trim())
-            .map_err(|e| bad(format!("attachment {i} is not valid base64: {e}")))?;
-        if bytes.len() > MAX_FILE_BYTES {
-            return Err(bad(format!(
-                "attachment {i} exceeds {MAX_FILE_BYTES} bytes"
-            )));
-        }
-        out.push(json!({"filename": a.filename, "media_type": media, "base64": b64}));
-    }
-    Ok(out)
 }

@@ -7,6 +7,7 @@
 
 mod api;
 mod coalesce;
+pub mod companion;
 pub mod ext;
 pub mod human_input;
 mod lifecycle;
@@ -103,6 +104,8 @@ pub struct Gateway {
     pub mcp: Arc<crate::mcp::Mcp>,
     /// Turns stopped because their events could not be stored (`storage.rs`).
     pub storage: storage::StorageWatch,
+    /// State of the Companion app's routes beyond the core flow (`companion/`).
+    pub companion: companion::State,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -162,6 +165,7 @@ impl Gateway {
             model_sandboxes: Arc::default(),
             mcp: Arc::new(crate::mcp::Mcp::new(home_dir_for_mcp)),
             storage: Default::default(),
+            companion: companion::State::default(),
         });
         gw.human_input.bind(&gw);
         gw.watch_storage();

@@ -195,6 +195,7 @@ async fn stream_once(
                 p.tokens.output += usage.output_tokens;
                 p.tokens.cached += usage.cached_input_tokens;
                 p.tokens.reasoning += usage.reasoning_tokens;
+                p.tokens.cache_write += usage.cache_write_tokens;
             }
         }
     }
@@ -322,6 +323,7 @@ pub async fn run(
         .iter()
         .any(|t| t.spec().name == crate::model_sandbox::TOOL_NAME);
     let system = system_prompt(prompts, sandbox);
+    let settings = ctx.gw.companion_settings().await.unwrap_or_default();
     for iteration in 1..=MAX_ITERATIONS {
         let t0 = Instant::now();
         let reason = if iteration == 1 {
@@ -334,13 +336,15 @@ pub async fn run(
             json!({"activity": "provider-call", "iteration": iteration, "reason": reason,
             "phrase": "Vis is calling the provider"}),
         );
-        let req = ChatRequest {
+        let mut req = ChatRequest {
             model: model.clone(),
             system: Some(system.clone()),
             messages: messages.clone(),
             tools: specs.clone(),
             max_tokens: None,
+            ..Default::default()
         };
+        settings.shape(&mut req);
         let (thinking, prose, calls) = match stream_once(ctx, &client, &req, iteration).await {
             Ok(r) => r,
             Err(e) => {
@@ -369,6 +373,8 @@ pub async fn run(
         };
         let mut forms = Vec::new();
         let mut results = Vec::new();
+        // Files the calls write are found by their modification time.
+        let mark = super::companion::artifacts::mark();
         for (n, call) in calls.iter().enumerate() {
             let (form, out) = run_tool(ctx, &tools, call, iteration, n).await;
             forms.push(form);
@@ -379,10 +385,27 @@ pub async fn run(
             });
         }
         let done = calls.is_empty();
+        let iteration_id = format!("{}:{iteration}", ctx.tid);
+        let produced = if done {
+            Vec::new()
+        } else {
+            let call_id = (calls.len() == 1).then(|| calls[0].id.clone());
+            ctx.gw
+                .record_artifacts(
+                    &ctx.sid,
+                    &ctx.tid,
+                    &iteration_id,
+                    call_id,
+                    ctx.root.clone(),
+                    mark,
+                )
+                .await
+        };
+        let produced = json!(produced);
         ctx.emit(
             "iteration.completed",
             json!({"iteration": iteration, "done": done, "thinking": thinking,
-            "assistant_prose": prose, "attachments": []}),
+            "assistant_prose": prose, "attachments": produced}),
         );
         let open = std::mem::take(&mut ctx.progress.lock().open_blocks);
         for id in open {
@@ -393,7 +416,7 @@ pub async fn run(
         }
         {
             let mut p = ctx.progress.lock();
-            p.iterations.push(json!({"id": format!("{}:{iteration}", ctx.tid), "position": iteration - 1,
+            p.iterations.push(json!({"id": iteration_id, "position": iteration - 1, "attachments": produced,
                 "thinking": thinking, "assistant_prose": prose, "answer": if done { json!(prose) } else { Value::Null },
                 "code": calls.iter().map(|c| format!("{}({})", c.name, c.arguments)).collect::<Vec<_>>(),
                 "forms": forms, "duration_ms": t0.elapsed().as_millis() as u64, "cost_usd": 0.0, "error": null,
@@ -421,6 +444,38 @@ pub async fn run(
     Outcome::Failed {
         code: "turn_failed",
         message: format!("the model kept calling tools for {MAX_ITERATIONS} iterations; stopped"),
+    }
+}
+
+/// [`run`], then once more on the fallback provider when the first provider call failed
+/// with a provider error before anything was produced.
+pub async fn run_with_fallback(
+    ctx: &RunCtx,
+    client: Arc<Client>,
+    model: String,
+    messages: Vec<ChatMessage>,
+    tools: Vec<Arc<dyn Tool>>,
+    prompts: &[String],
+    fallback: Option<(Arc<Client>, String)>,
+) -> Outcome {
+    let first = run(ctx, client, model, messages.clone(), tools.clone(), prompts).await;
+    let untouched = ctx.progress.lock().iterations.is_empty();
+    match (first, fallback) {
+        (
+            Outcome::Failed {
+                code: "provider_error",
+                message,
+            },
+            Some((fb, fb_model)),
+        ) if untouched && !ctx.cancel.is_cancelled() => {
+            ctx.emit(
+                "chunk.provider-fallback",
+                json!({"detail": format!("{message}; retrying on {}/{fb_model}", fb.config().id),
+                    "provider": fb.config().id, "model": fb_model}),
+            );
+            run(ctx, fb, fb_model, messages, tools, prompts).await
+        }
+        (outcome, _) => outcome,
     }
 }
 

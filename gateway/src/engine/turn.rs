@@ -45,6 +45,9 @@ pub struct Tokens {
     pub output: u64,
     pub cached: u64,
     pub reasoning: u64,
+    /// The part of `input` written to the prompt cache.
+    #[serde(default)]
+    pub cache_write: u64,
 }
 
 /// A turn as the gateway keeps it (stored as JSON in `turns.record`).
@@ -99,9 +102,14 @@ fn attachment_previews(atts: &[Value]) -> Vec<Value> {
     atts.iter()
         .map(|a| {
             let size = a
-                .get("base64")
-                .and_then(|b| b.as_str())
-                .map(|b| b.len() * 3 / 4)
+                .get("size")
+                .and_then(Value::as_u64)
+                .map(|n| n as usize)
+                .or_else(|| {
+                    a.get("base64")
+                        .and_then(|b| b.as_str())
+                        .map(|b| b.len() * 3 / 4)
+                })
                 .unwrap_or(0);
             json!({"filename": a.get("filename"), "media_type": a.get("media_type"), "size": size,
                    "size_label": size_label(size)})
@@ -160,8 +168,8 @@ impl Turn {
                 ("llm_routing_trace", json!([])),
                 (
                     "tokens",
-                    json!({"input": t.input, "input_regular": t.input.saturating_sub(t.cached),
-                    "cache_created": 0, "cached": t.cached, "output": t.output, "reasoning": t.reasoning}),
+                    json!({"input": t.input, "input_regular": t.input.saturating_sub(t.cached + t.cache_write),
+                    "cache_created": t.cache_write, "cached": t.cached, "output": t.output, "reasoning": t.reasoning}),
                 ),
                 (
                     "cost",
@@ -185,14 +193,18 @@ impl Turn {
     /// The TranscriptRow wire shape (engine id and raw status).
     pub fn transcript_row(&self) -> Value {
         let t = &self.tokens;
-        json!({
+        let mut row = json!({
             "id": self.engine_turn_id, "user_request": self.display_request.clone().unwrap_or_else(|| self.request.clone()),
             "status": self.status.raw(), "content": self.content, "iterations": self.iterations,
             "created_at": self.created_at, "duration_ms": self.duration_ms, "iteration_count": self.iterations.len(),
             "input_tokens": t.input, "input_regular_tokens": t.input.saturating_sub(t.cached),
-            "input_cache_write_tokens": 0, "input_cache_read_tokens": t.cached, "output_tokens": t.output,
+            "input_cache_write_tokens": t.cache_write, "input_cache_read_tokens": t.cached, "output_tokens": t.output,
             "output_reasoning_tokens": t.reasoning, "total_cost": 0.0, "model": self.model, "provider": self.provider,
-        })
+        });
+        if !self.attachments.is_empty() {
+            row["attachments"] = json!(self.attachments);
+        }
+        row
     }
 }
 

@@ -49,7 +49,7 @@ impl Gateway {
         let mut s = json!({
             "id": row.id, "channel": row.channel, "title": row.title, "external_id": row.external_id, "owner_id": row.owner_id,
             "model": model, "created_at": row.created_at, "modified_at": row.modified_at, "last_active_at": row.last_active_at,
-            "turn_count": row.turn_count, "project_id": null, "project_name": null, "project_position": null,
+            "turn_count": row.turn_count, "project_id": super::companion::project_id(&row.root), "project_name": label(&row.root), "project_position": null,
             "favorite_rank": row.favorite_rank, "status": status, "live": live.running.is_some(), "is_awaiting_input": self.human_input.is_awaiting(&row.id),
             "current_turn_id": live.running.as_ref().map(|r| &r.0), "server_time_ms": now_ms(),
         });
@@ -253,7 +253,7 @@ fn overview(rows: &[&SessionRow], live: &HashMap<String, Live>) -> Value {
     let list: Vec<Value> = projects
         .iter()
         .map(|(root, (n, l, last))| {
-            json!({"root": root, "project_id": null, "name": label(root), "session_count": n,
+            json!({"root": root, "project_id": super::companion::project_id(root), "name": label(root), "session_count": n,
             "live_count": l, "awaiting_count": 0, "last_activity_ms": last})
         })
         .collect();

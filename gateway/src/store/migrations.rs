@@ -57,6 +57,103 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (extension, key)
     ) WITHOUT ROWID;
     "#,
+    // 2: full-text search over session titles and turn texts (request, reply, thinking),
+    // kept in step with every write of `sessions` and `turns` by triggers. Row ids:
+    // `-sessions.rowid` for a title, `turns.rowid * 4 + 1..3` for a turn's three sides.
+    r#"
+    CREATE VIRTUAL TABLE search_text USING fts5(
+        body, sid UNINDEXED, tid UNINDEXED, side UNINDEXED, at UNINDEXED,
+        tokenize = 'unicode61 remove_diacritics 2', prefix = '2 3 4 5'
+    );
+    CREATE VIRTUAL TABLE search_terms USING fts5vocab(search_text, 'row');
+    CREATE TRIGGER search_turn_insert AFTER INSERT ON turns BEGIN
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        SELECT new.rowid * 4 + 1, b, new.sid, new.tid, 'request', json_extract(new.record, '$.created_at')
+        FROM (SELECT COALESCE(json_extract(new.record, '$.display_request'), json_extract(new.record, '$.request')) AS b)
+        WHERE b IS NOT NULL AND b <> '';
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        SELECT new.rowid * 4 + 2, b, new.sid, new.tid, 'reply', json_extract(new.record, '$.created_at')
+        FROM (SELECT group_concat(json_extract(value, '$.markdown'), char(10)) AS b
+              FROM json_each(new.record, '$.content') WHERE json_extract(value, '$.type') = 'prose')
+        WHERE b IS NOT NULL AND b <> '';
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        SELECT new.rowid * 4 + 3, b, new.sid, new.tid, 'thinking', json_extract(new.record, '$.created_at')
+        FROM (SELECT group_concat(json_extract(value, '$.thinking'), char(10)) AS b
+              FROM json_each(new.record, '$.iterations') WHERE json_extract(value, '$.thinking') <> '')
+        WHERE b IS NOT NULL AND b <> '';
+    END;
+    CREATE TRIGGER search_turn_update AFTER UPDATE OF record ON turns BEGIN
+        DELETE FROM search_text WHERE rowid BETWEEN old.rowid * 4 + 1 AND old.rowid * 4 + 3;
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        SELECT new.rowid * 4 + 1, b, new.sid, new.tid, 'request', json_extract(new.record, '$.created_at')
+        FROM (SELECT COALESCE(json_extract(new.record, '$.display_request'), json_extract(new.record, '$.request')) AS b)
+        WHERE b IS NOT NULL AND b <> '';
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        SELECT new.rowid * 4 + 2, b, new.sid, new.tid, 'reply', json_extract(new.record, '$.created_at')
+        FROM (SELECT group_concat(json_extract(value, '$.markdown'), char(10)) AS b
+              FROM json_each(new.record, '$.content') WHERE json_extract(value, '$.type') = 'prose')
+        WHERE b IS NOT NULL AND b <> '';
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        SELECT new.rowid * 4 + 3, b, new.sid, new.tid, 'thinking', json_extract(new.record, '$.created_at')
+        FROM (SELECT group_concat(json_extract(value, '$.thinking'), char(10)) AS b
+              FROM json_each(new.record, '$.iterations') WHERE json_extract(value, '$.thinking') <> '')
+        WHERE b IS NOT NULL AND b <> '';
+    END;
+    CREATE TRIGGER search_turn_delete AFTER DELETE ON turns BEGIN
+        DELETE FROM search_text WHERE rowid BETWEEN old.rowid * 4 + 1 AND old.rowid * 4 + 3;
+    END;
+    CREATE TRIGGER search_session_insert AFTER INSERT ON sessions
+    WHEN new.title IS NOT NULL AND new.title <> '' BEGIN
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        VALUES (-new.rowid, new.title, new.id, NULL, 'title', new.created_at);
+    END;
+    CREATE TRIGGER search_session_title AFTER UPDATE OF title ON sessions
+    WHEN old.title IS NOT new.title BEGIN
+        DELETE FROM search_text WHERE rowid = -old.rowid;
+        INSERT INTO search_text(rowid, body, sid, tid, side, at)
+        SELECT -new.rowid, new.title, new.id, NULL, 'title', new.created_at
+        WHERE new.title IS NOT NULL AND new.title <> '';
+    END;
+    CREATE TRIGGER search_session_delete AFTER DELETE ON sessions BEGIN
+        DELETE FROM search_text WHERE rowid = -old.rowid;
+    END;
+    INSERT INTO search_text(rowid, body, sid, tid, side, at)
+    SELECT -rowid, title, id, NULL, 'title', created_at FROM sessions
+    WHERE title IS NOT NULL AND title <> '';
+    UPDATE turns SET record = record;
+    "#,
+    // 3: files the agent produced (and people's revisions of them), push devices, and the
+    // gateway's own settings (reasoning level, verbosity, fast mode, router defaults).
+    r#"
+    CREATE TABLE artifacts (
+        id INTEGER PRIMARY KEY,
+        sid TEXT NOT NULL,
+        tid TEXT NOT NULL,
+        iteration_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        tool_call_id TEXT,
+        kind TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        UNIQUE (sid, iteration_id, idx)
+    );
+    CREATE INDEX artifacts_by_session ON artifacts(sid, id);
+    CREATE TRIGGER artifacts_follow_sessions AFTER DELETE ON sessions BEGIN
+        DELETE FROM artifacts WHERE sid = old.id;
+    END;
+    CREATE TABLE devices (
+        token TEXT PRIMARY KEY,
+        record TEXT NOT NULL
+    );
+    CREATE TABLE gateway_settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    "#,
 ];
 
 pub fn apply(conn: &Connection) -> rusqlite::Result<()> {

@@ -1,0 +1,337 @@
+//! Files the agent produced: after an iteration's tool calls (`patch`, `shell`, Python
+//! writing files) the workspace is walked (`.gitignore` honoured, bounded) for files
+//! modified since the calls began; each is copied into the store (table `artifacts`) as an
+//! immutable version, listed by `GET …/artifacts` and served by
+//! `GET …/iterations/:iid/attachments/:idx`. People save revisions through `POST` on the
+//! same resource. Copies, not links: a later edit in the workspace does not change what a
+//! turn produced.
+
+use super::store_err;
+use crate::engine::{now_ms, Gateway};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+use vis_companion_api::records::{
+    ArtifactList, IterationAttachment, IterationAttachments, NewRevision, StoredBytes,
+};
+use vis_companion_api::{ApiError, ApiResult};
+
+/// Entries walked per scan at most, and the longest a scan may take (a scan that hits either
+/// reports what it found so far).
+const MAX_SCAN: usize = 200_000;
+const MAX_SCAN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+/// Files kept per iteration at most.
+const MAX_PER_ITERATION: usize = 16;
+/// Largest file copied.
+const MAX_BYTES: u64 = 25 * 1024 * 1024;
+
+/// The start of a tool phase, as compared with file modification times: a little before
+/// now, because file systems stamp times from a coarse clock that can lag by a tick.
+pub fn mark() -> SystemTime {
+    SystemTime::now() - std::time::Duration::from_millis(25)
+}
+
+/// A media type from a file name's extension (`application/octet-stream` when unknown).
+pub fn media_type(name: &str) -> &'static str {
+    let ext = name.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+    match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "pdf" => "application/pdf",
+        "json" => "application/json",
+        "html" | "htm" => "text/html",
+        "css" => "text/css",
+        "csv" => "text/csv",
+        "md" | "markdown" => "text/markdown",
+        "txt" | "log" | "rs" | "py" | "js" | "ts" | "tsx" | "jsx" | "toml" | "yaml" | "yml"
+        | "sh" | "c" | "h" | "cpp" | "go" | "java" | "rb" | "sql" | "xml" => "text/plain",
+        "zip" => "application/zip",
+        "mp4" => "video/mp4",
+        "wav" => "audio/wav",
+        "mp3" => "audio/mpeg",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Files under `root` modified at or after `since`, relative paths, oldest first.
+pub fn changed_since(root: &Path, since: SystemTime) -> Vec<(String, PathBuf)> {
+    let mut found = Vec::new();
+    let walker = ignore::WalkBuilder::new(root)
+        .hidden(true)
+        .git_ignore(true)
+        .git_global(false)
+        .require_git(false)
+        .build();
+    let started = std::time::Instant::now();
+    for (n, dent) in walker.flatten().enumerate() {
+        if n >= MAX_SCAN || (n % 1024 == 0 && started.elapsed() > MAX_SCAN_TIME) {
+            break;
+        }
+        if !dent.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let Some(meta) = dent.metadata().ok() else {
+            continue;
+        };
+        let Ok(modified) = meta.modified() else {
+            continue;
+        };
+        if modified < since || meta.len() > MAX_BYTES {
+            continue;
+        }
+        if let Ok(rel) = dent.path().strip_prefix(root) {
+            found.push((
+                modified,
+                rel.to_string_lossy().to_string(),
+                dent.into_path(),
+            ));
+        }
+    }
+    found.sort();
+    found
+        .into_iter()
+        .take(MAX_PER_ITERATION)
+        .map(|(_, rel, abs)| (rel, abs))
+        .collect()
+}
+
+const COLS: &str = "a.idx, a.iteration_id, a.tool_call_id, a.kind, a.media_type, a.filename, \
+    a.version, a.size, (SELECT COUNT(*) FROM turns t WHERE t.sid = a.sid \
+    AND t.ord <= (SELECT ord FROM turns WHERE tid = a.tid))";
+
+fn descriptor(r: &Row) -> rusqlite::Result<IterationAttachment> {
+    Ok(IterationAttachment {
+        index: r.get(0)?,
+        iteration_id: r.get(1)?,
+        tool_call_id: r.get(2)?,
+        kind: r.get(3)?,
+        media_type: r.get(4)?,
+        filename: r.get(5)?,
+        version: r.get(6)?,
+        size: r.get(7)?,
+        turn: r.get::<_, Option<i64>>(8)?.filter(|n| *n > 0),
+    })
+}
+
+/// One file to store: `(filename, media type, bytes)`.
+pub type NewFile = (String, String, Vec<u8>);
+
+/// Stores `files` as the next attachments of the iteration (next index, next version of
+/// each filename in the session) and returns their descriptors.
+pub fn insert(
+    c: &Connection,
+    sid: &str,
+    tid: &str,
+    iteration_id: &str,
+    tool_call_id: Option<&str>,
+    kind: &str,
+    files: Vec<NewFile>,
+) -> crate::store::StoreResult<Vec<IterationAttachment>> {
+    crate::store::atomically(c, |c| {
+        let mut out = Vec::new();
+        for (filename, media, bytes) in files {
+            let idx: i64 = c.query_row(
+                "SELECT COALESCE(MAX(idx) + 1, 0) FROM artifacts WHERE sid = ?1 AND iteration_id = ?2",
+                params![sid, iteration_id],
+                |r| r.get(0),
+            )?;
+            let version: i64 = c.query_row(
+                "SELECT COALESCE(MAX(version), 0) + 1 FROM artifacts WHERE sid = ?1 AND filename = ?2",
+                params![sid, filename],
+                |r| r.get(0),
+            )?;
+            c.execute(
+                "INSERT INTO artifacts (sid, tid, iteration_id, idx, tool_call_id, kind, filename, \
+                 media_type, version, size, created_at, data) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                params![sid, tid, iteration_id, idx, tool_call_id, kind, filename, media,
+                    version, bytes.len() as i64, now_ms(), bytes],
+            )?;
+            out.push(c.query_row(
+                &format!("SELECT {COLS} FROM artifacts a WHERE a.sid = ?1 AND a.iteration_id = ?2 AND a.idx = ?3"),
+                params![sid, iteration_id, idx],
+                descriptor,
+            )?);
+        }
+        Ok(out)
+    })
+}
+
+/// Reads the files a tool phase changed and stores them (blocking; run on a worker).
+pub fn collect(root: &Path, since: SystemTime) -> Vec<NewFile> {
+    changed_since(root, since)
+        .into_iter()
+        .filter_map(|(rel, abs)| {
+            let bytes = std::fs::read(abs).ok()?;
+            Some((rel.clone(), media_type(&rel).to_string(), bytes))
+        })
+        .collect()
+}
+
+fn not_found(what: String) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "attachment-not-found",
+        what,
+    )
+}
+
+impl Gateway {
+    /// Records what the tool calls of one iteration wrote in the workspace.
+    pub async fn record_artifacts(
+        &self,
+        sid: &str,
+        tid: &str,
+        iteration_id: &str,
+        tool_call_id: Option<String>,
+        root: PathBuf,
+        since: SystemTime,
+    ) -> Vec<IterationAttachment> {
+        let files = tokio::task::spawn_blocking(move || collect(&root, since))
+            .await
+            .unwrap_or_default();
+        if files.is_empty() {
+            return Vec::new();
+        }
+        let (s, t, i) = (sid.to_string(), tid.to_string(), iteration_id.to_string());
+        self.store
+            .call(move |c| insert(c, &s, &t, &i, tool_call_id.as_deref(), "file", files))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "could not store the turn's files");
+                Vec::new()
+            })
+    }
+
+    pub async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList> {
+        self.session(sid).await?;
+        let s = sid.to_string();
+        let artifacts = self
+            .store
+            .call(move |c| {
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT {COLS} FROM artifacts a WHERE a.sid = ?1 ORDER BY a.id"
+                ))?;
+                let rows = st
+                    .query_map([s], descriptor)?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_err)?;
+        Ok(ArtifactList { artifacts })
+    }
+
+    pub async fn iteration_attachments(
+        &self,
+        sid: &str,
+        iid: &str,
+    ) -> ApiResult<IterationAttachments> {
+        self.session(sid).await?;
+        let (s, i) = (sid.to_string(), iid.to_string());
+        let attachments = self
+            .store
+            .call(move |c| {
+                let mut st = c.prepare_cached(&format!(
+                    "SELECT {COLS} FROM artifacts a WHERE a.sid = ?1 AND a.iteration_id = ?2 ORDER BY a.idx"
+                ))?;
+                let rows = st.query_map([s, i], descriptor)?.collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .await
+            .map_err(store_err)?;
+        Ok(IterationAttachments { attachments })
+    }
+
+    pub async fn iteration_attachment_bytes(
+        &self,
+        sid: &str,
+        iid: &str,
+        index: i64,
+    ) -> ApiResult<StoredBytes> {
+        self.session(sid).await?;
+        let (s, i) = (sid.to_string(), iid.to_string());
+        let row = self
+            .store
+            .call(move |c| {
+                Ok(c.query_row(
+                    "SELECT media_type, filename, data FROM artifacts WHERE sid = ?1 AND iteration_id = ?2 AND idx = ?3",
+                    params![s, i, index],
+                    |r| Ok(StoredBytes { media_type: r.get(0)?, filename: r.get(1)?, bytes: r.get(2)? }),
+                )
+                .optional()?)
+            })
+            .await
+            .map_err(store_err)?;
+        row.ok_or_else(|| not_found(format!("no attachment {index} in iteration {iid}")))
+    }
+
+    /// A person's revision of an artifact: stored as the next version of that filename in
+    /// the iteration `iid` (`<turn id>:<n>`), which must exist in the session.
+    pub async fn save_revision(
+        &self,
+        sid: &str,
+        iid: &str,
+        rev: NewRevision,
+    ) -> ApiResult<IterationAttachment> {
+        let (tid, n) = iid
+            .rsplit_once(':')
+            .and_then(|(t, n)| Some((t.to_string(), n.parse::<usize>().ok()?)))
+            .ok_or_else(|| {
+                ApiError::new(
+                    axum::http::StatusCode::NOT_FOUND,
+                    "attachment-not-stored",
+                    format!("no iteration {iid}"),
+                )
+            })?;
+        let turn = self.turn(sid, &tid).await.map_err(|_| {
+            ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "attachment-not-stored",
+                format!("no iteration {iid} in this session"),
+            )
+        })?;
+        if n == 0 || n > turn.iterations.len() {
+            return Err(ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "attachment-not-stored",
+                format!("turn {tid} has no iteration {n}"),
+            ));
+        }
+        let (s, i) = (sid.to_string(), iid.to_string());
+        let file = (rev.filename, rev.media_type, rev.bytes);
+        let mut saved = self
+            .store
+            .call(move |c| insert(c, &s, &tid, &i, None, "revision", vec![file]))
+            .await
+            .map_err(store_err)?;
+        saved
+            .pop()
+            .ok_or_else(|| ApiError::engine("the revision was not stored"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_files_changed_since_the_mark_are_found_and_gitignored_ones_are_not() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("old.txt"), "old").unwrap();
+        std::fs::write(d.path().join(".gitignore"), "build/\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let mark = mark();
+        std::fs::create_dir_all(d.path().join("build")).unwrap();
+        std::fs::write(d.path().join("build/out.bin"), "x").unwrap();
+        std::fs::write(d.path().join("plot.png"), "png").unwrap();
+        let found: Vec<String> = changed_since(d.path(), mark)
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
+        assert_eq!(found, vec!["plot.png".to_string()]);
+        assert_eq!(media_type("plot.PNG"), "image/png");
+    }
+}

@@ -1,0 +1,177 @@
+//! Push devices (`/v1/devices`): registrations are stored (table `devices`, keyed by the raw
+//! token, which is never answered), but this gateway has no push credentials and dials no
+//! push service, so its push status says nothing is delivered.
+
+use super::store_err;
+use crate::engine::{now_ms, Gateway};
+use rusqlite::{params, OptionalExtension};
+use sha2::{Digest, Sha256};
+use vis_companion_api::records::{
+    DeviceInput, DeviceRegistered, DevicesAnswer, PushChannel, PushDevice, PushStatus,
+};
+use vis_companion_api::{ApiError, ApiResult};
+
+const NOT_DELIVERED: &str = "this gateway holds no push credentials and runs offline: \
+     registered devices are kept, but no notification is delivered";
+
+fn channel(missing: &[&str]) -> PushChannel {
+    PushChannel {
+        is_available: false,
+        missing: missing.iter().map(|m| m.to_string()).collect(),
+    }
+}
+
+pub fn status(devices: u64) -> PushStatus {
+    PushStatus {
+        is_available: false,
+        provider: "apns".into(),
+        is_delivered: false,
+        detail: NOT_DELIVERED.into(),
+        missing: vec![
+            "apns key".into(),
+            "apns key id".into(),
+            "apns team id".into(),
+            "apns topic".into(),
+        ],
+        apns: channel(&["apns key", "apns key id", "apns team id", "apns topic"]),
+        fcm: channel(&["fcm service account"]),
+        web_push: channel(&["vapid key"]),
+        relay: channel(&["relay url"]),
+        devices,
+    }
+}
+
+/// `…abcd`: the last four characters of a token (or a hash of a relay grant).
+fn preview(token: &str) -> String {
+    let tail: String = token
+        .chars()
+        .rev()
+        .take(4)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("…{tail}")
+}
+
+fn clip(s: Option<String>) -> Option<String> {
+    s.map(|v| v.trim().chars().take(200).collect::<String>())
+        .filter(|v| !v.is_empty())
+}
+
+impl Gateway {
+    async fn device_rows(&self) -> ApiResult<Vec<PushDevice>> {
+        self.store
+            .call(|c| {
+                let mut st = c.prepare_cached("SELECT record FROM devices ORDER BY rowid")?;
+                let rows = st
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows
+                    .iter()
+                    .filter_map(|r| serde_json::from_str(r).ok())
+                    .collect())
+            })
+            .await
+            .map_err(store_err)
+    }
+
+    pub async fn devices(&self) -> ApiResult<DevicesAnswer> {
+        let devices = self.device_rows().await?;
+        Ok(DevicesAnswer {
+            push: status(devices.len() as u64),
+            devices,
+        })
+    }
+
+    pub async fn push_status(&self) -> PushStatus {
+        let n = self.device_rows().await.map(|d| d.len()).unwrap_or(0);
+        status(n as u64)
+    }
+
+    /// Registers (or refreshes) a device; idempotent per token.
+    pub async fn register_device(&self, input: DeviceInput) -> ApiResult<DeviceRegistered> {
+        let token = input
+            .token
+            .clone()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+        let grant = input
+            .grant
+            .clone()
+            .map(|g| g.trim().to_string())
+            .filter(|g| !g.is_empty());
+        let key = match (&token, &grant) {
+            (Some(t), _) => t.clone(),
+            (None, Some(g)) => format!("grant:{}", hex::encode(Sha256::digest(g.as_bytes()))),
+            (None, None) => {
+                return Err(ApiError::bad_request(
+                    "invalid-request",
+                    "token or grant is required",
+                ))
+            }
+        };
+        if key.len() > 4096 {
+            return Err(ApiError::bad_request(
+                "invalid-request",
+                "the token is longer than 4096 characters",
+            ));
+        }
+        let now = now_ms();
+        let k = key.clone();
+        let registered_at: Option<i64> = self
+            .store
+            .call(move |c| {
+                Ok(
+                    c.query_row("SELECT record FROM devices WHERE token = ?1", [k], |r| {
+                        r.get::<_, String>(0)
+                    })
+                    .optional()?
+                    .and_then(|r| serde_json::from_str::<PushDevice>(&r).ok())
+                    .map(|d| d.registered_at),
+                )
+            })
+            .await
+            .map_err(store_err)?;
+        let device = PushDevice {
+            token_preview: preview(&key),
+            platform: clip(input.platform),
+            environment: clip(input.environment),
+            client: clip(input.client),
+            client_version: clip(input.client_version),
+            label: clip(input.label),
+            bundle_id: clip(input.bundle_id),
+            is_relayed: grant.is_some() && token.is_none(),
+            relay_url: clip(input.relay_url),
+            registered_at: registered_at.unwrap_or(now),
+            last_seen: now,
+        };
+        let record = serde_json::to_string(&device).map_err(|e| ApiError::engine(e.to_string()))?;
+        let n = self
+            .store
+            .call(move |c| {
+                c.execute(
+                    "INSERT INTO devices (token, record) VALUES (?1, ?2) \
+                     ON CONFLICT(token) DO UPDATE SET record = ?2",
+                    params![key, record],
+                )?;
+                Ok(c.query_row("SELECT COUNT(*) FROM devices", [], |r| r.get::<_, i64>(0))?)
+            })
+            .await
+            .map_err(store_err)?;
+        Ok(DeviceRegistered {
+            device,
+            push: status(n as u64),
+        })
+    }
+
+    pub async fn unregister_device(&self, token: &str) -> ApiResult<bool> {
+        let t = token.trim().to_string();
+        let n = self
+            .store
+            .call(move |c| Ok(c.execute("DELETE FROM devices WHERE token = ?1", [t])?))
+            .await
+            .map_err(store_err)?;
+        Ok(n > 0)
+    }
+}

@@ -1,0 +1,308 @@
+//! Session metadata: rename and star (`PATCH /v1/sessions/:sid`), the model pin, project
+//! deletion and forks.
+
+use super::store_err;
+use crate::bus::payload;
+use crate::engine::turn::{Status, Turn};
+use crate::engine::{now_ms, Gateway};
+use crate::store::rows::{self, SessionRow};
+use serde_json::json;
+use std::sync::Arc;
+use vis_companion_api::records::{
+    ForkPoint, ForkPoints, ModelAnswer, ModelPref, ProjectDeleted, SessionPatch,
+};
+use vis_companion_api::{ApiError, ApiResult, CreateSession, Engine};
+
+impl Gateway {
+    /// Renames and/or (un)stars a session. Publishes `session.title_updated` (the title
+    /// event every client already follows) and `session.favorite_updated {favorite_rank,
+    /// is_favorite}`, each also copied to every other open session with the changed
+    /// session's id, as titles are.
+    pub async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
+        let shared = self.session(sid).await?;
+        // The next star rank: one past the largest stored or loaded one.
+        let next_rank = if patch.is_favorite == Some(true) {
+            let stored: i64 = self
+                .store
+                .call(|c| {
+                    Ok(c.query_row(
+                        "SELECT COALESCE(MAX(favorite_rank), 0) FROM sessions",
+                        [],
+                        |r| r.get(0),
+                    )?)
+                })
+                .await
+                .map_err(store_err)?;
+            let loaded = self
+                .loaded()
+                .iter()
+                .filter_map(|(_, s)| s.lock().row.favorite_rank)
+                .max()
+                .unwrap_or(0);
+            stored.max(loaded) + 1
+        } else {
+            0
+        };
+        let (row, title_changed, star_changed) = {
+            let mut st = shared.lock();
+            let mut title_changed = false;
+            if let Some(t) = &patch.title {
+                title_changed = st.row.title.as_deref() != Some(t.as_str());
+                st.row.title = Some(t.clone());
+            }
+            let mut star_changed = false;
+            match patch.is_favorite {
+                Some(true) if st.row.favorite_rank.is_none() => {
+                    st.row.favorite_rank = Some(next_rank);
+                    star_changed = true;
+                }
+                Some(false) if st.row.favorite_rank.is_some() => {
+                    st.row.favorite_rank = None;
+                    star_changed = true;
+                }
+                _ => {}
+            }
+            if title_changed || star_changed {
+                st.row.last_active_at = now_ms();
+            }
+            (st.row.clone(), title_changed, star_changed)
+        };
+        if !(title_changed || star_changed) {
+            return Ok(());
+        }
+        let r = row.clone();
+        self.store
+            .call(move |c| rows::put_session(c, &r))
+            .await
+            .map_err(store_err)?;
+        if title_changed {
+            if let Some(t) = &row.title {
+                self.publish_title(sid, t);
+            }
+        }
+        if star_changed {
+            let body = json!({"favorite_rank": row.favorite_rank, "is_favorite": row.favorite_rank.is_some()});
+            self.bus
+                .publish(sid, "session.favorite_updated", payload(body.clone()));
+            for other in self.bus.open_sessions() {
+                if other != sid {
+                    let mut copy = body.clone();
+                    copy["favorite_session_id"] = json!(sid);
+                    self.bus
+                        .publish(&other, "session.favorite_updated", payload(copy));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pins (or clears) the session's provider and model; publishes `session.model_updated`.
+    pub async fn set_session_model(
+        &self,
+        sid: &str,
+        pref: Option<ModelPref>,
+    ) -> ApiResult<ModelAnswer> {
+        if let Some(p) = &pref {
+            if !self.providers.read().clients.contains_key(&p.provider) {
+                let known: Vec<String> = self.providers.read().clients.keys().cloned().collect();
+                return Err(ApiError::bad_request(
+                    "unknown-provider",
+                    format!(
+                        "no provider {:?} is configured (configured: {})",
+                        p.provider,
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                )
+                .with("provider_id", p.provider.clone()));
+            }
+        }
+        let shared = self.session(sid).await?;
+        let row = {
+            let mut st = shared.lock();
+            st.row.model_pref = pref
+                .as_ref()
+                .map(|p| json!({"provider": p.provider, "model": p.model}));
+            st.row.clone()
+        };
+        self.store
+            .call(move |c| rows::put_session(c, &row))
+            .await
+            .map_err(store_err)?;
+        let (provider, model) = pref
+            .as_ref()
+            .map(|p| (p.provider.clone(), p.model.clone()))
+            .unwrap_or_default();
+        self.bus.publish(
+            sid,
+            "session.model_updated",
+            payload(json!({"provider": provider, "model": model, "reason": "pinned"})),
+        );
+        Ok(ModelAnswer { model: pref })
+    }
+
+    /// The model a turn without its own `model` runs on: the session's pin, if its
+    /// provider is still configured, as `provider/model`.
+    pub fn pinned_model(&self, row: &SessionRow) -> Option<String> {
+        let pref = row.model_pref.as_ref()?;
+        let provider = pref.get("provider")?.as_str()?.trim();
+        let model = pref.get("model")?.as_str()?.trim();
+        if provider.is_empty() || !self.providers.read().clients.contains_key(provider) {
+            return None;
+        }
+        if model.is_empty() {
+            let c = self.providers.read().clients.get(provider)?.clone();
+            return Some(format!("{provider}/{}", c.config().default_model));
+        }
+        Some(format!("{provider}/{model}"))
+    }
+
+    /// Sessions of the project `pid` (the id derived from its root).
+    async fn project_sessions(&self, pid: &str) -> ApiResult<Vec<String>> {
+        let all = self
+            .store
+            .call(rows::all_sessions)
+            .await
+            .map_err(store_err)?;
+        Ok(all
+            .into_iter()
+            .filter(|r| super::project_id(&r.root) == pid)
+            .map(|r| r.id)
+            .collect())
+    }
+
+    /// Deletes a project: with `recursive`, every session in it (as `DELETE` of each does).
+    /// A project is its root folder here, so there is no separate row to drop.
+    pub async fn delete_project(
+        self: &Arc<Self>,
+        api: &dyn Engine,
+        pid: &str,
+        recursive: bool,
+    ) -> ApiResult<ProjectDeleted> {
+        let sids = self.project_sessions(pid).await?;
+        if sids.is_empty() {
+            return Err(ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "project-not-found",
+                format!("no project {pid}"),
+            )
+            .with("project_id", pid));
+        }
+        let mut deleted = Vec::new();
+        if recursive {
+            for sid in &sids {
+                api.delete_session(sid).await;
+                deleted.push(sid.clone());
+            }
+        }
+        Ok(ProjectDeleted {
+            project_id: pid.to_string(),
+            session_count: sids.len() as u64,
+            deleted_session_ids: deleted,
+        })
+    }
+
+    /// The settled turns of a session, oldest first (where a fork can be cut).
+    pub async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints> {
+        let turns = self.all_turns(sid).await?;
+        Ok(ForkPoints {
+            turns: turns
+                .into_iter()
+                .filter(|t| t.status.is_terminal())
+                .map(|t| ForkPoint {
+                    request: Some(t.display_request.clone().unwrap_or(t.request.clone())),
+                    created_at: Some(t.created_at),
+                    turn_id: t.tid,
+                })
+                .collect(),
+        })
+    }
+
+    /// A new session in the same project holding copies of the settled turns up to and
+    /// including `through` (a gateway or engine turn id; all when `None`).
+    pub async fn fork_session(
+        self: &Arc<Self>,
+        api: &dyn Engine,
+        sid: &str,
+        through: Option<String>,
+    ) -> ApiResult<String> {
+        let turns: Vec<Turn> = self
+            .all_turns(sid)
+            .await?
+            .into_iter()
+            .filter(|t| t.status.is_terminal())
+            .collect();
+        if turns.is_empty() {
+            return Err(ApiError::conflict(
+                "no-turns",
+                "the session has no finished turn to fork",
+            ));
+        }
+        let end = match &through {
+            None => turns.len(),
+            Some(id) => {
+                turns
+                    .iter()
+                    .position(|t| &t.tid == id || &t.engine_turn_id == id)
+                    .ok_or_else(|| {
+                        ApiError::conflict("unknown-turn", format!("no finished turn {id}"))
+                            .with("turn_id", id.clone())
+                    })?
+                    + 1
+            }
+        };
+        let source = self.session(sid).await?.lock().row.clone();
+        let title = format!(
+            "Fork · {}",
+            source.title.clone().unwrap_or_else(|| "Untitled".into())
+        );
+        let created = api
+            .create_session(CreateSession {
+                channel: Some(source.channel.clone()),
+                title: Some(title.chars().take(200).collect()),
+                root: Some(source.root.clone()),
+                ..Default::default()
+            })
+            .await?;
+        let new_sid = created["id"].as_str().unwrap_or_default().to_string();
+        let shared = self.session(&new_sid).await?;
+        let mut copies = Vec::new();
+        for t in &turns[..end] {
+            let mut c = t.clone();
+            c.tid = uuid::Uuid::new_v4().to_string();
+            c.sid = new_sid.clone();
+            c.ord = self.next_ord();
+            c.engine_turn_id = uuid::Uuid::new_v4().to_string();
+            c.idempotency_key = None;
+            if c.status == Status::Streaming || c.status == Status::Queued {
+                continue;
+            }
+            copies.push(c);
+        }
+        let row = {
+            let mut st = shared.lock();
+            st.row.turn_count = copies.len() as i64;
+            st.row.first_request = source.first_request.clone();
+            st.row.model_pref = source.model_pref.clone();
+            st.row.modified_at = copies.last().and_then(|t| t.completed_at);
+            st.row.clone()
+        };
+        self.store
+            .call(move |c| {
+                crate::store::atomically(c, |c| {
+                    for t in &copies {
+                        let rec = serde_json::to_string(t)
+                            .map_err(|e| crate::store::StoreError::Other(e.to_string()))?;
+                        rows::put_turn(c, &t.tid, &t.sid, t.ord, t.status.as_str(), None, &rec)?;
+                    }
+                    rows::put_session(c, &row)
+                })
+            })
+            .await
+            .map_err(store_err)?;
+        Ok(new_sid)
+    }
+}

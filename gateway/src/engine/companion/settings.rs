@@ -1,0 +1,451 @@
+//! The gateway's own settings (table `gateway_settings`): the reasoning level, verbosity and
+//! fast mode every model request carries where its dialect has the field, and the router's
+//! default and fallback picks (`PATCH /v1/router`). Also `GET /v1/router` in the app's shape.
+
+use super::store_err;
+use crate::engine::Gateway;
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use vis_companion_api::records::{
+    ProviderStatus, RouterAnswer, RouterDefaults, RouterPatch, RouterProvider, SettingAction,
+    SettingsAnswer, Toggle, ToggleGroup,
+};
+use vis_companion_api::{ApiError, ApiResult};
+use vis_providers::{ChatRequest, Dialect, Level};
+
+const KEY: &str = "companion";
+
+/// Everything stored, as one JSON value under one key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// `None` = the provider's default.
+    pub reasoning: Option<Level>,
+    pub verbosity: Option<Level>,
+    pub fast: bool,
+    pub default_provider: Option<String>,
+    pub default_model: Option<String>,
+    pub fallback_provider: Option<String>,
+    pub fallback_model: Option<String>,
+}
+
+const LEVELS: [&str; 4] = ["default", "low", "medium", "high"];
+
+fn level_word(l: Option<Level>) -> &'static str {
+    l.map_or("default", Level::as_str)
+}
+
+fn enum_toggle(id: &str, label: &str, description: &str, value: Option<Level>) -> Toggle {
+    Toggle {
+        id: id.into(),
+        label: label.into(),
+        kind: "enum".into(),
+        description: Some(description.into()),
+        enabled: None,
+        value: Some(level_word(value).into()),
+        choices: Some(LEVELS.iter().map(|s| s.to_string()).collect()),
+    }
+}
+
+impl Settings {
+    /// The toggle `id`, or `None` for an unknown id.
+    pub fn toggle(&self, id: &str) -> Option<Toggle> {
+        Some(match id {
+            "reasoning_level" => enum_toggle(
+                id,
+                "Reasoning",
+                "How hard the model thinks: OpenAI reasoning_effort, Anthropic extended \
+                 thinking budget. default sends nothing.",
+                self.reasoning,
+            ),
+            "verbosity" => enum_toggle(
+                id,
+                "Verbosity",
+                "Answer length (OpenAI verbosity; the Anthropic dialect has no such field).",
+                self.verbosity,
+            ),
+            "codex_fast_mode" => Toggle {
+                id: id.into(),
+                label: "Fast mode".into(),
+                kind: "boolean".into(),
+                description: Some(
+                    "Ask for the provider's priority tier (OpenAI service_tier=priority; \
+                     the Anthropic dialect has no such field)."
+                        .into(),
+                ),
+                enabled: Some(self.fast),
+                value: None,
+                choices: None,
+            },
+            _ => return None,
+        })
+    }
+
+    /// Applies an action to the toggle `id`.
+    pub fn apply(&mut self, id: &str, action: &SettingAction) -> Result<(), String> {
+        let next_level =
+            |cur: Option<Level>, action: &SettingAction| -> Result<Option<Level>, String> {
+                let word = match action {
+                    SettingAction::Cycle | SettingAction::Toggle => {
+                        let at = LEVELS
+                            .iter()
+                            .position(|w| *w == level_word(cur))
+                            .unwrap_or(0);
+                        LEVELS[(at + 1) % LEVELS.len()].to_string()
+                    }
+                    SettingAction::Value(v) => v.trim().to_ascii_lowercase(),
+                };
+                match word.as_str() {
+                    "default" => Ok(None),
+                    w => Level::parse(w)
+                        .map(Some)
+                        .ok_or_else(|| format!("{id} must be one of {}", LEVELS.join(", "))),
+                }
+            };
+        match id {
+            "reasoning_level" => self.reasoning = next_level(self.reasoning, action)?,
+            "verbosity" => self.verbosity = next_level(self.verbosity, action)?,
+            "codex_fast_mode" => {
+                self.fast = match action {
+                    SettingAction::Toggle | SettingAction::Cycle => !self.fast,
+                    SettingAction::Value(v) => match v.trim() {
+                        "true" | "on" => true,
+                        "false" | "off" => false,
+                        _ => return Err("codex_fast_mode takes true or false".into()),
+                    },
+                }
+            }
+            _ => return Err(format!("no setting {id}")),
+        }
+        Ok(())
+    }
+
+    /// Sets the request's reasoning, verbosity and fast fields (the clients send each only
+    /// where their dialect has it).
+    pub fn shape(&self, req: &mut ChatRequest) {
+        req.reasoning = self.reasoning;
+        req.verbosity = self.verbosity;
+        req.fast = self.fast;
+    }
+}
+
+fn setting_not_found(id: &str) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "setting-not-found",
+        format!("no setting {id}"),
+    )
+    .with("setting_id", id)
+}
+
+impl Gateway {
+    /// The stored settings (cached after the first read).
+    pub async fn companion_settings(&self) -> ApiResult<Settings> {
+        if let Some(s) = self.companion.settings.read().clone() {
+            return Ok(s);
+        }
+        let stored: Option<String> = self
+            .store
+            .call(|c| {
+                Ok(c.query_row(
+                    "SELECT value FROM gateway_settings WHERE key = ?1",
+                    [KEY],
+                    |r| r.get(0),
+                )
+                .optional()?)
+            })
+            .await
+            .map_err(store_err)?;
+        let s: Settings = stored
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        *self.companion.settings.write() = Some(s.clone());
+        Ok(s)
+    }
+
+    async fn save_settings(&self, s: Settings) -> ApiResult<()> {
+        let text = serde_json::to_string(&s).map_err(|e| ApiError::engine(e.to_string()))?;
+        self.store
+            .call(move |c| {
+                c.execute(
+                    "INSERT INTO gateway_settings (key, value) VALUES (?1, ?2) \
+                     ON CONFLICT(key) DO UPDATE SET value = ?2",
+                    params![KEY, text],
+                )?;
+                Ok(())
+            })
+            .await
+            .map_err(store_err)?;
+        *self.companion.settings.write() = Some(s);
+        Ok(())
+    }
+
+    pub async fn settings_answer(&self) -> ApiResult<SettingsAnswer> {
+        let s = self.companion_settings().await?;
+        let toggles = ["reasoning_level", "verbosity", "codex_fast_mode"]
+            .iter()
+            .filter_map(|id| s.toggle(id))
+            .collect();
+        Ok(SettingsAnswer {
+            groups: vec![ToggleGroup {
+                id: "model-requests".into(),
+                title: "Model requests".into(),
+                toggles,
+            }],
+        })
+    }
+
+    pub async fn setting(&self, id: &str) -> ApiResult<Toggle> {
+        self.companion_settings()
+            .await?
+            .toggle(id)
+            .ok_or_else(|| setting_not_found(id))
+    }
+
+    pub async fn set_setting(&self, id: &str, action: SettingAction) -> ApiResult<Toggle> {
+        let mut s = self.companion_settings().await?;
+        if s.toggle(id).is_none() {
+            return Err(setting_not_found(id));
+        }
+        s.apply(id, &action)
+            .map_err(|m| ApiError::bad_request("invalid-value", m).with("setting_id", id))?;
+        self.save_settings(s.clone()).await?;
+        s.toggle(id).ok_or_else(|| setting_not_found(id))
+    }
+
+    /// The model of a turn without its own: the session's pin, else the router default
+    /// chosen with `PATCH /v1/router` (when its provider is still configured).
+    pub async fn effective_model(&self, pinned: Option<String>) -> Option<String> {
+        if pinned.is_some() {
+            return pinned;
+        }
+        let s = self.companion_settings().await.ok()?;
+        let provider = s.default_provider?;
+        let c = self.providers.read().clients.get(&provider)?.clone();
+        let model = s
+            .default_model
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| c.config().default_model.clone());
+        Some(format!("{provider}/{model}"))
+    }
+
+    /// The fallback `provider/model`, if one is set and configured.
+    pub async fn fallback_model(&self) -> Option<String> {
+        let s = self.companion_settings().await.ok()?;
+        let provider = s.fallback_provider?;
+        let c = self.providers.read().clients.get(&provider)?.clone();
+        let model = s
+            .fallback_model
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| c.config().default_model.clone());
+        Some(format!("{provider}/{model}"))
+    }
+
+    /// The fallback client and model for a turn running on `primary`, when one is set on
+    /// another provider.
+    pub async fn fallback_pick(
+        &self,
+        primary: &std::sync::Arc<vis_providers::Client>,
+    ) -> Option<(std::sync::Arc<vis_providers::Client>, String)> {
+        let m = self.fallback_model().await?;
+        let (c, model) = self.providers.read().pick(Some(&m))?;
+        (c.config().id != primary.config().id).then_some((c, model))
+    }
+
+    pub async fn router_status(&self) -> ApiResult<RouterAnswer> {
+        let s = self.companion_settings().await?;
+        let cfg = self.config.read().clone();
+        let r = self.providers.read().clone();
+        let default = s
+            .default_provider
+            .clone()
+            .filter(|p| r.clients.contains_key(p))
+            .or(r.default.clone());
+        let providers = r
+            .clients
+            .iter()
+            .map(|(id, c)| {
+                let pc = c.config();
+                let entry = cfg.providers.get(id);
+                let source = match entry {
+                    Some(e) if e.api_key.is_some() => "config",
+                    Some(e) if e.api_key_env.is_some() => "env-var",
+                    Some(_) if pc.api_key.is_some() => "env-var",
+                    Some(_) => "config",
+                    None => "env-var",
+                };
+                let has_key = pc.api_key.as_deref().is_some_and(|k| !k.is_empty());
+                let local = pc.base_url.contains("127.0.0.1") || pc.base_url.contains("localhost");
+                let status = if has_key || local {
+                    ProviderStatus {
+                        is_authenticated: true,
+                        auth_state: "unverified".into(),
+                        detail: Some(if has_key {
+                            format!("API key from {source}; not checked against the provider")
+                        } else {
+                            "local endpoint; no key needed".into()
+                        }),
+                        label: Some(if has_key { "API key" } else { "No key" }.into()),
+                        source: Some(source.into()),
+                        error: None,
+                    }
+                } else {
+                    ProviderStatus {
+                        is_authenticated: false,
+                        auth_state: "rejected".into(),
+                        detail: Some("no API key is configured for this provider".into()),
+                        label: None,
+                        source: Some(source.into()),
+                        error: Some("no API key is configured for this provider".into()),
+                    }
+                };
+                let is_default = default.as_deref() == Some(id.as_str());
+                let is_fallback = s.fallback_provider.as_deref() == Some(id.as_str());
+                RouterProvider {
+                    id: id.clone(),
+                    label: id.clone(),
+                    base_url: Some(pc.base_url.clone()),
+                    api_style: match pc.dialect {
+                        Dialect::Anthropic => "anthropic".into(),
+                        Dialect::OpenAiChat => "openai".into(),
+                    },
+                    models: r.models.get(id).cloned().unwrap_or_default(),
+                    is_default,
+                    default_model: Some(
+                        s.default_model
+                            .clone()
+                            .filter(|_| is_default && s.default_provider.as_deref() == Some(id))
+                            .unwrap_or_else(|| pc.default_model.clone()),
+                    ),
+                    is_fallback,
+                    fallback_model: if is_fallback {
+                        s.fallback_model.clone().or(Some(pc.default_model.clone()))
+                    } else {
+                        None
+                    },
+                    status,
+                    limits: None,
+                }
+            })
+            .collect();
+        Ok(RouterAnswer { providers })
+    }
+
+    pub async fn patch_router(&self, patch: RouterPatch) -> ApiResult<RouterDefaults> {
+        let role = patch
+            .role
+            .as_deref()
+            .unwrap_or("primary")
+            .trim()
+            .to_string();
+        if role != "primary" && role != "fallback" {
+            return Err(ApiError::bad_request(
+                "invalid-request",
+                format!("role must be primary or fallback, not {role:?}"),
+            ));
+        }
+        let provider = patch.provider.unwrap_or_default().trim().to_string();
+        let model = patch.model.unwrap_or_default().trim().to_string();
+        let mut s = self.companion_settings().await?;
+        let known = |p: &str| self.providers.read().clients.contains_key(p);
+        if provider.is_empty() {
+            if role == "primary" {
+                return Err(ApiError::bad_request(
+                    "invalid-request",
+                    "provider is required for the primary role",
+                ));
+            }
+            s.fallback_provider = None;
+            s.fallback_model = None;
+        } else {
+            if !known(&provider) {
+                return Err(ApiError::bad_request(
+                    "unknown-provider",
+                    format!("no provider {provider:?} is configured"),
+                )
+                .with("provider_id", provider));
+            }
+            let model = (!model.is_empty()).then_some(model);
+            if role == "primary" {
+                s.default_provider = Some(provider.clone());
+                s.default_model = model;
+                if s.fallback_provider.as_deref() == Some(provider.as_str()) {
+                    s.fallback_provider = None;
+                    s.fallback_model = None;
+                }
+            } else {
+                let primary = s
+                    .default_provider
+                    .clone()
+                    .or_else(|| self.providers.read().default.clone());
+                if primary.as_deref() == Some(provider.as_str()) {
+                    return Err(ApiError::bad_request(
+                        "invalid-request",
+                        "the fallback must be a different provider than the default one",
+                    ));
+                }
+                s.fallback_provider = Some(provider);
+                s.fallback_model = model;
+            }
+        }
+        self.save_settings(s.clone()).await?;
+        let primary = s
+            .default_provider
+            .clone()
+            .or_else(|| self.providers.read().default.clone());
+        let primary_model = s.default_model.clone().or_else(|| {
+            let p = primary.clone()?;
+            Some(
+                self.providers
+                    .read()
+                    .clients
+                    .get(&p)?
+                    .config()
+                    .default_model
+                    .clone(),
+            )
+        });
+        Ok(RouterDefaults {
+            default_provider: primary,
+            default_model: primary_model,
+            fallback_provider: s.fallback_provider,
+            fallback_model: s.fallback_model,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycling_walks_default_low_medium_high_and_back() {
+        let mut s = Settings::default();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            s.apply("reasoning_level", &SettingAction::Cycle).unwrap();
+            seen.push(s.toggle("reasoning_level").unwrap().value.unwrap());
+        }
+        assert_eq!(seen, ["low", "medium", "high", "default"]);
+        assert!(s
+            .apply("verbosity", &SettingAction::Value("loud".into()))
+            .is_err());
+        s.apply("codex_fast_mode", &SettingAction::Toggle).unwrap();
+        assert_eq!(s.toggle("codex_fast_mode").unwrap().enabled, Some(true));
+    }
+
+    #[test]
+    fn the_settings_shape_the_request() {
+        let s = Settings {
+            reasoning: Some(Level::High),
+            verbosity: Some(Level::Low),
+            fast: true,
+            ..Default::default()
+        };
+        let mut req = ChatRequest::default();
+        s.shape(&mut req);
+        assert_eq!(req.reasoning, Some(Level::High));
+        assert_eq!(req.verbosity, Some(Level::Low));
+        assert!(req.fast);
+    }
+}
