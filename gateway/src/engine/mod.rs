@@ -232,8 +232,7 @@ impl Gateway {
                 inner: Arc::new(tool),
                 session,
             })];
-            let prompts = extras.prompts.into_iter().map(|(_, p)| p).collect();
-            return (tools, prompts);
+            return (tools, extras.into_prompts());
         }
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(ext::Apropos {
@@ -261,8 +260,7 @@ impl Gateway {
                 session: session.clone(),
             }));
         }
-        let prompts = extras.prompts.into_iter().map(|(_, p)| p).collect();
-        (tools, prompts)
+        (tools, extras.into_prompts())
     }
 
     /// A session already in memory (no store read).
