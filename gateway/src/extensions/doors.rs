@@ -542,7 +542,9 @@ mod tests {
         std::os::unix::fs::symlink("/etc", root.join("link")).expect("symlink");
         assert_eq!(
             locate(base, "link/hostname").expect("through a link"),
-            std::fs::canonicalize("/etc").expect("canon").join("hostname")
+            std::fs::canonicalize("/etc")
+                .expect("canon")
+                .join("hostname")
         );
         assert!(locate(None, "relative").is_err());
         let _ = std::fs::remove_dir_all(&root);

@@ -196,7 +196,10 @@ mod tests {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        assert_eq!(got, want, "the start environment is not handed out undeclared");
+        assert_eq!(
+            got, want,
+            "the start environment is not handed out undeclared"
+        );
         let got = resolve_for_extension(&["DECLARED".into()], Some(&root), &block, &gw);
         assert_eq!(got["DECLARED"], "gw-DECLARED");
         assert!(!got.contains_key("GATEWAY_ONLY"));

@@ -32,7 +32,11 @@ pub(super) struct FilterWorkers {
 
 impl FilterWorkers {
     /// The worker for `entry` (created, not started, when new).
-    pub(super) fn client_for(&self, host: &Weak<Inner>, entry: &Entry) -> Option<Arc<WorkerClient>> {
+    pub(super) fn client_for(
+        &self,
+        host: &Weak<Inner>,
+        entry: &Entry,
+    ) -> Option<Arc<WorkerClient>> {
         let key = (entry.file.clone(), entry.import_root.clone());
         let mut map = self.map.lock();
         if let Some((_, c)) = map.get(&key) {

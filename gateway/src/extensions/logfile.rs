@@ -77,7 +77,8 @@ impl LogFile {
 /// The path of the log file for a UTC day (`days` since 1970-01-01).
 pub fn file_for(dir: &Path, days: i64) -> PathBuf {
     let (y, m, d) = civil_from_days(days);
-    dir.join(format!("{y:04}-{m:02}-{d:02}")).join("extensions.log")
+    dir.join(format!("{y:04}-{m:02}-{d:02}"))
+        .join("extensions.log")
 }
 
 fn writer(dir: PathBuf, rx: Receiver<Line>, dropped: Arc<AtomicU64>) {
@@ -94,7 +95,11 @@ fn writer(dir: PathBuf, rx: Receiver<Line>, dropped: Arc<AtomicU64>) {
         };
         let lost = dropped.swap(0, Ordering::Relaxed);
         if lost > 0 {
-            let _ = writeln!(file, "{} WARN  [vis] {lost} extension log lines were dropped (the writer fell behind)", stamp(secs, since.subsec_millis()));
+            let _ = writeln!(
+                file,
+                "{} WARN  [vis] {lost} extension log lines were dropped (the writer fell behind)",
+                stamp(secs, since.subsec_millis())
+            );
         }
         let session = line
             .session

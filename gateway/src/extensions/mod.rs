@@ -44,8 +44,8 @@ mod types;
 pub mod worker;
 
 pub(crate) use self::filters::LoadingScope;
-pub use self::providers::{dialect_of, DRIVEN_API_STYLES};
 pub use self::host::ExtensionHost;
+pub use self::providers::{dialect_of, DRIVEN_API_STYLES};
 pub use self::traits::{DoorWorker, HostEvents, HumanDoors, StateStore};
 #[cfg(test)]
 pub use self::traits::{MemoryState, NoHumanDoors};

@@ -114,7 +114,14 @@ mod tests {
         assert_eq!(dialect_of("anthropic_messages"), Some(Dialect::Anthropic));
         assert_eq!(dialect_of("openai-compatible"), Some(Dialect::OpenAiChat));
         assert_eq!(dialect_of("chat_completions"), Some(Dialect::OpenAiChat));
-        for refused in ["gemini", "google", "responses", "OpenAI", "anthropic-ish", ""] {
+        for refused in [
+            "gemini",
+            "google",
+            "responses",
+            "OpenAI",
+            "anthropic-ish",
+            "",
+        ] {
             assert_eq!(dialect_of(refused), None, "{refused}");
         }
     }

@@ -26,8 +26,11 @@ vis.register(vis.Extension(name="{name}", description="d",
 fn project_dir(f: &Fixture, name: &str, ext: &str) -> PathBuf {
     let root = f.root.join(name);
     std::fs::create_dir_all(root.join(".vis/extensions")).expect("mkdir");
-    std::fs::write(root.join(".vis/extensions").join(format!("{ext}.py")), filter_ext(ext))
-        .expect("write");
+    std::fs::write(
+        root.join(".vis/extensions").join(format!("{ext}.py")),
+        filter_ext(ext),
+    )
+    .expect("write");
     std::fs::canonicalize(root).expect("canon")
 }
 
@@ -52,7 +55,10 @@ async fn a_call_waiting_behind_a_hung_filter_runs_again_on_the_fresh_worker_and_
             tokio::spawn(async move { filter.check(&pctx(Phase::Http, host)).await })
         })
         .collect();
-    let err = hung.await.expect("join").expect_err("the hung call is denied");
+    let err = hung
+        .await
+        .expect("join")
+        .expect_err("the hung call is denied");
     assert!(err.message.contains("timed out"), "{}", err.message);
     // … so each is answered on its own merits by the fresh worker, never denied in the
     // hung call's name.
@@ -65,7 +71,9 @@ async fn a_call_waiting_behind_a_hung_filter_runs_again_on_the_fresh_worker_and_
         verdicts,
         vec![
             Ok(FilterVerdict::Allow),
-            Ok(FilterVerdict::Block("no POST /p?q=1 (http, port 8080)".into())),
+            Ok(FilterVerdict::Block(
+                "no POST /p?q=1 (http, port 8080)".into()
+            )),
             Ok(FilterVerdict::Block("odd3.test".into())),
         ]
     );
@@ -108,7 +116,10 @@ async fn a_stalled_filter_of_one_project_does_not_delay_another_projects_filter(
         Ok(FilterVerdict::Block("calm_b blocks".into()))
     );
     assert!(!stalled.is_finished(), "A is still stalled");
-    let err = stalled.await.expect("join").expect_err("A's own call fails");
+    let err = stalled
+        .await
+        .expect("join")
+        .expect_err("A's own call fails");
     assert!(
         err.message.contains("timed out"),
         "denied by its own timeout: {}",
@@ -132,7 +143,11 @@ async fn a_reload_that_changes_a_filter_gets_a_new_worker_and_a_no_op_reload_kee
         filters[0].check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    assert_eq!(f.host.filter_worker_pid("lane"), Some(pid), "nothing changed");
+    assert_eq!(
+        f.host.filter_worker_pid("lane"),
+        Some(pid),
+        "nothing changed"
+    );
     f.global("lane.py", &LANE_FILTERS.replace("teapot", "teapot v2"));
     f.host.reload(None).await;
     let filters = f.host.network_filters();
@@ -230,8 +245,9 @@ vis.register(vis.Extension(name="nums", alias="n", description="d",
         .await
         .expect_err("nan refused");
     assert!(
-        e.message
-            .starts_with("ValueError: the result['stats']['ratio'] is nan, which JSON cannot carry"),
+        e.message.starts_with(
+            "ValueError: the result['stats']['ratio'] is nan, which JSON cannot carry"
+        ),
         "{}",
         e.message
     );
@@ -241,7 +257,11 @@ vis.register(vis.Extension(name="nums", alias="n", description="d",
         .await
         .expect_err("raises");
     let text = e.text();
-    assert_eq!(text.matches("boom here").count(), 2, "message + source line: {text}");
+    assert_eq!(
+        text.matches("boom here").count(),
+        2,
+        "message + source line: {text}"
+    );
     assert_eq!(text.matches("ValueError: boom here").count(), 1, "{text}");
     assert!(text.contains("nums.py"), "{text}");
     // A binding error: the message alone, once.
@@ -284,7 +304,10 @@ vis.register(vis.Extension(name="logger", alias="l", description="d", symbols=[v
         text.contains("WARN  [logger] session=s9 disk almost full"),
         "{text}"
     );
-    assert!(text.contains("PRINT [session:s9] printed by the tool"), "{text}");
+    assert!(
+        text.contains("PRINT [session:s9] printed by the tool"),
+        "{text}"
+    );
     f.host.shutdown().await;
 }
 
@@ -388,11 +411,16 @@ vis.extension(name="old", description="d", alias="o",
         e.message
     );
     assert!(
-        e.message.contains("line 9: vis.slash(...) -> vis.SlashCommand("),
+        e.message
+            .contains("line 9: vis.slash(...) -> vis.SlashCommand("),
         "{}",
         e.message
     );
-    assert!(e.message.contains("Porting from the older API"), "{}", e.message);
+    assert!(
+        e.message.contains("Porting from the older API"),
+        "{}",
+        e.message
+    );
     f.host.shutdown().await;
 }
 
@@ -459,7 +487,8 @@ vis.register(vis.Extension(name="report", description="d", slash_commands=[
     assert!(out.ok);
     assert_eq!(out.data, Some(json!({"count": 3, "channel": "web"})));
     assert!(
-        out.markdown.starts_with("Report\n\n**3** items\n\n```json\n"),
+        out.markdown
+            .starts_with("Report\n\n**3** items\n\n```json\n"),
         "{}",
         out.markdown
     );
@@ -495,6 +524,10 @@ vis.register(vis.Extension(name="ctxy", description="d", prompt="Use ctxy.",
     assert_eq!(prompts[0], "Use ctxy.");
     assert!(prompts[1].contains("session_env"), "{}", prompts[1]);
     assert!(prompts[1].contains("\"open\": 3"), "{}", prompts[1]);
-    assert!(prompts[1].contains("\"channel\": \"web\""), "{}", prompts[1]);
+    assert!(
+        prompts[1].contains("\"channel\": \"web\""),
+        "{}",
+        prompts[1]
+    );
     f.host.shutdown().await;
 }
