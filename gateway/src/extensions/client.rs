@@ -205,6 +205,9 @@ pub struct Running {
     /// ([`RETIRED`]: replaced for none of them). A lane call that fails because the process was
     /// killed for ANOTHER call only waited behind it, and runs again on a fresh worker.
     killed_for: Mutex<Option<u64>>,
+    /// When extension code last called a host door (a background thread updating a live
+    /// view counts as activity for idle reaping).
+    last_door: Mutex<std::time::Instant>,
 }
 
 /// [`Running::killed_for`] of a worker the client replaced (`sys.exit` in a filter).
@@ -501,7 +504,12 @@ impl WorkerClient {
             return false;
         };
         let quiet = r.holds.load(Ordering::SeqCst) == 0 && r.pending.lock().is_empty();
-        if !quiet || self.last_used.lock().elapsed() < idle {
+        let idle_for = self
+            .last_used
+            .lock()
+            .elapsed()
+            .min(r.last_door.lock().elapsed());
+        if !quiet || idle_for < idle {
             return false;
         }
         let taken = self.current.lock().take();
@@ -883,6 +891,7 @@ fn spawn(
         lane,
         exit: exit_rx.clone(),
         killed_for: Mutex::new(None),
+        last_door: Mutex::new(std::time::Instant::now()),
     });
     tracing::debug!(worker = %spec.label, pid, "extension worker started");
 
@@ -971,6 +980,7 @@ fn spawn(
                     op,
                     payload,
                 }) => {
+                    *r.last_door.lock() = std::time::Instant::now();
                     let ctx = on
                         .and_then(|on| r.ctxs.lock().get(&on).cloned())
                         .unwrap_or_else(|| base_ctx.clone());

@@ -2,7 +2,9 @@
 //! `HostConfig::session_idle` (10 min by default) is shut down; the session's next
 //! extension call starts a fresh one (its module-level state is gone, `vis.state` is not).
 //! A worker with a call running or waiting (a form open for the user, a nested gate) is
-//! never reaped. The registration and filter workers are not reaped: they serve the
+//! never reaped, nor one whose code called the host recently (a background thread updating
+//! a live view); code that runs on in the background without calling the host is stopped
+//! with its worker. The registration and filter workers are not reaped: they serve the
 //! gateway's start-up work and every proxied request.
 
 use super::*;

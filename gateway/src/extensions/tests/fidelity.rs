@@ -379,6 +379,48 @@ vis.register(vis.Extension(name="slowtool", alias="s", description="d", symbols=
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_worker_whose_background_thread_calls_the_host_is_not_reaped() {
+    let f = fixture_with(|c| c.session_idle = Duration::from_millis(400));
+    f.global(
+        "ticker.py",
+        r#"
+import threading, time
+import blockether.vis.extension as vis
+def start() -> str:
+    """Start a background job that reports for 1.6 s."""
+    def job():
+        for i in range(16):
+            vis.log("info", f"tick {i}")
+            time.sleep(0.1)
+    threading.Thread(target=job, daemon=True).start()
+    return "started"
+vis.register(vis.Extension(name="ticker", alias="t", description="d", symbols=[vis.Symbol(start)]))
+"#,
+    );
+    let s = f.session("s");
+    f.host
+        .call_tool(&s, "start", json!({}))
+        .await
+        .expect("start");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        f.host.running_session_workers(),
+        1,
+        "the job still calls the host"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while f.host.running_session_workers() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        f.host.running_session_workers(),
+        0,
+        "reaped once the job ended"
+    );
+    f.host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_file_for_the_older_api_fails_with_the_legacy_calls_and_their_new_form() {
     let f = fixture();
     f.global(
