@@ -584,14 +584,21 @@ async fn concurrent_filtered_traffic_over_every_proxy_threads_lane_gets_each_req
         "only the open paths reached the origin"
     );
 
-    let worker = worker_pids_of(gw.pid(), "registration");
-    assert_eq!(worker.len(), 1, "one registration worker: {worker:?}");
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", worker[0])).expect("cmdline");
-    let lanes = cmdline
-        .split(|b| *b == 0)
-        .filter(|a| *a == b"--lane-fd")
-        .count();
-    assert_eq!(lanes, 4, "a lane per proxy thread plus one");
+    // The filters run in the extension's own filter worker, which has the lanes; the
+    // registration worker has none.
+    let worker = worker_pids_of(gw.pid(), "filter:paths");
+    assert_eq!(worker.len(), 1, "one filter worker: {worker:?}");
+    let lanes_of = |pid: i32| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+        cmdline
+            .split(|b| *b == 0)
+            .filter(|a| *a == b"--lane-fd")
+            .count()
+    };
+    assert_eq!(lanes_of(worker[0]), 4, "a lane per proxy thread plus one");
+    let registration = worker_pids_of(gw.pid(), "registration");
+    assert_eq!(registration.len(), 1, "{registration:?}");
+    assert_eq!(lanes_of(registration[0]), 0);
 }
 
 const SLEEPY: &str = r#"

@@ -149,13 +149,34 @@ def test_credential_and_preset_reprs_never_show_secrets():
         assert "sk-secret-123" not in text and "hdr-secret" not in text
 
 
-def test_an_unknown_api_style_names_no_wire_dialect():
-    with pytest.raises(ValueError, match="provider api_style names no wire dialect"):
+def test_an_unknown_api_style_names_no_wire_dialect_and_lists_the_accepted_names():
+    with pytest.raises(ValueError, match="provider api_style names no wire dialect") as e:
         vis.ProviderPreset(api_style="telepathy")
-    assert _provider.dialect_of("OpenAI_Compatible") == "openai-chat"
+    assert "accepted: anthropic, anthropic-messages" in str(e.value)
+    assert "openai-compatible" in str(e.value) and "google-gemini" in str(e.value)
+    assert _provider.dialect_of("openai_compatible") == "openai-chat"
     assert _provider.dialect_of("claude") == "anthropic-messages"
     assert _provider.dialect_of("responses") == "openai-responses"
     assert _provider.dialect_of("google-gemini") == "gemini"
+
+
+@pytest.mark.parametrize("style", ["OpenAI", "OpenAI_Compatible", "Anthropic", "CHAT"])
+def test_api_style_names_are_lower_case_exactly(style):
+    with pytest.raises(ValueError, match="names no wire dialect"):
+        vis.ProviderPreset(api_style=style)
+    with pytest.raises(ValueError, match="names no wire dialect"):
+        vis.ProviderCredential("tok", api_style=style)
+
+
+def test_the_gateway_names_the_dialects_it_does_not_drive():
+    assert _provider.gateway_dialect_error("p", "openai-compatible") is None
+    assert _provider.gateway_dialect_error("p", "claude") is None
+    assert _provider.gateway_dialect_error("p", None) is None
+    message = _provider.gateway_dialect_error("vis.Provider 'g' preset", "gemini")
+    assert message.startswith("vis.Provider 'g' preset api_style 'gemini' names the gemini "
+                              "dialect, which this gateway does not drive; accepted: anthropic")
+    assert "chat-completions" in message and "google" not in message.split("accepted:")[1]
+    assert "openai-responses" in _provider.gateway_dialect_error("p", "responses")
 
 
 def test_preset_default_models_refuses_a_bare_string_and_extra_body_is_frozen():
@@ -166,22 +187,56 @@ def test_preset_default_models_refuses_a_bare_string_and_extra_body_is_frozen():
     body["options"]["temperature"] = 1
     with pytest.raises(TypeError):
         preset.extra_body["options"]["temperature"] = 2
-    assert preset.to_wire() == {"default_models": ["m1"], "is_hidden": False,
+    assert preset.to_wire() == {"default_models": ["m1"],
                                 "extra_body": {"options": {"temperature": 0}, "stop": ["a"]}}
     with pytest.raises(TypeError):
         vis.ProviderPreset(extra_body={"f": object()})
 
 
-def test_preset_extra_keys_must_not_shadow_declared_fields():
+@pytest.mark.parametrize("body", [{1: "x"}, {"a": {2: "y"}}, {"a": [float("nan")]},
+                                  {"a": float("inf")}, {"a": {"b", "c"}}])
+def test_extra_body_must_be_portable_json(body):
+    with pytest.raises(TypeError, match="portable JSON"):
+        vis.ProviderPreset(extra_body=body)
+
+
+def test_preset_extra_keys_must_not_shadow_declared_fields_and_merge_into_the_wire_form():
     with pytest.raises(ValueError, match="shadows"):
         vis.ProviderPreset(extra={"base-url": "x"})
-    assert vis.ProviderPreset(extra={"region": "eu"}).to_wire()["extra"] == {"region": "eu"}
+    with pytest.raises(TypeError):
+        vis.ProviderPreset(extra={3: "x"})
+    wire = vis.ProviderPreset(base_url="https://x", extra={"region": "eu"}).to_wire()
+    assert wire == {"base_url": "https://x", "default_models": [], "region": "eu"}
+    assert vis.ProviderPreset(is_hidden=True).to_wire()["is_hidden"] is True
+
+
+@pytest.mark.parametrize("build", [
+    lambda: vis.ProviderStatus(True, extra={"is_authenticated": False}),
+    lambda: vis.ProviderStatus(True, extra={"base-url": "x"}),
+    lambda: vis.ProviderModel("m", extra={"is_tool_call": True}),
+])
+def test_status_and_model_extra_may_not_shadow_a_field(build):
+    with pytest.raises(ValueError, match="shadows"):
+        build()
+
+
+def test_status_and_model_extra_merge_into_the_wire_form():
+    assert vis.ProviderStatus(True, label="A", extra={"plan": "pro"}).to_wire() == {
+        "is_authenticated": True, "label": "A", "plan": "pro"}
+    assert vis.ProviderModel("m", 8, extra={"family": "x"}).to_wire() == {
+        "name": "m", "context": 8, "family": "x"}
+
+
+def test_a_limit_window_needs_no_unit():
+    assert vis.ProviderLimitWindow("rolling").to_wire() == {"kind": "rolling", "size": 1}
+    assert vis.ProviderLimitWindow("lifetime").unit is None
+    assert vis.ProviderLimitWindow("calendar", "month").to_wire() == {
+        "kind": "calendar", "unit": "month", "size": 1}
 
 
 def test_provider_wire_form_lists_filled_slots():
     p = vis.Provider("acme", "Acme", preset=vis.ProviderPreset(base_url="https://x"),
                      get_token_fn=lambda: None)
     assert p.to_wire() == {"id": "acme", "label": "Acme",
-                           "preset": {"base_url": "https://x", "default_models": [],
-                                      "is_hidden": False},
+                           "preset": {"base_url": "https://x", "default_models": []},
                            "is_managed": False, "slots": ["get_token_fn"]}

@@ -51,12 +51,24 @@ def test_register_twice_in_one_file_raises_the_once_per_file_error():
 def test_register_resolves_declared_env_into_os_environ(bridge):
     os.environ.pop("ACME_API_KEY", None)
     os.environ.pop("ACME_MISSING", None)
-    bridge.responses["declare_env"] = lambda p: {"ACME_API_KEY": "k-1", "NOT_DECLARED": "x"}
+    os.environ.pop("PROJECT_NAME", None)
+    # The host answers the declared names that resolved and the names the project defines.
+    bridge.responses["declare_env"] = lambda p: {"ACME_API_KEY": "k-1", "PROJECT_NAME": "x",
+                                                 "BAD": 3}
     vis.register(vis.Extension(name="acme", description="d", env=["ACME_API_KEY", "ACME_MISSING"]))
     assert bridge.calls == [("declare_env", {"names": ["ACME_API_KEY", "ACME_MISSING"],
                                              "extension": None})]
     assert os.environ["ACME_API_KEY"] == "k-1"
-    assert "ACME_MISSING" not in os.environ and "NOT_DECLARED" not in os.environ
+    assert os.environ["PROJECT_NAME"] == "x"
+    assert "ACME_MISSING" not in os.environ and "BAD" not in os.environ
+
+
+def test_register_without_env_still_asks_the_gateway_for_the_projects_own_names(bridge):
+    os.environ.pop("FROM_DOTENV", None)
+    bridge.responses["declare_env"] = {"FROM_DOTENV": "yes"}
+    vis.register(vis.Extension(name="plain", description="d"))
+    assert bridge.calls == [("declare_env", {"names": [], "extension": None})]
+    assert os.environ["FROM_DOTENV"] == "yes"
 
 
 def test_a_failing_declare_env_leaves_the_file_unregistered(bridge):
@@ -215,7 +227,8 @@ def test_state_used_at_module_level_after_register_acts_for_the_extension(write,
         vis.state["loaded"] = True
     '''))
     assert result.ok
-    assert bridge.calls == [("state_put", {"key": "loaded", "value": True,
+    assert bridge.calls == [("declare_env", {"names": [], "extension": None}),
+                            ("state_put", {"key": "loaded", "value": True,
                                            "extension": "stateful"})]
     assert _host.current_extension() is None  # the load context does not leak
 

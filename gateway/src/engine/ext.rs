@@ -116,16 +116,8 @@ impl Tool for ExtTool {
             .await
         {
             Ok(r) => ToolOutput::ok(r.text),
-            Err(e) => {
-                let mut msg = e.message.clone();
-                if let Some(h) = &e.hint {
-                    msg.push_str(&format!("\n{h}"));
-                }
-                if let Some(tb) = &e.traceback {
-                    msg.push_str(&format!("\n{tb}"));
-                }
-                ToolOutput::fail(msg)
-            }
+            // The message once, then the hint and the traceback's frames.
+            Err(e) => ToolOutput::fail(e.text()),
         }
     }
 }
@@ -291,10 +283,12 @@ impl crate::engine::Gateway {
         let style = text(&cred, "api_style")
             .or_else(|| text(&info.preset, "api_style"))
             .unwrap_or_else(|| "openai".into());
-        let dialect = if style.contains("anthropic") {
-            vis_providers::Dialect::Anthropic
-        } else {
-            vis_providers::Dialect::OpenAiChat
+        // Never a silent default: a dialect this gateway does not drive is refused.
+        let Some(dialect) = crate::extensions::dialect_of(&style) else {
+            tracing::warn!(provider = %info.id, extension = %info.extension, api_style = %style,
+                "the provider's api_style names no wire dialect this gateway drives ({})",
+                crate::extensions::DRIVEN_API_STYLES.join(", "));
+            return None;
         };
         let model = want_model.map(str::to_string).or_else(|| {
             info.preset

@@ -250,8 +250,7 @@ impl Gateway {
                 inner: Arc::new(tool),
                 session,
             })];
-            let prompts = extras.prompts.into_iter().map(|(_, p)| p).collect();
-            return (tools, prompts);
+            return (tools, extras.into_prompts());
         }
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(ext::Apropos {
@@ -279,8 +278,7 @@ impl Gateway {
                 session: session.clone(),
             }));
         }
-        let prompts = extras.prompts.into_iter().map(|(_, p)| p).collect();
-        (tools, prompts)
+        (tools, extras.into_prompts())
     }
 
     /// The tools of the session's MCP servers as block functions (connecting as needed).

@@ -117,6 +117,8 @@ impl Gateway {
             payload(json!({"turn_id": tid, "iteration": 1, "detail": detail.trim_end()})),
         );
         let project = Path::new(root);
+        // An extension command's `data` (kept in the transcript besides its Markdown).
+        let mut data = None;
         let result: Result<String, String> = match name {
             "help" => Ok(self
                 .slash_names(project)
@@ -130,12 +132,28 @@ impl Gateway {
             "sh" => self.slash_sh(sid, args, project).await,
             "net-probe" => self.slash_net_probe(sid, args, project).await,
             other => {
-                self.extensions
-                    .run_slash(&Self::session_ctx(sid, project), other, args)
-                    .await
+                // The command sees the channel of the session it runs in (`web`, `cli`, …).
+                let channel = self
+                    .loaded_session(sid)
+                    .map(|s| s.lock().row.channel.clone());
+                let out = self
+                    .extensions
+                    .run_slash_outcome(
+                        &Self::session_ctx(sid, project),
+                        other,
+                        args,
+                        channel.as_deref(),
+                    )
+                    .await;
+                data = out.data;
+                if out.ok {
+                    Ok(out.markdown)
+                } else {
+                    Err(out.markdown)
+                }
             }
         };
-        self.record_slash_iteration(sid, tid, request, name, &result);
+        self.record_slash_iteration(sid, tid, request, name, &result, data.as_ref());
         match result {
             Ok(t) => Terminal::Completed {
                 content: vec![prose_block(format!("{tid}:assistant-prose:1"), &t)],
@@ -155,13 +173,19 @@ impl Gateway {
         request: &str,
         name: &str,
         result: &Result<String, String>,
+        data: Option<&Value>,
     ) {
         let (status, text) = match result {
             Ok(t) => ("ok", t.clone()),
             Err(e) => ("error", e.clone()),
         };
+        let mut outcome = json!({"slash/status": status, "slash/title": slash_title(name, &text),
+            "slash/reason": result.as_ref().err()});
+        if let Some(d) = data {
+            outcome["slash/data"] = d.clone();
+        }
         let form = json!({"tag": "user-slash", "code": request, "op": format!("slash/{name}"),
-            "result": {"slash/status": status, "slash/title": slash_title(name, &text), "slash/reason": result.as_ref().err()}});
+            "result": outcome});
         let Some(shared) = self.loaded_session(sid) else {
             return;
         };

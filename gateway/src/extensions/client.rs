@@ -171,8 +171,10 @@ pub struct WorkerSpec {
     pub label: String,
     pub cwd: Option<PathBuf>,
     pub load_timeout: Duration,
-    /// Serve network filters over a filter lane (the registration worker).
+    /// Serve network filters over a filter lane (a filter worker).
     pub filter_lane: bool,
+    /// The extensions' log file: what extension code prints (stderr) is written there too.
+    pub log: Option<super::logfile::LogFile>,
 }
 
 type Outcome = Result<Value, CallError>;
@@ -199,6 +201,27 @@ pub struct Running {
     lane: Option<Lanes>,
     /// How the process ended (`None` while it runs).
     exit: watch::Receiver<Option<String>>,
+    /// Why the gateway killed the process: the lane call whose time ran out
+    /// ([`RETIRED`]: replaced for none of them). A lane call that fails because the process was
+    /// killed for ANOTHER call only waited behind it, and runs again on a fresh worker.
+    killed_for: Mutex<Option<u64>>,
+    /// When extension code last called a host door (a background thread updating a live
+    /// view counts as activity for idle reaping).
+    last_door: Mutex<std::time::Instant>,
+}
+
+/// [`Running::killed_for`] of a worker the client replaced (`sys.exit` in a filter).
+const RETIRED: u64 = u64::MAX;
+
+/// How many times one filter call may be sent (the first time and after being collateral).
+pub const FILTER_ATTEMPTS: usize = 3;
+
+/// How one lane call ended on one process.
+enum LaneOutcome {
+    Done(Result<Reply, CallError>),
+    /// The process died because of another call (its timeout, or a replacement); this call
+    /// had only been waiting and may run again on a fresh process.
+    Collateral(CallError),
 }
 
 /// Keeps a worker's requests from timing out while it lives ([`Running::hold`]).
@@ -294,22 +317,23 @@ impl Running {
         index: u32,
         ctx: &vis_proxy::FilterCtx,
         timeout: Duration,
-    ) -> Result<Reply, CallError> {
+    ) -> LaneOutcome {
         let Some(lane) = self.lane.as_ref().map(Lanes::pick) else {
-            return Err(CallError::Unavailable(
+            return LaneOutcome::Done(Err(CallError::Unavailable(
                 "the worker has no filter lane".into(),
-            ));
+            )));
         };
         let deadline_ns = super::lane::mono_ns()
             .saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
         let mut call = match lane.call(file, index, ctx, deadline_ns) {
             Ok(c) => c,
-            Err(LaneError::Closed(why)) => return Err(self.exited(why).await),
+            Err(LaneError::Closed(why)) => return self.lane_closed(None, why).await,
         };
+        let id = call.id();
         let mut watch = Watchdog {
             running: self,
             lane: lane.clone(),
-            id: call.id(),
+            id,
             timeout,
             armed: true,
         };
@@ -320,7 +344,7 @@ impl Running {
             }
         };
         watch.armed = false;
-        match answer {
+        LaneOutcome::Done(match answer {
             Ok(Ok(Reply::Error { error, restart })) => {
                 if restart {
                     self.doomed.store(true, Ordering::SeqCst);
@@ -329,12 +353,23 @@ impl Running {
             }
             Ok(Ok(Reply::Busy)) => Err(CallError::Busy(timeout)),
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(LaneError::Closed(why))) => Err(self.exited(why).await),
+            Ok(Err(LaneError::Closed(why))) => return self.lane_closed(Some(id), why).await,
             Err(_) => {
                 tracing::warn!(worker = %self.label, "network filter timed out; killing the worker");
-                self.kill();
+                self.kill_for(id);
                 Err(CallError::Timeout(timeout))
             }
+        })
+    }
+
+    /// The lane closed under call `id` (`None`: before it was sent): the process ended.
+    /// Collateral when the gateway killed it for another call.
+    async fn lane_closed(&self, id: Option<u64>, why: String) -> LaneOutcome {
+        let error = self.exited(why).await;
+        let cause = *self.killed_for.lock();
+        match cause {
+            Some(k) if Some(k) != id => LaneOutcome::Collateral(error),
+            _ => LaneOutcome::Done(Err(error)),
         }
     }
 
@@ -354,6 +389,13 @@ impl Running {
     fn forget(&self, id: u64) {
         self.pending.lock().remove(&id);
         self.ctxs.lock().remove(&id);
+    }
+
+    /// Kills the process on account of lane call `id` (its time ran out), so that the calls
+    /// waiting behind it know they were not the cause.
+    fn kill_for(&self, id: u64) {
+        let _ = self.killed_for.lock().get_or_insert(id);
+        self.kill();
     }
 
     /// Kills the process (idempotent).
@@ -422,7 +464,7 @@ impl Drop for Watchdog<'_> {
             let stuck = lane.is_outstanding(id);
             if stuck && running.holds.load(Ordering::SeqCst) == 0 {
                 tracing::warn!(worker = %running.label, "an abandoned network filter call never answered; killing the worker");
-                running.kill();
+                running.kill_for(id);
             }
         });
     }
@@ -435,6 +477,8 @@ pub struct WorkerClient {
     owner: Arc<dyn WorkerOwner>,
     serial: tokio::sync::Mutex<()>,
     current: Mutex<Option<Arc<Running>>>,
+    /// When a serialized call last ended (or the process started): idle reaping.
+    last_used: Mutex<std::time::Instant>,
 }
 
 impl WorkerClient {
@@ -445,7 +489,34 @@ impl WorkerClient {
             owner,
             serial: tokio::sync::Mutex::new(()),
             current: Mutex::new(None),
+            last_used: Mutex::new(std::time::Instant::now()),
         }
+    }
+
+    /// Stops the process when it has served no call for `idle` and none is running or
+    /// waiting (no caller holds the call lock, no request or door is pending); the next call
+    /// starts a fresh one. Answers whether it stopped a process.
+    pub async fn stop_if_idle(&self, idle: Duration) -> bool {
+        let Ok(_turn) = self.serial.try_lock() else {
+            return false;
+        };
+        let Some(r) = self.running() else {
+            return false;
+        };
+        let quiet = r.holds.load(Ordering::SeqCst) == 0 && r.pending.lock().is_empty();
+        let idle_for = self
+            .last_used
+            .lock()
+            .elapsed()
+            .min(r.last_door.lock().elapsed());
+        if !quiet || idle_for < idle {
+            return false;
+        }
+        let taken = self.current.lock().take();
+        if let Some(r) = taken {
+            self.shutdown(r).await;
+        }
+        true
     }
 
     /// The running process, if any.
@@ -458,6 +529,7 @@ impl WorkerClient {
         let _turn = self.serial.lock().await;
         let running = self.ensure().await?;
         let result = running.request(ctx, op, payload, timeout).await;
+        *self.last_used.lock() = std::time::Instant::now();
         if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
             self.discard(&running);
         }
@@ -489,8 +561,10 @@ impl WorkerClient {
     /// One network-filter call over the worker's filter lane, from the calling task and
     /// without the call lock (the worker serializes calls into one extension). Waiting for
     /// a (re)start is bounded by `timeout`; a filter that does not answer in time kills the
-    /// worker, also when its caller gave up first. Without a lane: the serialized
-    /// `run_filter` request.
+    /// worker, also when its caller gave up first. A call that was only waiting behind the
+    /// call the worker was killed for runs again on the fresh worker (at most
+    /// [`FILTER_ATTEMPTS`] times), so it is answered on its own merits, never denied in
+    /// another call's name. Without a lane: the serialized `run_filter` request.
     pub async fn filter(
         &self,
         file: &str,
@@ -498,49 +572,77 @@ impl WorkerClient {
         ctx: &vis_proxy::FilterCtx,
         timeout: Duration,
     ) -> Result<Reply, CallError> {
+        let mut attempt = 1;
+        loop {
+            let running = match self.filter_worker(timeout).await? {
+                Ok(r) => r,
+                Err(r) => return self.filter_by_request(&r, file, index, ctx, timeout).await,
+            };
+            let outcome = running.filter(file, index, ctx, timeout).await;
+            if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
+                self.discard(&running);
+            }
+            match outcome {
+                LaneOutcome::Done(result) => return result,
+                LaneOutcome::Collateral(e) if attempt >= FILTER_ATTEMPTS => return Err(e),
+                LaneOutcome::Collateral(_) => {
+                    tracing::debug!(worker = %self.spec.label, "a filter call waited behind a killed one; running it again");
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// The process to send a lane call to, started if needed (`Err(process)`: it has no
+    /// lane).
+    async fn filter_worker(
+        &self,
+        timeout: Duration,
+    ) -> Result<Result<Arc<Running>, Arc<Running>>, CallError> {
         let ready = self
             .current
             .lock()
             .clone()
             .filter(|r| r.is_alive() && !r.doomed.load(Ordering::SeqCst) && r.lane.is_some());
-        let running = match ready {
-            Some(r) => r,
-            None => {
-                let Ok(_turn) = tokio::time::timeout(timeout, self.serial.lock()).await else {
-                    return Err(CallError::Busy(timeout));
-                };
-                match self.ensure().await {
-                    Ok(r) if r.lane.is_some() => r,
-                    Ok(r) => {
-                        let payload = json!({"file": file, "index": index, "ctx": ctx});
-                        let out = r
-                            .request(CallCtx::default(), "run_filter", payload, timeout)
-                            .await;
-                        if r.doomed.load(Ordering::SeqCst) || !r.is_alive() {
-                            self.discard(&r);
-                        }
-                        return out.map(|v| {
-                            if v.get("blocked").and_then(Value::as_bool) == Some(true) {
-                                Reply::Block(
-                                    v.get("reason")
-                                        .and_then(Value::as_str)
-                                        .unwrap_or("")
-                                        .to_string(),
-                                )
-                            } else {
-                                Reply::Allow
-                            }
-                        });
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        };
-        let result = running.filter(file, index, ctx, timeout).await;
-        if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
-            self.discard(&running);
+        if let Some(r) = ready {
+            return Ok(Ok(r));
         }
-        result
+        let Ok(_turn) = tokio::time::timeout(timeout, self.serial.lock()).await else {
+            return Err(CallError::Busy(timeout));
+        };
+        let r = self.ensure().await?;
+        Ok(if r.lane.is_some() { Ok(r) } else { Err(r) })
+    }
+
+    /// A filter over the request protocol (a worker without a lane).
+    async fn filter_by_request(
+        &self,
+        r: &Arc<Running>,
+        file: &str,
+        index: u32,
+        ctx: &vis_proxy::FilterCtx,
+        timeout: Duration,
+    ) -> Result<Reply, CallError> {
+        let _turn = self.serial.lock().await;
+        let payload = json!({"file": file, "index": index, "ctx": ctx});
+        let out = r
+            .request(CallCtx::default(), "run_filter", payload, timeout)
+            .await;
+        if r.doomed.load(Ordering::SeqCst) || !r.is_alive() {
+            self.discard(r);
+        }
+        out.map(|v| {
+            if v.get("blocked").and_then(Value::as_bool) == Some(true) {
+                Reply::Block(
+                    v.get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                )
+            } else {
+                Reply::Allow
+            }
+        })
     }
 
     /// Runs `f` with the running process while holding the call lock (several requests in a
@@ -553,6 +655,7 @@ impl WorkerClient {
         let _turn = self.serial.lock().await;
         let running = self.ensure().await?;
         let out = f(running.clone()).await;
+        *self.last_used.lock() = std::time::Instant::now();
         if running.doomed.load(Ordering::SeqCst) || !running.is_alive() {
             self.discard(&running);
         }
@@ -563,23 +666,32 @@ impl WorkerClient {
     pub async fn stop(&self) {
         let running = self.current.lock().take();
         if let Some(r) = running {
-            if r.is_alive() {
-                let _ = tokio::time::timeout(
-                    Duration::from_millis(500),
-                    r.request(
-                        self.base_ctx.clone(),
-                        "shutdown",
-                        Value::Null,
-                        Duration::from_millis(500),
-                    ),
-                )
-                .await;
-            }
-            r.kill();
+            self.shutdown(r).await;
         }
     }
 
+    /// Asks a process to exit (bounded), then kills it.
+    async fn shutdown(&self, r: Arc<Running>) {
+        if r.is_alive() {
+            let _ = tokio::time::timeout(
+                Duration::from_millis(500),
+                r.request(
+                    self.base_ctx.clone(),
+                    "shutdown",
+                    Value::Null,
+                    Duration::from_millis(500),
+                ),
+            )
+            .await;
+        }
+        r.kill();
+    }
+
     fn discard(&self, running: &Arc<Running>) {
+        if running.is_alive() {
+            // Replaced for none of its pending lane calls: they run again on the next one.
+            let _ = running.killed_for.lock().get_or_insert(RETIRED);
+        }
         running.kill();
         let mut cur = self.current.lock();
         if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, running)) {
@@ -636,6 +748,7 @@ impl WorkerClient {
             }
         }
         *self.current.lock() = Some(running.clone());
+        *self.last_used.lock() = std::time::Instant::now();
         Ok(running)
     }
 }
@@ -777,6 +890,8 @@ fn spawn(
         holds: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         lane,
         exit: exit_rx.clone(),
+        killed_for: Mutex::new(None),
+        last_door: Mutex::new(std::time::Instant::now()),
     });
     tracing::debug!(worker = %spec.label, pid, "extension worker started");
 
@@ -812,12 +927,16 @@ fn spawn(
         let _ = exit_tx.send(Some(why));
     });
 
-    // stderr → tracing.
+    // stderr → tracing and the extensions' log file.
     let label = spec.label.clone();
+    let log = spec.log.clone();
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             tracing::info!(target: "vis::extension", worker = %label, "{line}");
+            if let Some(log) = &log {
+                log.line("print", &label, None, &line);
+            }
         }
     });
 
@@ -861,6 +980,7 @@ fn spawn(
                     op,
                     payload,
                 }) => {
+                    *r.last_door.lock() = std::time::Instant::now();
                     let ctx = on
                         .and_then(|on| r.ctxs.lock().get(&on).cloned())
                         .unwrap_or_else(|| base_ctx.clone());

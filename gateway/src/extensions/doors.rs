@@ -1,5 +1,6 @@
 //! Host doors the gateway answers (§10.2): state, log, notify, activity, declare_env and
-//! `vis.fs` (confined to the session's workspace, `fs_access` gates consulted, failing
+//! `vis.fs` (the extension's permissions: any path the gateway's user may touch; relative
+//! paths from the session's workspace; the session's `fs_access` gates consulted, failing
 //! closed). `request_input`, `live`, the secrets and the shell family go to the host's
 //! [`super::HumanDoors`] (the gateway's human-input module); a host without one answers
 //! "`<op>` is not available in this gateway build yet".
@@ -132,6 +133,9 @@ pub(super) async fn answer(
                 .and_then(Value::as_str)
                 .unwrap_or("info");
             let msg = payload.get("message").and_then(Value::as_str).unwrap_or("");
+            if let Some(log) = &host.log {
+                log.line(level, &ext_label, ctx.session_id.as_deref(), msg);
+            }
             let session = ctx.session_id.as_deref().unwrap_or("-");
             match level {
                 "trace" => {
@@ -181,10 +185,20 @@ pub(super) async fn answer(
                         .collect()
                 })
                 .unwrap_or_default();
-            let environment = (host.cfg.environment)(ctx.project_root.as_deref());
-            let resolved = env::resolve(&names, ctx.project_root.as_deref(), &environment, &|n| {
-                crate::start_env::var(n)
-            });
+            // The declared names and the project's own (`environment:`, `.env`, `.env.local`),
+            // resolved per E5; reading the dotenv files is blocking IO.
+            let environment_of = host.cfg.environment.clone();
+            let project = ctx.project_root.clone();
+            let resolved = blocking(move || {
+                let environment = environment_of(project.as_deref());
+                Ok(env::resolve_for_extension(
+                    &names,
+                    project.as_deref(),
+                    &environment,
+                    &|n| crate::start_env::var(n),
+                ))
+            })
+            .await?;
             Ok(json!(resolved))
         }
         op if op.starts_with("fs_") => fs_door(host, &worker, &ctx, op, &payload).await,
@@ -279,27 +293,25 @@ fn resolve_existing(p: &Path) -> PathBuf {
     }
 }
 
-/// The absolute, symlink-resolved path of `raw` if it lies inside `root`.
-pub(super) fn confine(root: &Path, raw: &str) -> Result<PathBuf, DoorError> {
-    let root = std::fs::canonicalize(root).map_err(|e| io_error(e, root))?;
+/// The absolute, symlink-resolved path `raw` names: an absolute path as it is, a relative
+/// one from `base` (the session's workspace). `vis.fs` acts with the extension's own
+/// permissions, so nothing confines it to the workspace (the `fs_access` gates still run).
+pub(super) fn locate(base: Option<&Path>, raw: &str) -> Result<PathBuf, DoorError> {
     let p = Path::new(raw);
     let joined = if p.is_absolute() {
         p.to_path_buf()
     } else {
-        root.join(p)
+        match base {
+            Some(b) => b.join(p),
+            None => {
+                return Err(DoorError::typed(
+                    "ValueError",
+                    format!("vis.fs: {raw} is relative and no session's workspace applies; use an absolute path"),
+                ))
+            }
+        }
     };
-    let resolved = resolve_existing(&normalize(&joined));
-    if resolved.starts_with(&root) {
-        Ok(resolved)
-    } else {
-        Err(DoorError::typed(
-            "PermissionError",
-            format!(
-                "vis.fs: {raw} is outside the session's workspace {}",
-                root.display()
-            ),
-        ))
-    }
+    Ok(resolve_existing(&normalize(&joined)))
 }
 
 /// Runs the session's `fs_access` gates in registration order: the first block wins, and a
@@ -381,18 +393,9 @@ async fn fs_door(
     op: &str,
     payload: &Value,
 ) -> Result<Value, DoorError> {
-    let (Some(root), Some(sid)) = (ctx.workspace_root.clone(), ctx.session_id.clone()) else {
-        return Err(DoorError::typed(
-            "PermissionError",
-            "vis.fs is available only while handling a session (it is confined to the \
-             session's workspace)",
-        ));
-    };
-    let session = SessionCtx {
-        id: sid,
-        project_root: ctx.project_root.clone(),
-        workspace_root: root.clone(),
-    };
+    // Outside a session (provider callbacks, network filters) there are no gates to ask.
+    let session = session_of(ctx);
+    let base = ctx.workspace_root.clone();
     // (payload key, operation) pairs this op touches.
     let touches: &[(&str, &str)] = match op {
         "fs_read" | "fs_list" | "fs_stat" | "fs_exists" => &[("path", "file-read")],
@@ -406,10 +409,10 @@ async fn fs_door(
     let mut paths = Vec::new();
     for (key, operation) in touches {
         let raw = str_field(payload, key)?.to_string();
-        let r = root.clone();
-        let path = blocking(move || confine(&r, &raw)).await?;
-        if !ctx.is_gate {
-            run_gates(host, worker, &session, operation, &path)
+        let b = base.clone();
+        let path = blocking(move || locate(b.as_deref(), &raw)).await?;
+        if let Some(session) = session.as_ref().filter(|_| !ctx.is_gate) {
+            run_gates(host, worker, session, operation, &path)
                 .await
                 .map_err(|reason| DoorError::typed("PermissionError", reason))?;
         }
@@ -517,19 +520,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_escaping_the_workspace_are_refused_and_inside_ones_resolve() {
+    fn vis_fs_paths_resolve_inside_and_outside_the_workspace() {
         let root = std::env::temp_dir().join(format!("vis-conf-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(root.join("sub")).expect("mkdir");
         let real = std::fs::canonicalize(&root).expect("canon");
+        let base = Some(real.as_path());
         assert_eq!(
-            confine(&root, "sub/x.txt").expect("inside"),
+            locate(base, "sub/x.txt").expect("inside"),
             real.join("sub/x.txt")
         );
-        assert_eq!(confine(&root, "sub/../y").expect("inside"), real.join("y"));
-        assert!(confine(&root, "../outside").is_err());
-        assert!(confine(&root, "/etc/passwd").is_err());
+        assert_eq!(locate(base, "sub/../y").expect("inside"), real.join("y"));
+        let parent = real.parent().expect("parent");
+        assert_eq!(
+            locate(base, "../outside").expect("outside"),
+            parent.join("outside")
+        );
+        assert_eq!(
+            locate(base, "/etc/passwd").expect("absolute"),
+            std::fs::canonicalize("/etc/passwd").expect("canon")
+        );
         std::os::unix::fs::symlink("/etc", root.join("link")).expect("symlink");
-        assert!(confine(&root, "link/passwd").is_err());
+        assert_eq!(
+            locate(base, "link/hostname").expect("through a link"),
+            std::fs::canonicalize("/etc")
+                .expect("canon")
+                .join("hostname")
+        );
+        assert!(locate(None, "relative").is_err());
         let _ = std::fs::remove_dir_all(&root);
     }
 }

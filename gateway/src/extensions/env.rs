@@ -99,6 +99,37 @@ pub fn resolve(
     out
 }
 
+/// The names a project defines itself (E5: they need no `env=[…]` declaration): those under
+/// its `environment:` block and those assigned in its `.env` and `.env.local`.
+pub fn project_names(
+    project_root: Option<&Path>,
+    environment: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut names: std::collections::BTreeSet<String> = environment.keys().cloned().collect();
+    if let Some(root) = project_root {
+        names.extend(read_dotenv(&root.join(".env")).into_keys());
+        names.extend(read_dotenv(&root.join(".env.local")).into_keys());
+    }
+    names.into_iter().collect()
+}
+
+/// What `declare_env` answers an extension: its declared names and the project's own names,
+/// each resolved per E5 (names that resolve to nothing are absent).
+pub fn resolve_for_extension(
+    declared: &[String],
+    project_root: Option<&Path>,
+    environment: &BTreeMap<String, String>,
+    gateway_env: &dyn Fn(&str) -> Option<String>,
+) -> BTreeMap<String, String> {
+    let mut names = project_names(project_root, environment);
+    for n in declared {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
+    resolve(&names, project_root, environment, gateway_env)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +171,38 @@ mod tests {
         assert_eq!(r["GW"], "gw-GW");
         assert!(!r.contains_key("BLANK"));
         assert!(!r.contains_key("NOPE"));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn the_projects_own_names_resolve_without_a_declaration_and_others_need_one() {
+        let root = std::env::temp_dir().join(format!("vis-env-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&root).expect("mkdir");
+        std::fs::write(root.join(".env"), "FROM_ENV=e\nSHARED=env\n").expect("w");
+        std::fs::write(root.join(".env.local"), "FROM_LOCAL=l\nSHARED=local\n").expect("w");
+        let mut block = BTreeMap::new();
+        block.insert("FROM_BLOCK".to_string(), "b".to_string());
+        let gw = |n: &str| match n {
+            "GATEWAY_ONLY" | "DECLARED" => Some(format!("gw-{n}")),
+            _ => None,
+        };
+        let got = resolve_for_extension(&[], Some(&root), &block, &gw);
+        let want: BTreeMap<String, String> = [
+            ("FROM_BLOCK", "b"),
+            ("FROM_ENV", "e"),
+            ("FROM_LOCAL", "l"),
+            ("SHARED", "local"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(
+            got, want,
+            "the start environment is not handed out undeclared"
+        );
+        let got = resolve_for_extension(&["DECLARED".into()], Some(&root), &block, &gw);
+        assert_eq!(got["DECLARED"], "gw-DECLARED");
+        assert!(!got.contains_key("GATEWAY_ONLY"));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

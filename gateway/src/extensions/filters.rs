@@ -1,15 +1,17 @@
 //! Network filters (decision P6): each `vis.NetworkFilter` as a `vis_proxy` filter that
-//! runs in the registration worker over the filter lane; a raise or a timeout denies.
+//! runs in its extension file's own filter worker over the filter lane
+//! (`filter_workers.rs`); a raise or a timeout denies.
 
 #[cfg(test)]
 use super::client::CallCtx;
-use super::client::CallError;
+use super::client::{CallError, WorkerClient};
 use super::*;
 use async_trait::async_trait;
 #[cfg(test)]
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
+use std::time::Duration;
 
 impl ExtensionHost {
     /// The global scope's network filters, in registration order.
@@ -18,13 +20,40 @@ impl ExtensionHost {
         self.inner.registry.read().filter_infos(None)
     }
 
-    /// Runs one filter in the registration worker. A raise or a timeout DENIES.
+    /// Runs one filter in its filter worker. A raise or a timeout DENIES.
     #[cfg(test)]
     pub async fn run_one_filter(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
-        match filter_ctx_of(ctx) {
-            Some(c) => filter_verdict(&self.inner, filter, &file_str(&filter.file), &c).await,
-            None => self.run_one_filter_json(filter, ctx).await,
+        let entry = self
+            .inner
+            .registry
+            .read()
+            .all()
+            .into_iter()
+            .find(|e| e.file == filter.file);
+        let client = entry.and_then(|e| {
+            self.inner
+                .filter_workers
+                .client_for(&Arc::downgrade(&self.inner), &e)
+        });
+        match (filter_ctx_of(ctx), client) {
+            (Some(c), Some(client)) => {
+                let limit = self.inner.cfg.filter_timeout;
+                filter_verdict(&client, limit, filter, &file_str(&filter.file), &c).await
+            }
+            _ => self.run_one_filter_json(filter, ctx).await,
         }
+    }
+
+    /// Process id of the running filter worker of an extension (tests).
+    #[cfg(test)]
+    pub fn filter_worker_pid(&self, extension: &str) -> Option<u32> {
+        self.inner.filter_workers.pid_of(extension)
+    }
+
+    /// How many filter workers the host keeps (tests).
+    #[cfg(test)]
+    pub fn filter_worker_count(&self) -> usize {
+        self.inner.filter_workers.len()
     }
 
     /// [`Self::run_one_filter`] over the request protocol, for a ctx the filter lane cannot
@@ -137,10 +166,12 @@ impl vis_proxy::NetworkFilter for LoadingScope {
     }
 }
 
-/// A Python network filter as a `vis_proxy` filter. Holds the host weakly: the registry
-/// keeps the list ([`Registry::filters`]).
+/// A Python network filter as a `vis_proxy` filter, served by its file's filter worker. The
+/// registry keeps the list ([`Registry::filters`]).
 pub(super) struct PyNetworkFilter {
-    pub(super) host: Weak<Inner>,
+    pub(super) client: Arc<WorkerClient>,
+    /// One call's deadline (`HostConfig::filter_timeout`).
+    pub(super) limit: Duration,
     pub(super) info: FilterInfo,
     /// `info.file` as a string, once.
     pub(super) file: String,
@@ -156,13 +187,7 @@ impl vis_proxy::NetworkFilter for PyNetworkFilter {
         &self,
         ctx: &vis_proxy::FilterCtx,
     ) -> Result<vis_proxy::FilterVerdict, vis_proxy::FilterError> {
-        let Some(inner) = self.host.upgrade() else {
-            return Err(vis_proxy::FilterError {
-                message: "the extension host has shut down".into(),
-                trace: None,
-            });
-        };
-        match filter_verdict(&inner, &self.info, &self.file, ctx).await {
+        match filter_verdict(&self.client, self.limit, &self.info, &self.file, ctx).await {
             Verdict::Allow => Ok(vis_proxy::FilterVerdict::Allow),
             Verdict::Deny {
                 reason,
@@ -179,17 +204,17 @@ impl vis_proxy::NetworkFilter for PyNetworkFilter {
     }
 }
 
-/// One filter over the registration worker's filter lane. A raise, a timeout, a crash or
-/// an extension that stays busy DENIES (`filter-error`).
+/// One filter over its filter worker's lane. A raise, a timeout, a crash or an extension
+/// that stays busy DENIES (`filter-error`).
 async fn filter_verdict(
-    inner: &Inner,
+    client: &WorkerClient,
+    limit: Duration,
     filter: &FilterInfo,
     file: &str,
     ctx: &vis_proxy::FilterCtx,
 ) -> Verdict {
     let index = u32::try_from(filter.index).unwrap_or(u32::MAX);
-    let limit = inner.cfg.filter_timeout;
-    match inner.registration.filter(file, index, ctx, limit).await {
+    match client.filter(file, index, ctx, limit).await {
         Ok(lane::Reply::Allow) => Verdict::Allow,
         Ok(lane::Reply::Block(reason)) => Verdict::Deny {
             extension: filter.extension.clone(),

@@ -2,7 +2,8 @@
 
 use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
 use super::{
-    doors, Entry, HostConfig, HostEvents, HumanDoors, Registry, SessionCtx, StateStore, TurnExtras,
+    doors, filter_workers::FilterWorkers, logfile::LogFile, Entry, HostConfig, HostEvents,
+    HumanDoors, Registry, SessionCtx, SlashOutcome, StateStore, TurnExtras,
 };
 use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
@@ -21,6 +22,12 @@ pub(super) struct Inner {
     pub(super) sessions: Mutex<HashMap<String, Arc<SessionWorker>>>,
     pub(super) reload_lock: tokio::sync::Mutex<()>,
     pub(super) frozen_cleared: std::sync::atomic::AtomicBool,
+    /// One worker per extension file with network filters.
+    pub(super) filter_workers: FilterWorkers,
+    /// `<home>/logs/…/extensions.log` (`vis.log` and what extension code prints).
+    pub(super) log: Option<LogFile>,
+    /// The idle-session-worker reaper runs (started with the first session worker).
+    pub(super) reaper_started: std::sync::atomic::AtomicBool,
 }
 
 pub(super) struct SessionWorker {
@@ -149,14 +156,17 @@ impl ExtensionHost {
         events: Arc<dyn HostEvents>,
         human: Arc<dyn HumanDoors>,
     ) -> ExtensionHost {
+        let log = LogFile::start(&cfg.home);
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            // Filters run in their own workers (`filter_workers.rs`), not in this one.
             let spec = WorkerSpec {
                 exe: cfg.worker_exe.clone(),
                 home: cfg.home.clone(),
                 label: "registration".into(),
                 cwd: Some(cfg.home.clone()),
                 load_timeout: cfg.load_timeout,
-                filter_lane: true,
+                filter_lane: false,
+                log: log.clone(),
             };
             let owner = Arc::new(RegistrationOwner { host: weak.clone() });
             Inner {
@@ -169,6 +179,9 @@ impl ExtensionHost {
                 sessions: Mutex::new(HashMap::new()),
                 reload_lock: tokio::sync::Mutex::new(()),
                 frozen_cleared: std::sync::atomic::AtomicBool::new(false),
+                filter_workers: FilterWorkers::default(),
+                log,
+                reaper_started: std::sync::atomic::AtomicBool::new(false),
             }
         });
         ExtensionHost { inner }
@@ -194,6 +207,7 @@ impl ExtensionHost {
             cwd: Some(session.workspace_root.clone()),
             load_timeout: self.inner.cfg.load_timeout,
             filter_lane: false,
+            log: self.inner.log.clone(),
         };
         let owner = Arc::new(SessionOwner {
             host: Arc::downgrade(&self.inner),
@@ -206,6 +220,8 @@ impl ExtensionHost {
         if let Some(old) = map.insert(session.id.clone(), w.clone()) {
             tokio::spawn(async move { old.client.stop().await });
         }
+        drop(map);
+        self.start_reaper();
         w
     }
 
@@ -223,6 +239,9 @@ impl ExtensionHost {
         let all: Vec<_> = self.inner.sessions.lock().drain().map(|(_, w)| w).collect();
         for w in all {
             w.client.stop().await;
+        }
+        for c in self.inner.filter_workers.all() {
+            c.stop().await;
         }
         self.inner.registration.stop().await;
     }
@@ -259,32 +278,46 @@ impl ExtensionHost {
         out
     }
 
-    /// Runs `/name args` (args = the text after the command). Ok: Markdown (title, then
-    /// body). Err: Markdown of an `vis.err(...)` result or of the exception.
+    /// Runs `/name args` (args = the text after the command) without a channel. Ok:
+    /// Markdown (title, body, data). Err: Markdown of a `vis.err(...)` result or of the
+    /// exception (tests; the engine uses [`Self::run_slash_outcome`]).
+    #[cfg(test)]
     pub async fn run_slash(
         &self,
         session: &SessionCtx,
         name: &str,
         args: &str,
     ) -> Result<String, String> {
-        self.run_slash_with_channel(session, name, args, None).await
+        let out = self.run_slash_outcome(session, name, args, None).await;
+        if out.ok {
+            Ok(out.markdown)
+        } else {
+            Err(out.markdown)
+        }
     }
 
-    /// [`Self::run_slash`] with the channel the command came from.
-    pub async fn run_slash_with_channel(
+    /// Runs `/name args` from `channel` (the session's channel: `web`, `cli`, …): the
+    /// command's Markdown (title, body, then its `data` as a JSON block) and its `data`.
+    pub async fn run_slash_outcome(
         &self,
         session: &SessionCtx,
         name: &str,
         args: &str,
         channel: Option<&str>,
-    ) -> Result<String, String> {
+    ) -> SlashOutcome {
         let name = name.trim_start_matches('/');
         self.ensure_project(session.project_root.as_deref()).await;
         let entry = self
             .resolve(session.project_root.as_deref())
             .into_iter()
-            .find(|e| e.catalog.slash_commands.iter().any(|c| c.name == name))
-            .ok_or_else(|| format!("no extension slash command named '/{name}'"))?;
+            .find(|e| e.catalog.slash_commands.iter().any(|c| c.name == name));
+        let Some(entry) = entry else {
+            return SlashOutcome {
+                ok: false,
+                markdown: format!("no extension slash command named '/{name}'"),
+                data: None,
+            };
+        };
         let argv: Vec<&str> = args.split_whitespace().collect();
         let raw = if args.trim().is_empty() {
             format!("/{name}")
@@ -314,19 +347,24 @@ impl ExtensionHost {
                     md.push_str("\n\n");
                     md.push_str(body);
                 }
-                if v.get("status").and_then(Value::as_str) == Some("error") {
-                    Err(md)
-                } else {
-                    Ok(md)
+                let data = v.get("data").filter(|d| !d.is_null()).cloned();
+                if let Some(d) = &data {
+                    let text = serde_json::to_string_pretty(d).unwrap_or_default();
+                    md.push_str(&format!("\n\n```json\n{text}\n```"));
+                }
+                SlashOutcome {
+                    ok: v.get("status").and_then(Value::as_str) != Some("error"),
+                    markdown: md,
+                    data,
                 }
             }
             Err(e) => {
                 let e = self.explain(&worker.client, &entry, e);
-                let mut md = e.message;
-                if let Some(tb) = e.traceback {
-                    md.push_str(&format!("\n\n```\n{}\n```", tb.trim_end()));
+                SlashOutcome {
+                    ok: false,
+                    markdown: e.text_with_traceback(),
+                    data: None,
                 }
-                Err(md)
             }
         }
     }

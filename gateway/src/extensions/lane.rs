@@ -1,4 +1,4 @@
-//! The filter lane: network-filter calls from the gateway to the registration worker over a
+//! The filter lane: network-filter calls from the gateway to a filter worker over a
 //! dedicated socket, with a compact binary encoding (no JSON on either side).
 //!
 //! The gateway creates a `socketpair(AF_UNIX, SOCK_STREAM)` when it spawns the registration

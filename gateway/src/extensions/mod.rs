@@ -2,9 +2,11 @@
 //!
 //! Python extensions run in worker PROCESSES: the `vis-gateway` binary started as
 //! `vis-gateway worker` (see [`worker`]), embedding CPython. The gateway keeps ONE
-//! registration worker that loads every extension file (catalog, network filters, provider
-//! callbacks) and one worker per session, started on that session's first extension call
-//! and stopped with [`ExtensionHost::stop_session`]. Entry files are read once per load
+//! registration worker that loads every extension file (catalog, provider callbacks), one
+//! filter worker per extension file with network filters (`filter_workers.rs`), and one
+//! worker per session, started on that session's first extension call, stopped when it has
+//! been idle for `HostConfig::session_idle` (`reaper.rs`; the next call starts it again)
+//! and with [`ExtensionHost::stop_session`]. Entry files are read once per load
 //! (the "admitted" bytes) and every worker executes exactly those bytes, so a session
 //! worker started after an edit runs the version the catalog describes; edits are adopted by
 //! [`ExtensionHost::reload`] only.
@@ -22,14 +24,17 @@ pub mod discovery;
 mod doors;
 pub mod embed;
 pub mod env;
+mod filter_workers;
 mod filters;
 pub mod freeze;
 mod host;
 pub mod lane;
 mod listing;
 mod load;
+pub mod logfile;
 pub mod protocol;
 mod providers;
+mod reaper;
 mod registry;
 #[cfg(test)]
 mod tests;
@@ -40,12 +45,13 @@ pub mod worker;
 
 pub(crate) use self::filters::LoadingScope;
 pub use self::host::ExtensionHost;
+pub use self::providers::{dialect_of, DRIVEN_API_STYLES};
 pub use self::traits::{DoorWorker, HostEvents, HumanDoors, StateStore};
 #[cfg(test)]
 pub use self::traits::{MemoryState, NoHumanDoors};
 pub use self::types::{
     CatalogEntry, FilterInfo, HostConfig, LoadFailure, ProviderInfo, ReloadReport, SessionCtx,
-    ToolDef, ToolError, ToolResult, TurnExtras, Verdict,
+    SlashOutcome, ToolDef, ToolError, ToolResult, TurnExtras, Verdict,
 };
 
 // The host's internals, for the modules that extend it (`use super::*`).

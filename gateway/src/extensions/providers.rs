@@ -5,6 +5,32 @@ use super::*;
 use serde_json::{json, Value};
 use std::path::Path;
 
+/// The `api_style` names whose wire dialect this gateway drives (`_` and `-` alike), as the
+/// SDK lists them; others (`gemini`, `responses`, …) are refused when the extension loads.
+pub const DRIVEN_API_STYLES: &[&str] = &[
+    "anthropic",
+    "anthropic-messages",
+    "claude",
+    "messages",
+    "openai",
+    "openai-chat",
+    "openai-compatible",
+    "openai-compatible-chat",
+    "chat",
+    "chat-completions",
+];
+
+/// The dialect an `api_style` of a `vis.Provider` names, when this gateway drives it.
+pub fn dialect_of(api_style: &str) -> Option<vis_providers::Dialect> {
+    let key = api_style.trim().replace('_', "-");
+    let i = DRIVEN_API_STYLES.iter().position(|s| *s == key)?;
+    Some(if i < 4 {
+        vis_providers::Dialect::Anthropic
+    } else {
+        vis_providers::Dialect::OpenAiChat
+    })
+}
+
 impl ExtensionHost {
     /// Every `vis.Provider` of the global extensions and of `project`.
     pub async fn providers(&self, project: Option<&Path>) -> Vec<ProviderInfo> {
@@ -74,5 +100,29 @@ impl ExtensionHost {
             .provider_call(extension, provider_id, "get_token_fn", Vec::new())
             .await?;
         Ok(if v.is_null() { None } else { Some(v) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dialect_of;
+    use vis_providers::Dialect;
+
+    #[test]
+    fn only_the_dialects_the_gateway_drives_map_and_nothing_defaults() {
+        assert_eq!(dialect_of("claude"), Some(Dialect::Anthropic));
+        assert_eq!(dialect_of("anthropic_messages"), Some(Dialect::Anthropic));
+        assert_eq!(dialect_of("openai-compatible"), Some(Dialect::OpenAiChat));
+        assert_eq!(dialect_of("chat_completions"), Some(Dialect::OpenAiChat));
+        for refused in [
+            "gemini",
+            "google",
+            "responses",
+            "OpenAI",
+            "anthropic-ish",
+            "",
+        ] {
+            assert_eq!(dialect_of(refused), None, "{refused}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The catalog as the worker reports it, and the registry of loaded extension files.
 
-use super::{file_str, filters, FilterInfo, Inner, LoadFailure};
+use super::{file_str, filter_workers, filters, FilterInfo, Inner, LoadFailure};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -156,6 +156,7 @@ impl Registry {
 
     /// The network filters a project sees (`None`: the global scope alone), in registration
     /// order (global ones it does not override, then its own).
+    #[cfg(test)]
     pub(super) fn filter_infos(&self, project: Option<&Path>) -> Vec<FilterInfo> {
         let mut out = Vec::new();
         for e in self.resolve(project).iter() {
@@ -170,24 +171,43 @@ impl Registry {
         out
     }
 
+    /// Rebuilds [`Registry::filters`]: one `vis_proxy` filter per `NetworkFilter`, each
+    /// calling its extension file's own filter worker ([`super::filter_workers`]); workers
+    /// of files no scope uses any more are let go.
     pub(super) fn rebuild_filters(&mut self, host: &Weak<Inner>) {
+        let Some(inner) = host.upgrade() else {
+            return;
+        };
         let scopes: Vec<Scope> = self.scopes.keys().cloned().collect();
+        let mut keep = Vec::new();
         self.filters = scopes
             .into_iter()
             .map(|scope| {
-                let list = self
-                    .filter_infos(scope.project_root())
-                    .into_iter()
-                    .map(|info| {
-                        Arc::new(filters::PyNetworkFilter {
-                            host: host.clone(),
-                            file: file_str(&info.file),
-                            info,
-                        }) as Arc<dyn vis_proxy::NetworkFilter>
-                    })
-                    .collect();
+                let mut list: Vec<Arc<dyn vis_proxy::NetworkFilter>> = Vec::new();
+                for e in self.resolve(scope.project_root()) {
+                    if e.catalog.network_filters.is_empty() {
+                        continue;
+                    }
+                    let Some(client) = inner.filter_workers.client_for(host, &e) else {
+                        continue;
+                    };
+                    keep.push(filter_workers::key_of(&e));
+                    for index in 0..e.catalog.network_filters.len() {
+                        list.push(Arc::new(filters::PyNetworkFilter {
+                            client: client.clone(),
+                            limit: inner.cfg.filter_timeout,
+                            file: file_str(&e.file),
+                            info: FilterInfo {
+                                extension: e.catalog.name.clone(),
+                                file: e.file.clone(),
+                                index,
+                            },
+                        }));
+                    }
+                }
                 (scope, list)
             })
             .collect();
+        inner.filter_workers.retain(&keep);
     }
 }

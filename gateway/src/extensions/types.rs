@@ -31,6 +31,10 @@ pub struct HostConfig {
     pub provider_timeout: Duration,
     /// The project's `environment:` block (E5). Default: empty.
     pub environment: EnvironmentFn,
+    /// A session worker that served no call for this long is stopped; the session's next
+    /// extension call starts a fresh one (default 10 min, `VIS_SESSION_WORKER_IDLE_SECS`;
+    /// zero keeps session workers until their session ends).
+    pub session_idle: Duration,
 }
 
 impl HostConfig {
@@ -45,6 +49,11 @@ impl HostConfig {
             turn_timeout: Duration::from_secs(5),
             provider_timeout: Duration::from_secs(30),
             environment: Arc::new(|_| BTreeMap::new()),
+            session_idle: Duration::from_secs(
+                crate::start_env::var("VIS_SESSION_WORKER_IDLE_SECS")
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(600),
+            ),
         }
     }
 }
@@ -107,6 +116,45 @@ impl std::fmt::Display for ToolError {
 }
 
 impl ToolError {
+    /// The traceback without a last line that repeats the message (`None` when nothing
+    /// else is left).
+    pub fn frames(&self) -> Option<&str> {
+        let tb = self.traceback.as_deref()?.trim_end();
+        let tb = match tb.rsplit_once('\n') {
+            Some((head, last)) if last.trim() == self.message.trim() => head.trim_end(),
+            None if tb.trim() == self.message.trim() => "",
+            _ => tb,
+        };
+        (!tb.is_empty()).then_some(tb)
+    }
+
+    /// What the model or a user reads: the message (once), the hint, then the traceback.
+    pub fn text(&self) -> String {
+        let mut out = self.message.clone();
+        if let Some(h) = &self.hint {
+            out.push('\n');
+            out.push_str(h);
+        }
+        if let Some(tb) = self.frames() {
+            out.push('\n');
+            out.push_str(tb);
+        }
+        out
+    }
+
+    /// [`Self::text`] as Markdown, the traceback in a code block.
+    pub fn text_with_traceback(&self) -> String {
+        let mut out = self.message.clone();
+        if let Some(h) = &self.hint {
+            out.push_str("\n\n");
+            out.push_str(h);
+        }
+        if let Some(tb) = self.frames() {
+            out.push_str(&format!("\n\n```\n{tb}\n```"));
+        }
+        out
+    }
+
     pub(super) fn from_call(e: CallError) -> ToolError {
         let kind = match &e {
             CallError::Python(_) => "python",
@@ -123,6 +171,17 @@ impl ToolError {
             kind: kind.into(),
         }
     }
+}
+
+/// What a slash command of an extension answered (§5.4).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlashOutcome {
+    /// `vis.ok` / a string / `None` (true) or `vis.err` / an exception (false).
+    pub ok: bool,
+    /// The title, then the body, then the `data` as a JSON block.
+    pub markdown: String,
+    /// The `data` of `vis.ok(...)` / `vis.err(...)`, when given.
+    pub data: Option<Value>,
 }
 
 /// A network filter's decision (P6).
@@ -224,4 +283,27 @@ pub struct TurnExtras {
     pub inactive: Vec<String>,
     /// The deep-merged `ctx` dicts.
     pub session: Value,
+}
+
+impl TurnExtras {
+    /// The system-prompt fragments of the turn: every active extension's prompt, then the
+    /// deep-merged `ctx` dicts as one `session_env` section (when any extension added data),
+    /// so the model sees them whichever tool mode the turn uses.
+    pub fn into_prompts(self) -> Vec<String> {
+        let mut out: Vec<String> = self.prompts.into_iter().map(|(_, p)| p).collect();
+        if let Some(section) = session_section(&self.session) {
+            out.push(section);
+        }
+        out
+    }
+}
+
+/// The `ctx` data of a turn as a system-prompt section, `None` when it is empty.
+pub fn session_section(session: &Value) -> Option<String> {
+    let map = session.as_object().filter(|m| !m.is_empty())?;
+    let text = serde_json::to_string_pretty(map).ok()?;
+    Some(format!(
+        "## Session context (session_env)\n\nData the extensions added for this turn \
+         (their `ctx` callables), as JSON:\n\n```json\n{text}\n```"
+    ))
 }

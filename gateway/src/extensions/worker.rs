@@ -15,7 +15,7 @@
 //! Door calls from other Python threads wait on their own channel. When stdin closes (the
 //! gateway is gone) the worker exits at once.
 //!
-//! The registration worker also gets a filter lane (`--lane-fd N`, see [`super::lane`]):
+//! A filter worker also gets filter lanes (`--lane-fd N`, see [`super::lane`]):
 //! a dedicated thread runs network filters directly, without JSON and without waiting for
 //! the main thread. Calls into one extension stay serialized: the main thread and the lane
 //! thread take the extension file's lock around its code (re-entrant on the main thread,

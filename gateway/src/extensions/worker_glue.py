@@ -16,7 +16,7 @@ import sys
 import traceback
 import types
 
-from blockether.vis.extension import _host, _loader, _registry, _runtime
+from blockether.vis.extension import _environ, _host, _legacy, _loader, _provider, _registry, _runtime
 
 _door = None
 # Frames of the SDK and of this glue are left out of tracebacks shown to users.
@@ -89,6 +89,10 @@ def install(door):
     global _door
     _door = door
     _host.set_bridge(_Bridge())
+    # One os.environ view per extension (the names its registration resolved), and a
+    # porting hint for files written against the older `import vis` API.
+    _environ.install()
+    _legacy.install_finder()
     # The embedded interpreter's own executable, not the gateway binary.
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     candidate = os.path.join(sys.base_prefix, "bin", version)
@@ -99,6 +103,9 @@ def install(door):
 # -- errors ------------------------------------------------------------------------
 
 def _error(exc):
+    """``{type, message, traceback}``. The traceback holds the extension's own frames (the
+    SDK's and this glue's are left out) and never repeats the message line: readers show
+    the message, then the traceback."""
     if isinstance(exc, SystemExit):
         message = f"SystemExit: extension code called sys.exit({exc.code!r})"
     else:
@@ -108,8 +115,24 @@ def _error(exc):
               if f.filename != __file__ and not f.filename.startswith(_SDK_ROOT + os.sep)]
     text = "Traceback (most recent call last):\n" if frames else ""
     text += "".join(traceback.format_list(frames))
-    text += "".join(traceback.format_exception_only(type(exc), exc))
+    tail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n").split("\n")
+    if tail and tail[-1].strip() == message.strip():
+        tail.pop()
+    if tail:
+        text += "\n".join(tail) + "\n"
     return {"type": type(exc).__name__, "message": message, "traceback": text}
+
+
+def _dumps(value):
+    """JSON text of an answer; a NaN or an infinity is named instead of sent (JSON has none
+    and the gateway would only see a parse error)."""
+    try:
+        return json.dumps(value, default=_enc, allow_nan=False)
+    except ValueError:
+        found = _runtime.find_not_finite(value.get("value") if isinstance(value, dict) else value)
+        if found is None:
+            raise
+        raise found from None
 
 
 def handle(op, payload_json):
@@ -119,7 +142,7 @@ def handle(op, payload_json):
         if fn is None:
             raise LookupError(f"unknown worker op {op!r}")
         value = fn(payload)
-        return json.dumps({"ok": True, "value": value}, default=_enc)
+        return _dumps({"ok": True, "value": value})
     except BaseException as exc:  # SystemExit and KeyboardInterrupt included
         restart = isinstance(exc, (SystemExit, KeyboardInterrupt))
         return json.dumps({"ok": False, "restart": restart, "error": _error(exc)})
@@ -167,6 +190,11 @@ def _load(file, source, import_root=None):
     except (Exception, SystemExit) as exc:
         sys.modules.pop(name, None)
         _registry.forget(file)
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "vis":
+            text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
+            message = _legacy.import_message(text)
+            return None, name, {"file": file, "type": "LegacyExtensionAPI", "message": message,
+                                "traceback": ""}
         return None, name, dict(_error(exc), file=file)
     extension = _registry.registered(file)
     if extension is None:
@@ -188,10 +216,12 @@ def op_load(p):
     extension, name, error = _load(file, source, p.get("import_root"))
     if error is None:
         try:
+            _check_dialects(extension)
             catalog = _loader.catalog(extension)
             json.dumps(catalog, default=_enc)
         except Exception as exc:
             sys.modules.pop(name, None)
+            _registry.forget(file)
             error = dict(_error(exc), file=file)
     if error is not None:
         return {"loaded": False, "error": error}
@@ -202,10 +232,24 @@ def op_load(p):
     return {"loaded": True, "catalog": catalog}
 
 
+def _check_dialects(extension):
+    """A provider whose preset names a wire dialect this gateway cannot drive is refused at
+    load (never driven as another dialect)."""
+    for provider in extension.providers:
+        preset = provider.preset
+        style = preset.api_style if preset is not None else None
+        problem = _provider.gateway_dialect_error(f"vis.Provider {provider.id!r} preset", style)
+        if problem is not None:
+            raise ValueError(problem)
+
+
 def op_unload(p):
     previous = EXTS.pop(p["file"], None)
     if previous is not None:
         sys.modules.pop(previous[1], None)
+        forget = getattr(os.environ, "forget", None)
+        if callable(forget):
+            forget(p["file"])
     return previous is not None
 
 
@@ -220,7 +264,7 @@ def _ext(file):
 
 def op_call_tool(p):
     ext = _ext(p["file"])
-    with _host.acting_for(ext.name):
+    with _host.acting_for(ext.name, p["file"]):
         value = _runtime.call_tool(ext, p["name"], p.get("arguments") or {})
         portable = _runtime.to_portable(value)
     text = portable if isinstance(portable, str) else json.dumps(portable, default=_enc)
@@ -231,7 +275,7 @@ def op_run_slash(p):
     ext = _ext(p["file"])
     for command in ext.slash_commands:
         if command.name == p["name"]:
-            with _host.acting_for(ext.name):
+            with _host.acting_for(ext.name, p["file"]):
                 return _runtime.slash_result(command.run(p.get("ctx") or {}), ext.name)
     raise LookupError(f"extension '{ext.name}' has no slash command {p['name']!r}")
 
@@ -245,14 +289,14 @@ def _verdict(value):
 def op_run_hook(p):
     ext = _ext(p["file"])
     hook = ext.op_hooks[int(p["index"])]
-    with _host.acting_for(ext.name):
+    with _host.acting_for(ext.name, p["file"]):
         return _verdict(hook.fn(p.get("call")))
 
 
 def op_run_filter(p):
     ext = _ext(p["file"])
     flt = ext.network_filters[int(p["index"])]
-    with _host.acting_for(ext.name):
+    with _host.acting_for(ext.name, p["file"]):
         return _verdict(flt.fn(p.get("ctx")))
 
 
@@ -260,16 +304,19 @@ def lane_filter(file, index, ctx):
     """One network filter call from the filter lane (a thread of its own; the ctx dict is
     built by the Rust side). Answers ``None`` (allow), the ``_verdict`` dict, or
     ``(error, restart)`` for a raise — exactly what ``run_filter`` would have decided."""
-    token = None
+    token = env_token = None
     try:
         ext = _ext(file)
         flt = ext.network_filters[index]
         token = _host._OWNER.set(ext.name)
+        env_token = _host._ENV_KEY.set(file)
         value = flt.fn(ctx)
         return None if value is None else _verdict(value)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt included
         return (_error(exc), isinstance(exc, (SystemExit, KeyboardInterrupt)))
     finally:
+        if env_token is not None:
+            _host._ENV_KEY.reset(env_token)
         if token is not None:
             _host._OWNER.reset(token)
 
@@ -286,7 +333,7 @@ def op_provider(p):
     ext = _ext(p["file"])
     for provider in ext.providers:
         if provider.id == p["id"]:
-            with _host.acting_for(ext.name):
+            with _host.acting_for(ext.name, p["file"]):
                 return _wire(provider.call_slot(p["slot"], *(p.get("args") or [])))
     raise LookupError(f"extension '{ext.name}' has no provider {p['id']!r}")
 
@@ -296,7 +343,7 @@ def op_turn(p):
     ext = _ext(p["file"])
     which = p["which"]
     env = p.get("env") or {}
-    with _host.acting_for(ext.name):
+    with _host.acting_for(ext.name, p["file"]):
         if which == "prompt":
             prompt = ext.prompt
             value = prompt(env) if callable(prompt) else prompt

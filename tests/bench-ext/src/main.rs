@@ -8,8 +8,12 @@
 //!     N keep-alive connections through the egress proxy (plain HTTP, absolute-form
 //!     request target, `Proxy-Authorization: Basic base64(TOKEN:)`), each sending one
 //!     request after the other for warm-up + secs seconds. Prints one JSON line:
-//!     {"conns", "requests", "errors", "rps", "mean_us", "p50_us", "p99_us"} over the
-//!     measured window only.
+//!     {"conns", "requests", "errors", "rps", "mean_us", "p50_us", "p99_us", "failures"}
+//!     over the measured window only (`failures`: count per `<status> <X-Vis-Egress-Error>
+//!     <first body line>`, at most 20 kinds). With `--failed-latency 1` a request that got an
+//!     error answer counts in the latency samples too (a denial after seconds of waiting is
+//!     latency the client sees) and every request started in the window is timed, also when
+//!     it ends after it; by default only successful requests that end in the window are timed.
 //! bench-ext worker --bin vis-gateway --home H --ext FILE --tool NAME [--n 5000] [--warmup 500]
 //!     Spawns `vis-gateway --home H worker --label bench`, loads FILE, then sends `call_tool`
 //!     requests one at a time over the worker's line protocol and times each request →
@@ -172,6 +176,7 @@ async fn load(o: &HashMap<String, String>) -> Result<()> {
     let conns = num(o, "conns", 1)? as usize;
     let secs = num(o, "secs", 8)?;
     let warm = num(o, "warmup", 2)?;
+    let failed_latency = num(o, "failed-latency", 0)? == 1;
     let start = Instant::now();
     let measure_from = start + Duration::from_secs(warm);
     let deadline = measure_from + Duration::from_secs(secs);
@@ -179,38 +184,64 @@ async fn load(o: &HashMap<String, String>) -> Result<()> {
     for _ in 0..conns {
         let (url, authority, auth) = (url.clone(), authority.clone(), auth.clone());
         tasks.push(tokio::spawn(async move {
-            connection(proxy, url, authority, auth, measure_from, deadline).await
+            let window = Window {
+                measure_from,
+                deadline,
+                failed_latency,
+            };
+            connection(proxy, url, authority, auth, window).await
         }));
     }
     let mut samples = Vec::new();
     let mut errors = 0u64;
+    let mut failures: HashMap<String, u64> = HashMap::new();
     for t in tasks {
-        let (s, e) = t.await?;
+        let (s, e, f) = t.await?;
         samples.extend(s);
         errors += e;
+        for (k, n) in f {
+            if failures.len() < 20 || failures.contains_key(&k) {
+                *failures.entry(k).or_default() += n;
+            }
+        }
     }
     let n = samples.len();
     let (mean, p50, p99, _) = stats(&mut samples);
     println!(
         "{}",
         json!({"conns": conns, "requests": n, "errors": errors, "rps": n as f64 / secs as f64,
-               "mean_us": mean, "p50_us": p50, "p99_us": p99})
+               "mean_us": mean, "p50_us": p50, "p99_us": p99, "failures": failures})
     );
     Ok(())
 }
 
+/// The measured window of a load run.
+#[derive(Clone, Copy)]
+struct Window {
+    measure_from: Instant,
+    deadline: Instant,
+    /// Time requests answered with an error too.
+    failed_latency: bool,
+}
+
 /// One keep-alive connection sending requests back to back until `deadline`; reconnects
-/// after an error (counted). Returns the latencies (ns) of requests started in the window.
+/// after an error (counted). Returns the latencies (ns) of requests started in the window,
+/// the error count and the error answers by kind.
 async fn connection(
     proxy: SocketAddr,
     url: String,
     authority: String,
     auth: String,
-    measure_from: Instant,
-    deadline: Instant,
-) -> (Vec<u64>, u64) {
+    window: Window,
+) -> (Vec<u64>, u64, HashMap<String, u64>) {
+    let Window {
+        measure_from,
+        deadline,
+        failed_latency,
+    } = window;
     let mut samples = Vec::with_capacity(1 << 16);
     let mut errors = 0u64;
+    let mut failures: HashMap<String, u64> = HashMap::new();
     'outer: while Instant::now() < deadline {
         let Ok(stream) = TcpStream::connect(proxy).await else {
             errors += 1;
@@ -239,26 +270,54 @@ async fn connection(
                 errors += 1;
                 continue 'outer;
             }
-            let ok = match send.send_request(req).await {
+            let (ok, why) = match send.send_request(req).await {
                 Ok(resp) => {
                     let status = resp.status();
-                    let body = resp.into_body().collect().await;
-                    status.is_success() && body.is_ok()
+                    let kind = resp
+                        .headers()
+                        .get("x-vis-egress-error")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-")
+                        .to_string();
+                    let body = resp.into_body().collect().await.map(|c| c.to_bytes());
+                    let first: String = body
+                        .as_ref()
+                        .map(|b| {
+                            let text = String::from_utf8_lossy(b);
+                            text.lines()
+                                .next()
+                                .unwrap_or("")
+                                .chars()
+                                .take(160)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let ok = status.is_success() && body.is_ok();
+                    (ok, format!("{} {kind} {first}", status.as_u16()))
                 }
-                Err(_) => false,
+                Err(e) => (false, format!("transport {e}")),
             };
             let done = Instant::now();
+            // With --failed-latency every request started in the window counts, however
+            // it ended and even when it ended after the window (a stalled request).
+            let counted = now >= measure_from && (done <= deadline || failed_latency);
             if !ok {
                 errors += 1;
+                if counted {
+                    *failures.entry(why).or_default() += 1;
+                    if failed_latency {
+                        samples.push((done - now).as_nanos() as u64);
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 continue 'outer;
             }
-            if now >= measure_from && done <= deadline {
+            if counted {
                 samples.push((done - now).as_nanos() as u64);
             }
         }
     }
-    (samples, errors)
+    (samples, errors, failures)
 }
 
 // -- worker round trips ---------------------------------------------------------------
@@ -285,8 +344,14 @@ impl Worker {
             match v["t"].as_str() {
                 Some("response") if v["id"] == id => return Ok(v),
                 Some("door") => {
+                    // `register` always asks for the environment: nothing resolves.
+                    let value = if v["op"] == "declare_env" {
+                        json!({})
+                    } else {
+                        Value::Null
+                    };
                     let reply =
-                        json!({"t": "door_reply", "id": v["id"], "ok": true, "value": null});
+                        json!({"t": "door_reply", "id": v["id"], "ok": true, "value": value});
                     writeln!(self.stdin, "{reply}")?;
                     self.stdin.flush()?;
                 }

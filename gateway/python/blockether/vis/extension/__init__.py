@@ -43,6 +43,7 @@ from ._forms import (
     select,
     slider,
 )
+from . import _legacy
 from ._host import forget, host_env, log, notify, reveal, state
 from ._live import (
     Interrupted,
@@ -87,3 +88,10 @@ __all__ = [
     "register_extension", "reveal", "row", "select", "shell", "slider", "stat", "state",
     "status", "steps", "strings_of", "table", "table_column", "table_row",
 ]
+
+
+def __getattr__(name):
+    # The older API's lowercase builders are not provided (E1): say what replaces them.
+    if name in _legacy.PORTS:
+        raise _legacy.attribute_error(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,8 +52,12 @@ op                          payload                                         retu
 ``live``                    ``envelope: dict`` (``op``: open|patch|state|   ``dict``
                             close, see ``_live``)
 ``activity``                ``presentation: dict`` (wire form)              truthy when shown
-``declare_env``             ``names: list[str]``                            ``{name: value}`` for the
-                                                                            names that resolved
+``declare_env``             ``names: list[str]`` (may be empty)             ``{name: value}``: the
+                                                                            declared names that
+                                                                            resolved, plus the names
+                                                                            the project defines
+                                                                            (``environment:``,
+                                                                            ``.env``, ``.env.local``)
 ==========================  ==============================================  =========================
 
 Shell ``opts``: ``op`` is ``run`` (default) or ``background`` with ``command``
@@ -82,6 +86,8 @@ class Bridge(typing.Protocol):
     def call(self, op: str, payload: dict) -> typing.Any: ...
 
 _OWNER = contextvars.ContextVar("vis_extension_owner", default=None)
+# Which registration's environment ``os.environ`` shows (the entry file); see ``_environ``.
+_ENV_KEY = contextvars.ContextVar("vis_extension_env_key", default=None)
 
 SHELL_KEYS = ("stage", "id", "cwd", "command", "status", "pid", "exit", "duration_ms",
               "uptime_ms", "started_at", "finished_at", "log_path", "cpu_ms", "cpu_percent",
@@ -108,18 +114,40 @@ def current_extension():
     return _OWNER.get()
 
 
+def current_env_key():
+    """The registration whose environment ``os.environ`` shows (``None``: the base one)."""
+    return _ENV_KEY.get()
+
+
 @contextlib.contextmanager
-def acting_for(extension_name):
-    """Attribute host calls inside the block to ``extension_name``."""
+def acting_for(extension_name, env_key=None):
+    """Attribute host calls inside the block to ``extension_name``; ``os.environ`` shows the
+    environment of the registration ``env_key`` (its entry file) when the worker keeps one
+    per extension."""
     token = _OWNER.set(extension_name)
+    env_token = _ENV_KEY.set(env_key)
     try:
         yield
     finally:
+        _ENV_KEY.reset(env_token)
         _OWNER.reset(token)
 
 
-def set_owner(extension_name) -> None:
+def set_owner(extension_name, env_key=None) -> None:
     _OWNER.set(extension_name)
+    _ENV_KEY.set(env_key)
+
+
+def install_env(env_key, values: dict) -> None:
+    """Make ``values`` visible in ``os.environ`` for the registration ``env_key``. A worker
+    that hosts several extensions replaces ``os.environ`` with a per-extension view
+    (``_environ.OwnerEnviron``); otherwise the values go into ``os.environ`` itself."""
+    environ = os.environ
+    install = getattr(environ, "install", None)
+    if callable(install):
+        install(env_key, values)
+    else:
+        environ.update(values)
 
 
 def call(op: str, payload: dict):
@@ -256,10 +284,12 @@ def host_env(name, default=None):
 
 
 def declare_env(names) -> dict:
+    """Resolve the declared ``names``; the host also answers the names the project defines
+    itself (they need no declaration). Only string values are kept."""
     resolved = call("declare_env", {"names": list(names)})
     if not isinstance(resolved, dict):
         raise TypeError("the host's declare_env answer must be a dict of name -> value")
-    return {k: v for k, v in resolved.items() if k in names and isinstance(v, str)}
+    return {k: v for k, v in resolved.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 # -- secrets -------------------------------------------------------------------

@@ -82,16 +82,20 @@ def jailed_shell_session(opts) -> Shell:
 
 
 def _path(value) -> str:
+    """An absolute path: a relative one is taken from the worker's working directory (the
+    session's workspace in a session worker), as ordinary ``open()`` would."""
     path = os.fspath(value)
     if not isinstance(path, str):
         raise TypeError("vis.fs paths must be strings or os.PathLike of str")
     if not path:
         raise ValueError("vis.fs paths must not be empty")
-    return path
+    return os.path.abspath(path)
 
 
 class _Fs:
-    """``vis.fs``: filesystem operations with the extension's permissions."""
+    """``vis.fs``: filesystem operations with the extension's permissions (any path the
+    gateway's user may touch, like ordinary ``open()``); the session's ``fs_access`` gates
+    are consulted when a session is being served."""
 
     __slots__ = ()
 

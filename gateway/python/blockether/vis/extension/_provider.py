@@ -24,23 +24,61 @@ LIMIT_PRECISIONS = ("exact", "estimate", "derived", "unknown")
 LIMIT_SOURCES = ("provider-api", "derived", "static", "local")
 WINDOW_KINDS = ("calendar", "rolling", "lifetime")
 WINDOW_UNITS = ("minute", "hour", "day", "week", "month", "year")
+# The dialects this gateway drives natively; the others are known names it refuses at load.
+GATEWAY_DIALECTS = ("anthropic-messages", "openai-chat")
+API_STYLES = tuple(name for names in _DIALECTS.values() for name in names)
 
 
 def dialect_of(api_style: str) -> str:
-    """Canonical wire dialect for an ``api_style`` name (``_``/``-`` forgiving)."""
-    key = str(api_style).strip().lower().replace("_", "-")
+    """Canonical wire dialect for an ``api_style`` name (``_`` and ``-`` are the same; the
+    names are lower case, exactly as listed)."""
+    key = api_style.strip().replace("_", "-") if isinstance(api_style, str) else None
     for dialect, names in _DIALECTS.items():
         if key in names:
             return dialect
-    raise ValueError(f"provider api_style names no wire dialect: {api_style!r}")
+    raise ValueError(f"provider api_style names no wire dialect: {api_style!r}; accepted: "
+                     f"{', '.join(API_STYLES)}")
+
+
+def gateway_dialect_error(owner: str, api_style):
+    """A message when ``api_style`` names a dialect this gateway cannot drive, else None."""
+    if api_style is None:
+        return None
+    dialect = dialect_of(api_style)
+    if dialect in GATEWAY_DIALECTS:
+        return None
+    accepted = [n for d in GATEWAY_DIALECTS for n in _DIALECTS[d]]
+    return (f"{owner} api_style {api_style!r} names the {dialect} dialect, which this gateway "
+            f"does not drive; accepted: {', '.join(accepted)}")
+
+
+def _portable(value, where: str):
+    """Refuse what JSON cannot carry exactly: non-string keys, NaN and infinities, objects."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{where} must be portable JSON data: {value!r} is not a finite "
+                            f"number")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _portable(item, f"{where}[{i}]")
+        return
+    if isinstance(value, (dict, MappingProxyType)):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where} must be portable JSON data: key {key!r} is not a "
+                                f"string")
+            _portable(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(f"{where} must be portable JSON data: {type(value).__name__} is not "
+                    f"JSON")
 
 
 def _freeze(value, where: str):
     """Portable JSON data, frozen (dicts become read-only mappings, lists tuples)."""
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{where} must be portable JSON data: {exc}") from None
+    _portable(value, where)
 
     def freeze(v):
         if isinstance(v, dict):
@@ -86,22 +124,45 @@ def _headers(owner: str, value):
     return MappingProxyType(dict(value))
 
 
+def _check_extra(owner: str, record, extra):
+    """``extra`` is a string-keyed JSON dict whose keys do not shadow declared fields
+    (``-`` and ``_`` are the same); it is merged into the wire form."""
+    if extra is None:
+        return None
+    if not isinstance(extra, dict):
+        raise TypeError(f"{owner} extra must be a dict")
+    declared = {f.name for f in fields(record)}
+    for key in extra:
+        if not isinstance(key, str):
+            raise TypeError(f"{owner} extra key {key!r} must be a string")
+        if key.replace("-", "_") in declared:
+            raise ValueError(f"{owner} extra key {key!r} shadows a declared field")
+    return _freeze(extra, f"{owner} extra")
+
+
 class _Record:
-    """Wire form: every non-None field, frozen containers thawed."""
+    """Wire form: every non-None field, frozen containers thawed; ``extra`` is merged into
+    the top level, and a ``False`` ``is_hidden`` is left out."""
 
     __slots__ = ()
 
     def to_wire(self) -> dict:
         out = {}
+        extra = None
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or (f.name == "is_hidden" and value is False):
+                continue
+            if f.name == "extra":
+                extra = _thaw(value)
                 continue
             if isinstance(value, _Record):
                 value = value.to_wire()
             elif isinstance(value, tuple) and value and isinstance(value[0], _Record):
                 value = [v.to_wire() for v in value]
             out[f.name] = _thaw(value)
+        if extra:
+            out.update(extra)
         return out
 
 
@@ -134,14 +195,7 @@ class ProviderPreset(_Record):
             object.__setattr__(self, "extra_body", _freeze(self.extra_body, f"{owner} extra_body"))
         if type(self.is_hidden) is not bool:
             raise TypeError(f"{owner} is_hidden must be a bool")
-        if self.extra is not None:
-            if not isinstance(self.extra, dict):
-                raise TypeError(f"{owner} extra must be a dict")
-            declared = {f.name for f in fields(self)}
-            for key in self.extra:
-                if str(key).replace("-", "_") in declared:
-                    raise ValueError(f"{owner} extra key {key!r} shadows a declared field")
-            object.__setattr__(self, "extra", _freeze(self.extra, f"{owner} extra"))
+        object.__setattr__(self, "extra", _check_extra(owner, self, self.extra))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +238,7 @@ class ProviderStatus(_Record):
             raise TypeError("vis.ProviderStatus is_authenticated must be a bool")
         _opt_str("vis.ProviderStatus", self, "error", "source", "provider_id", "status",
                  "base_url", "label", "config_path")
-        if self.extra is not None:
-            object.__setattr__(self, "extra", _freeze(self.extra, "vis.ProviderStatus extra"))
+        object.__setattr__(self, "extra", _check_extra("vis.ProviderStatus", self, self.extra))
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +258,7 @@ class ProviderModel(_Record):
         for key in ("is_tool_call", "is_image_input"):
             if getattr(self, key) is not None and type(getattr(self, key)) is not bool:
                 raise TypeError(f"vis.ProviderModel {key} must be a bool")
-        if self.extra is not None:
-            object.__setattr__(self, "extra", _freeze(self.extra, "vis.ProviderModel extra"))
+        object.__setattr__(self, "extra", _check_extra("vis.ProviderModel", self, self.extra))
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,14 +276,18 @@ class ProviderError(_Record):
 
 @dataclass(frozen=True, slots=True)
 class ProviderLimitWindow(_Record):
+    """The period a limit counts over: ``kind`` calendar, rolling or lifetime; ``unit``
+    (optional: a lifetime window has none) minute … year; ``size`` units long."""
+
     kind: str
-    unit: str
+    unit: str | None = None
     size: int = 1
     resets_at_ms: int | None = None
 
     def __post_init__(self):
         _one_of("vis.ProviderLimitWindow", "kind", self.kind, WINDOW_KINDS)
-        _one_of("vis.ProviderLimitWindow", "unit", self.unit, WINDOW_UNITS)
+        if self.unit is not None:
+            _one_of("vis.ProviderLimitWindow", "unit", self.unit, WINDOW_UNITS)
         if type(self.size) is not int or self.size < 1:
             raise ValueError("vis.ProviderLimitWindow size must be an int >= 1")
         if self.resets_at_ms is not None and type(self.resets_at_ms) is not int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import os
 import sys
 
 from . import _host
@@ -37,11 +36,12 @@ def register(extension) -> None:
         raise ValueError(_TWICE.format(prev=previous.name))
     for symbol in extension.symbols:  # build every spec once more; any failure aborts
         symbol.spec
-    if extension.env:
-        resolved = _host.declare_env(extension.env)
-        os.environ.update(resolved)
+    # Inside the gateway the host is always asked: besides the declared names it answers the
+    # names the project defines itself, which need no declaration.
+    if extension.env or _host.get_bridge() is not None:
+        _host.install_env(key, _host.declare_env(extension.env))
     _REGISTERED[key] = extension
-    _host.set_owner(extension.name)
+    _host.set_owner(extension.name, key)
 
 
 register_extension = register

@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import enum
 import json
+import math
 import re
 import traceback
 
@@ -63,7 +64,7 @@ def slash_result(value, extension_name: str) -> dict:
         if isinstance(value.get("body"), str):
             out["body"] = value["body"]
         if value.get("data") is not None:
-            out["data"] = value["data"]
+            out["data"] = to_portable(value["data"], _where="the slash command's data")
         return out
     if value is None:
         return {"status": "ok", "title": f"{extension_name}: done"}
@@ -108,21 +109,31 @@ def doc(extensions, name_or_hit) -> str:
 
 # -- crossing the worker boundary (§4, §10.3) ---------------------------------------------
 
-def to_portable(value, _path=()):
-    """A tool result as JSON data; objects become ``__vis_object__`` records."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+def _not_finite(value, where: str) -> ValueError:
+    return ValueError(f"{where} is {value!r}, which JSON cannot carry (no NaN or infinity); "
+                      f"return None, a string or a finite number instead")
+
+
+def to_portable(value, _path=(), _where="the result"):
+    """A tool result as JSON data; objects become ``__vis_object__`` records. A NaN or an
+    infinity is refused, naming where it is (``the result['stats'][0]``)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _not_finite(value, _where)
         return value
     if isinstance(value, enum.Enum):
-        return to_portable(value.value, _path)
+        return to_portable(value.value, _path, _where)
     if isinstance(value, (bytes, bytearray)):
         return {"__vis_bytes__": base64.b64encode(bytes(value)).decode("ascii")}
     if any(value is seen for seen in _path):
         raise ValueError("a tool result refers to itself; results must be trees of data")
     path = _path + (value,)
     if isinstance(value, dict):
-        return {str(k): to_portable(v, path) for k, v in value.items()}
+        return {str(k): to_portable(v, path, f"{_where}[{k!r}]") for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_portable(v, path) for v in value]
+        return [to_portable(v, path, f"{_where}[{i}]") for i, v in enumerate(value)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         attrs = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
                  if not f.name.startswith("_")}
@@ -133,7 +144,26 @@ def to_portable(value, _path=()):
         raise TypeError(f"a tool result of type {type(value).__name__} cannot cross to the "
                         f"sandbox; return data, a dataclass or a plain object")
     return {"__vis_object__": type(value).__name__,
-            "__vis_attrs__": {k: to_portable(v, path) for k, v in attrs.items()}}
+            "__vis_attrs__": {k: to_portable(v, path, f"{_where}.{k}")
+                              for k, v in attrs.items()}}
+
+
+def find_not_finite(value, where: str = "the result"):
+    """The first NaN or infinity in plain JSON-like data, as a ``ValueError`` naming where
+    it is, or ``None``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return _not_finite(value, where)
+    if isinstance(value, dict):
+        items = ((f"{where}[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for inner, item in items:
+        found = find_not_finite(item, inner)
+        if found is not None:
+            return found
+    return None
 
 
 class Sealer:

@@ -1,0 +1,130 @@
+//! Filter workers: every extension file that declares network filters gets a worker process
+//! of its own, with its filter lanes (`lane.rs`), loaded with exactly that file.
+//!
+//! Why not the registration worker: a filter that hangs holds its worker until the deadline
+//! kills it, and calls into one extension are serialized. With all filters in one process,
+//! an unrelated request whose filter belongs to another extension (or another project)
+//! waited behind the hang and was then failed by the kill. Here a stalled extension delays
+//! only requests that its own filters must decide; the calls that merely waited behind the
+//! killed one run again on the fresh worker (`WorkerClient::filter`).
+//!
+//! A worker is keyed by (entry file, frozen import root): the import root's name is the hash
+//! of the admitted code, so a reload that changes the file gets a new worker and one that
+//! keeps the last good version keeps the old one. Workers of files no scope uses any more are
+//! dropped with the last filter list that holds them (dropping a `WorkerClient` kills its
+//! process). Workers start on their first call.
+
+use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
+use super::{Entry, Inner};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+type Key = (PathBuf, Option<PathBuf>);
+
+/// The filter workers of a host, by (file, import root).
+#[derive(Default)]
+pub(super) struct FilterWorkers {
+    map: parking_lot::Mutex<HashMap<Key, (String, Arc<WorkerClient>)>>,
+}
+
+impl FilterWorkers {
+    /// The worker for `entry` (created, not started, when new).
+    pub(super) fn client_for(
+        &self,
+        host: &Weak<Inner>,
+        entry: &Entry,
+    ) -> Option<Arc<WorkerClient>> {
+        let key = (entry.file.clone(), entry.import_root.clone());
+        let mut map = self.map.lock();
+        if let Some((_, c)) = map.get(&key) {
+            return Some(c.clone());
+        }
+        let inner = host.upgrade()?;
+        let project = entry.scope.project_root().map(Path::to_path_buf);
+        let spec = WorkerSpec {
+            exe: inner.cfg.worker_exe.clone(),
+            home: inner.cfg.home.clone(),
+            label: format!("filter:{}", entry.catalog.name),
+            cwd: Some(project.clone().unwrap_or_else(|| inner.cfg.home.clone())),
+            load_timeout: inner.cfg.load_timeout,
+            filter_lane: true,
+            log: inner.log.clone(),
+        };
+        let ctx = CallCtx {
+            project_root: project,
+            ..CallCtx::default()
+        };
+        let owner = Arc::new(FilterOwner {
+            host: host.clone(),
+            preload: Preload {
+                ctx: ctx.clone(),
+                file: entry.file.clone(),
+                source: entry.source.clone(),
+                import_root: entry.import_root.clone(),
+            },
+        });
+        let client = Arc::new(WorkerClient::new(spec, ctx, owner));
+        map.insert(key, (entry.catalog.name.clone(), client.clone()));
+        Some(client)
+    }
+
+    /// Forgets the workers of files not in `keep` (they end when their last user drops them).
+    pub(super) fn retain(&self, keep: &[Key]) {
+        self.map.lock().retain(|k, _| keep.contains(k));
+    }
+
+    /// Every filter worker client (shutdown).
+    pub(super) fn all(&self) -> Vec<Arc<WorkerClient>> {
+        self.map.lock().values().map(|(_, c)| c.clone()).collect()
+    }
+
+    /// The running filter worker of an extension, by name (tests).
+    #[cfg(test)]
+    pub(super) fn pid_of(&self, extension: &str) -> Option<u32> {
+        let map = self.map.lock();
+        map.values()
+            .filter(|(name, _)| name == extension)
+            .find_map(|(_, c)| c.running().and_then(|r| r.pid()))
+    }
+
+    /// How many filter workers are known (tests).
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+}
+
+pub(super) fn key_of(entry: &Entry) -> Key {
+    (entry.file.clone(), entry.import_root.clone())
+}
+
+/// A filter worker loads its one file, as admitted by the load that built the filter list.
+struct FilterOwner {
+    host: Weak<Inner>,
+    preload: Preload,
+}
+
+#[async_trait]
+impl WorkerOwner for FilterOwner {
+    fn preload(&self) -> (u64, Vec<Preload>) {
+        (0, vec![self.preload.clone()])
+    }
+    fn generation(&self) -> Option<u64> {
+        None
+    }
+    async fn door(
+        &self,
+        worker: Arc<client::Running>,
+        ctx: CallCtx,
+        op: String,
+        payload: Value,
+    ) -> Result<Value, client::DoorError> {
+        match self.host.upgrade() {
+            Some(h) => super::doors::answer(&h, worker, ctx, &op, payload).await,
+            None => Err(client::DoorError::new("the gateway is shutting down")),
+        }
+    }
+}
