@@ -1278,3 +1278,52 @@ async fn a_project_filter_applies_from_the_first_request_and_only_to_its_own_pro
         "only B's request reached the origin"
     );
 }
+
+/// In the default sandbox mode a Symbol called from a `python_execution` block presents on
+/// that block's card: `publish_activity` inside it is shown (an `activity` update carrying the
+/// block's id) and the block's stored output carries the last presentation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_symbol_called_from_a_block_presents_on_the_blocks_card() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "checker.py", CHECKER);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    llm.push(Script::tool_call(
+        "python_execution",
+        json!({"code": "print(await check(['a.py', 'b.py']))"}),
+    ));
+    llm.push(Script::text(&["Checked."]));
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, last) = gw.run_turn(&sid, "check my files").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let started = evs.iter().find(|e| e.event == "block.started").unwrap();
+    assert_eq!(started.data["display_language"], "python");
+    let block_id = started.data["block_id"].clone();
+    let update = evs
+        .iter()
+        .find(|e| e.event == "activity" && e.data.get("presentation").is_some())
+        .unwrap_or_else(|| panic!("no activity update: {:?}", ev_types(&evs)));
+    assert_eq!(update.data["block_id"], block_id, "{}", update.data);
+    assert_eq!(update.data["result_summary"], "Checking");
+    let nested = evs
+        .iter()
+        .find(|e| e.event == "activity" && e.data["op"] == "check")
+        .unwrap_or_else(|| panic!("the nested call is shown: {:?}", ev_types(&evs)));
+    assert_eq!(nested.data["block_id"], block_id);
+    let out = first_output(&evs);
+    assert_eq!(out["block_id"], block_id);
+    assert!(
+        out["result"]
+            .as_str()
+            .unwrap_or("")
+            .contains("['a.py', 'b.py']"),
+        "publish_activity was shown inside the block: {out}"
+    );
+    assert!(out["result_summary"].is_string(), "{out}");
+    // The stored transcript carries the same card.
+    gw.wait_idle(&sid).await;
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    let form = &tr["turns"][0]["iterations"][0]["forms"][0];
+    assert_eq!(form["block_id"], block_id, "{tr}");
+    assert_eq!(form["result_summary"], out["result_summary"], "{tr}");
+}

@@ -265,10 +265,12 @@ fn function(server: &str, tool: &rmcp::model::Tool) -> Result<McpFn, String> {
     let props = match schema.get("properties") {
         None => Map::new(),
         Some(Value::Object(p)) => p.clone(),
-        Some(other) => return Err(format!(
+        Some(other) => {
+            return Err(format!(
             "the tool {} has an invalid input schema: `properties` must be an object, got {other}",
             tool.name
-        )),
+        ))
+        }
     };
     if let Some(t) = schema.get("type") {
         if t != "object" {
