@@ -506,3 +506,60 @@ async fn httpx_without_socksio_works_in_a_child() {
     assert!(out.ok(), "{out:?}");
     assert_eq!(out.stdout.trim(), "200", "{out:?}");
 }
+
+/// npm under interception with a `cafile` of its own (a project `.npmrc` naming another CA)
+/// completes the TLS handshake with the interception certificate: the child's
+/// `NPM_CONFIG_CAFILE` names the gateway's bundle, and npm's environment configuration sits
+/// above a `.npmrc`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npm_with_its_own_cafile_trusts_the_interception_certificate() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, leaf, key) = test_pki(pki.path());
+    let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
+    let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
+                        "rules": [{"host": "localhost", "access": "read-only"}]});
+    let gw = start_with_network(
+        policy,
+        Opts::default().env("VIS_SYSTEM_CA_CERT", ca.to_str().unwrap()),
+    )
+    .await;
+    // The project's npm config trusts only the operator CA, not the gateway's.
+    std::fs::write(
+        gw.dirs.root().join(".npmrc"),
+        format!("cafile={}\nupdate-notifier=false\n", ca.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        gw.dirs.root().join("package.json"),
+        "{\"name\": \"p\", \"version\": \"1.0.0\"}\n",
+    )
+    .unwrap();
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let registry = format!("https://localhost:{}/", tls.port);
+    let ran = gw
+        .exec(
+            &sid,
+            &[
+                "npm",
+                "view",
+                "some-package",
+                "--registry",
+                &registry,
+                "--json",
+                "--fetch-retries=0",
+            ],
+        )
+        .await;
+    let all = format!("{}{}", ran.stdout, ran.stderr);
+    assert!(
+        !all.contains("SELF_SIGNED_CERT_IN_CHAIN") && !all.contains("UNABLE_TO_VERIFY"),
+        "{ran:?}"
+    );
+    let decisions = gw.wait_egress(&sid, 1).await;
+    assert!(
+        decisions.iter().any(|d| d["is_intercepted"] == json!(true)
+            && d["decision"] == "allow"
+            && d["method"] == "GET"),
+        "npm's request went through the interception: {decisions:?}"
+    );
+}
