@@ -2,6 +2,7 @@
 //! (decision P10) and a proxy token that attributes its traffic to the session (P2); the
 //! proxy reports each decision into the session's stream (G4).
 
+pub mod aggregate;
 pub mod credentials;
 pub mod env;
 pub mod jail;
@@ -56,12 +57,11 @@ impl Sandbox {
             .with_env_extra_roots()
             .await
             .context("VIS_SYSTEM_CA_CERT")?;
-        let svc = Services::new(
-            Arc::new(tokens::TokenLookup(tokens.clone())),
-            Arc::new(sink::EgressSink { bus }),
-        )
-        .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())))
-        .with_filters(filters);
+        let egress = sink::EgressSink::new(bus);
+        egress.spawn_flusher();
+        let svc = Services::new(Arc::new(tokens::TokenLookup(tokens.clone())), egress)
+            .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())))
+            .with_filters(filters);
         let proxy = Proxy::start(cfg, svc)
             .await
             .context("cannot start the egress proxy")?;
