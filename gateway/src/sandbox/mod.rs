@@ -57,6 +57,8 @@ impl Sandbox {
             .with_env_extra_roots()
             .await
             .context("VIS_SYSTEM_CA_CERT")?;
+        let forget = routes.clone();
+        tokens.on_revoke(Box::new(move |sid| forget.forget(sid)));
         let egress = sink::EgressSink::new(bus);
         egress.spawn_flusher();
         let svc = Services::new(Arc::new(tokens::TokenLookup(tokens.clone())), egress)
@@ -102,7 +104,7 @@ impl Sandbox {
     pub fn child_env(&self, sid: &str, root: &Path, cfg: &Config) -> BTreeMap<String, String> {
         let token = self.token(sid, root, cfg);
         let mut project = env::project_env(root, &cfg.environment);
-        project.extend(self.routes.child_vars(self.port(), &token));
+        project.extend(self.routes.child_vars(sid, self.port(), &token));
         let proxy = env::ProxyEnv {
             port: self.port(),
             token,

@@ -267,7 +267,13 @@ pub(crate) async fn forward(
     let creds = shared.svc.credentials.credentials(&job.principal);
     let mut provider = None;
     if !creds.is_empty() {
-        match crate::credentials::apply(&creds, &base.host, &mut parts.headers, &mut path) {
+        match crate::credentials::apply(
+            &creds,
+            &base.host,
+            job.route.as_deref(),
+            &mut parts.headers,
+            &mut path,
+        ) {
             Ok(p) => provider = p,
             Err(d) => return deny(&shared, &job, d.with_rule(allowed.rule_host.clone())),
         }
