@@ -70,7 +70,9 @@ async fn phantom_keys_keep_their_prefix_are_per_session_and_open_only_their_own_
     assert!(wrong.ok(), "{wrong:?}");
     assert!(wrong.stdout.starts_with("403"), "{wrong:?}");
     assert!(
-        wrong.stdout.contains("not allowed on the anthropic provider route"),
+        wrong
+            .stdout
+            .contains("not allowed on the anthropic provider route"),
         "{wrong:?}"
     );
     assert!(llm.requests().is_empty(), "{:?}", llm.requests());
@@ -101,7 +103,9 @@ async fn phantom_keys_keep_their_prefix_are_per_session_and_open_only_their_own_
 
     // The session's own Anthropic phantom reaches the provider as the real key.
     let n = llm.requests().len();
-    let right = gw.exec(&a, &[&py, "-c", SEND_PY, "ANTHROPIC_API_KEY"]).await;
+    let right = gw
+        .exec(&a, &[&py, "-c", SEND_PY, "ANTHROPIC_API_KEY"])
+        .await;
     assert!(right.ok(), "{right:?}");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), n + 1, "{reqs:?} {right:?}");
