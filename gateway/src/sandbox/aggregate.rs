@@ -78,7 +78,7 @@ pub fn foldable(d: &Decision) -> bool {
 /// A bucket: still counting single records, or folding.
 enum Slot {
     Singles(u32),
-    Folding(Bucket),
+    Folding(Box<Bucket>),
 }
 
 /// Buckets of every session.
@@ -162,7 +162,7 @@ impl Buckets {
         self.by_session
             .entry(sid.to_string())
             .or_default()
-            .insert(key, Slot::Folding(b));
+            .insert(key, Slot::Folding(Box::new(b)));
     }
 
     /// Buckets changed since the last call (marked clean), and buckets of minutes before
@@ -174,7 +174,7 @@ impl Buckets {
                 if let Slot::Folding(b) = slot {
                     if b.dirty {
                         b.dirty = false;
-                        out.push((sid.clone(), b.clone()));
+                        out.push((sid.clone(), Bucket::clone(b)));
                         return true;
                     }
                 }
