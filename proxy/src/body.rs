@@ -105,29 +105,23 @@ where
     UnsyncBoxBody::new(Metered::new(inner, counter, record))
 }
 
-/// A client's request body with an inactivity limit: nothing for `idle` ends it with an
-/// error (and sets `stalled`), so a client that declares a body and then drips or sends
+/// A client's request body with an inactivity limit: nothing for `idle` ends it with a
+/// [`BodyStalled`] error (the send fails with a 408), so a client that declares a body and then drips or sends
 /// nothing cannot hold a connection and its upstream forever. A live body pays no timer:
 /// the timer is armed only while the body has nothing ready.
 pub struct Paced<B> {
     inner: B,
     idle: std::time::Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    stalled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<B> Paced<B> {
     /// Wrap `inner`.
-    pub fn new(
-        inner: B,
-        idle: std::time::Duration,
-        stalled: Arc<std::sync::atomic::AtomicBool>,
-    ) -> Self {
+    pub fn new(inner: B, idle: std::time::Duration) -> Self {
         Paced {
             inner,
             idle,
             timer: None,
-            stalled,
         }
     }
 }
@@ -168,10 +162,7 @@ where
                     .timer
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
                 match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => {
-                        this.stalled.store(true, Ordering::Relaxed);
-                        Poll::Ready(Some(Err(Box::new(BodyStalled(idle)))))
-                    }
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyStalled(idle))))),
                     Poll::Pending => Poll::Pending,
                 }
             }

@@ -163,7 +163,10 @@ impl Denial {
     pub fn upstream(class: DenyClass, message: impl std::fmt::Display) -> Self {
         Denial {
             class,
-            reason: format!("upstream error: {message}"),
+            reason: match class {
+                DenyClass::BodyTimeout => format!("request body timed out: {message}"),
+                _ => format!("upstream error: {message}"),
+            },
             decider: DeciderKind::Default,
             rule_host: None,
             filter: None,
@@ -174,16 +177,6 @@ impl Denial {
         Denial {
             class: DenyClass::Unresolvable,
             reason: format!("cannot resolve host: {host}"),
-            decider: DeciderKind::Default,
-            rule_host: None,
-            filter: None,
-        }
-    }
-    /// The client's request body stalled.
-    pub fn body_timeout(why: impl std::fmt::Display) -> Self {
-        Denial {
-            class: DenyClass::BodyTimeout,
-            reason: format!("request body timed out: {why}"),
             decider: DeciderKind::Default,
             rule_host: None,
             filter: None,

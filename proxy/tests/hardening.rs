@@ -342,6 +342,12 @@ async fn a_request_body_that_stalls_is_cut_with_a_408_and_recorded() {
         .await
         .unwrap();
     assert_eq!(d.error_kind.as_deref(), Some("request-body-timeout"));
+    assert!(
+        d.reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("request body timed out")),
+        "{d:?}"
+    );
 
     // a chunk that claims 2^64 - 1 bytes and never sends them
     let mut s = TcpStream::connect(("127.0.0.1", h.port())).await.unwrap();

@@ -378,7 +378,6 @@ pub(crate) async fn forward(
     );
     let record = record.with_provider(provider);
     record.keep(Box::new(slot));
-    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     strip_hop_by_hop(&mut parts.headers);
     parts.uri = uri;
     parts.version = Version::HTTP_11;
@@ -390,7 +389,7 @@ pub(crate) async fn forward(
             body::full(b)
         }
         (None, Some(incoming)) => body::metered(
-            body::Paced::new(incoming, shared.cfg.body_idle_timeout, stalled.clone()),
+            body::Paced::new(incoming, shared.cfg.body_idle_timeout),
             record.up.clone(),
             None,
         ),
@@ -445,15 +444,7 @@ pub(crate) async fn forward(
     let mut resp = match sent {
         Ok(r) => r,
         Err(d) => {
-            // a request body that stalled is the client's failure, not the upstream's
-            let d = if stalled.load(std::sync::atomic::Ordering::Relaxed) {
-                Denial::body_timeout(format!(
-                    "nothing arrived for {} s",
-                    shared.cfg.body_idle_timeout.as_secs()
-                ))
-            } else {
-                d
-            };
+            // (a stalled request body comes back as a `BodyTimeout`: 408)
             record.fail_with(&d);
             return d.to_response();
         }
