@@ -76,7 +76,7 @@
 //!   (2001::/32) classified by its client IPv4 as well. Denied-name addresses
 //!   cached 30 s (Q12).
 //! * Upstream failures (Q3): HTTP 502 `upstream error: …` (504 on connect
-//!   timeout, or no response within the idle limit) without an egress kind; SOCKS REP
+//!   timeout) without an egress kind; SOCKS REP
 //!   `05` refused / `04` otherwise. A name that does not resolve is a 502 with kind
 //!   `upstream-dns-failure` (REP `04`), not an SSRF refusal. The record of a request that
 //!   the policy allowed and that then failed is an `allow` with `error_kind` (DNS,
