@@ -38,6 +38,8 @@ pub struct Metered<B> {
     inner: B,
     counter: Arc<AtomicU64>,
     record: Option<AllowRecord>,
+    /// The record was reported as an open flow (or needs no check any more).
+    opened: bool,
 }
 
 impl<B> Metered<B> {
@@ -47,6 +49,7 @@ impl<B> Metered<B> {
             inner,
             counter,
             record,
+            opened: false,
         }
     }
 }
@@ -68,6 +71,15 @@ where
             Poll::Ready(Some(Ok(f))) => {
                 if let Some(d) = f.data_ref() {
                     self.counter.fetch_add(d.len() as u64, Ordering::Relaxed);
+                }
+                // a response that keeps streaming becomes visible while it runs
+                if !self.opened {
+                    if let Some(r) = &self.record {
+                        if r.is_long() {
+                            r.open();
+                            self.opened = true;
+                        }
+                    }
                 }
             }
             Poll::Ready(Some(Err(e))) => {

@@ -82,8 +82,9 @@
 //!   the policy allowed and that then failed is an `allow` with `error_kind` (DNS,
 //!   `upstream-error`, `upstream-no-response`, `upstream-incomplete`,
 //!   `client-tls-rejected`, `request-body-timeout`) and the sentence in `reason`.
-//! * Long-lived flows (opaque CONNECT, SOCKS5, upgraded connections) are reported twice:
-//!   `state: open` when they start, `state: closed` (same `flow`) with bytes at the end.
+//! * Long-lived flows (opaque CONNECT, SOCKS5, upgraded connections, and responses still
+//!   streaming after 1 s) are reported twice: `state: open` when they start (or pass 1 s),
+//!   `state: closed` (same `flow`) with bytes at the end.
 //! * An absolute `https://` URI on the plain lane is refused with 400 (Q4).
 //! * Limits (P9): 10 s first byte and head, 15 s connect, 15 min idle, 5 s
 //!   per filter, 2048 connections overall, established tunnels included, lowered to fit

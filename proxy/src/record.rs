@@ -69,6 +69,10 @@ pub fn emit_denial(sink: &dyn DecisionSink, session: &str, base: &RecordBase, d:
     );
 }
 
+/// A response still streaming after this long is reported as an open flow (a long
+/// download or an event stream is visible while it runs).
+pub const LONG_FLOW: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Proxy-wide flow ids (see [`Decision::flow`]).
 static NEXT_FLOW: AtomicU64 = AtomicU64::new(1);
 
@@ -164,7 +168,12 @@ impl AllowRecord {
         self.awaiting.store(waiting, Ordering::Relaxed);
     }
 
-    /// Report the flow now, as `open` (bytes 0); the record emitted on drop becomes its
+    /// Has the request run longer than [`LONG_FLOW`]?
+    pub fn is_long(&self) -> bool {
+        self.start.elapsed() >= LONG_FLOW
+    }
+
+    /// Report the flow now, as `open` (bytes so far); the record emitted on drop becomes its
     /// `closed` counterpart. For tunnels and upgraded connections, which can run for hours.
     pub fn open(&self) {
         if self.flow.load(Ordering::Relaxed) != 0 {

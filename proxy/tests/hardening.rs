@@ -368,3 +368,40 @@ async fn a_request_body_that_stalls_is_cut_with_a_408_and_recorded() {
         "{status}"
     );
 }
+
+#[tokio::test]
+async fn a_response_still_streaming_after_a_second_is_reported_while_it_runs() {
+    // chunked, one chunk at once, another after 1.3 s, then it never ends
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = l.accept().await else {
+            return;
+        };
+        let _ = read_head(&mut s).await;
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            .await;
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        let _ = s.write_all(b"5\r\nworld\r\n").await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let h = start(Setup::default()).await;
+    let proxy = h.http_proxy();
+    let url = format!("http://origin.test:{port}/events");
+    let download =
+        tokio::spawn(async move { curl(&["--max-time", "4", "--proxy", &proxy, &url]).await });
+    let open = wait_until(&h, |d| d.path.as_deref() == Some("/events"))
+        .await
+        .expect("reported while streaming");
+    assert_eq!(open.state, Some(FlowState::Open));
+    assert!(!download.is_finished());
+    assert!(open.bytes_down >= 10, "{open:?}");
+    let _ = download.await;
+    let closed = wait_until(&h, |d| {
+        d.path.as_deref() == Some("/events") && d.state == Some(FlowState::Closed)
+    })
+    .await
+    .expect("and again when it ends");
+    assert_eq!(closed.flow, open.flow);
+}
