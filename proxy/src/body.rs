@@ -22,6 +22,7 @@ pub fn full(b: impl Into<Bytes>) -> ProxyBody {
         .boxed_unsync()
 }
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct Metered<B> {
     inner: B,
     counter: Arc<AtomicU64>,
     record: Option<AllowRecord>,
+    /// The record was reported as an open flow (or needs no check any more).
+    opened: bool,
 }
 
 impl<B> Metered<B> {
@@ -46,6 +49,7 @@ impl<B> Metered<B> {
             inner,
             counter,
             record,
+            opened: false,
         }
     }
 }
@@ -53,7 +57,7 @@ impl<B> Metered<B> {
 impl<B> Body for Metered<B>
 where
     B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
+    B::Error: Into<BoxError> + std::fmt::Display,
 {
     type Data = Bytes;
     type Error = BoxError;
@@ -68,8 +72,26 @@ where
                 if let Some(d) = f.data_ref() {
                     self.counter.fetch_add(d.len() as u64, Ordering::Relaxed);
                 }
+                // a response that keeps streaming becomes visible while it runs
+                if !self.opened {
+                    if let Some(r) = &self.record {
+                        if r.is_long() {
+                            r.open();
+                            self.opened = true;
+                        }
+                    }
+                }
             }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(r) = self.record.take() {
+                    // the upstream closed (or broke) the response before its end
+                    r.set_failure(
+                        crate::deny::kind::UPSTREAM_INCOMPLETE,
+                        format!("the upstream's response ended before its body was complete: {e}"),
+                    );
+                }
+            }
+            Poll::Ready(None) => {
                 self.record.take();
             }
             Poll::Pending => {}
@@ -90,7 +112,80 @@ where
 pub fn metered<B>(inner: B, counter: Arc<AtomicU64>, record: Option<AllowRecord>) -> ProxyBody
 where
     B: Body<Data = Bytes> + Unpin + Send + 'static,
-    B::Error: Into<BoxError>,
+    B::Error: Into<BoxError> + std::fmt::Display,
 {
     UnsyncBoxBody::new(Metered::new(inner, counter, record))
+}
+
+/// A client's request body with an inactivity limit: nothing for `idle` ends it with a
+/// [`BodyStalled`] error (the send fails with a 408), so a client that declares a body and then drips or sends
+/// nothing cannot hold a connection and its upstream forever. A live body pays no timer:
+/// the timer is armed only while the body has nothing ready.
+pub struct Paced<B> {
+    inner: B,
+    idle: std::time::Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<B> Paced<B> {
+    /// Wrap `inner`.
+    pub fn new(inner: B, idle: std::time::Duration) -> Self {
+        Paced {
+            inner,
+            idle,
+            timer: None,
+        }
+    }
+}
+
+/// The error a stalled request body ends with.
+#[derive(Debug)]
+pub struct BodyStalled(pub std::time::Duration);
+
+impl std::fmt::Display for BodyStalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no request body bytes for {} s", self.0.as_secs())
+    }
+}
+
+impl std::error::Error for BodyStalled {}
+
+impl<B> Body for Paced<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => {
+                this.timer = None;
+                Poll::Ready(r.map(|res| res.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyStalled(idle))))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }

@@ -53,10 +53,14 @@ fn carried_in(cred: &ProviderCredential, headers: &HeaderMap, query: Option<&str
 
 /// Swap phantoms for secrets in place. Returns the provider id that applied,
 /// or the denial when a phantom goes to a foreign host. `path` is the
-/// request target (path + query) sent upstream.
+/// request target (path + query) sent upstream. `route`: the provider route the request
+/// came through; there only that provider's phantom is swapped, and another provider's
+/// phantom is refused even when both providers share a host (the swap is keyed by the
+/// provider, never by the host alone).
 pub fn apply(
     creds: &[ProviderCredential],
     host: &str,
+    route: Option<&str>,
     headers: &mut HeaderMap,
     path: &mut String,
 ) -> Result<Option<String>, Denial> {
@@ -66,7 +70,17 @@ pub fn apply(
         if !carried_in(cred, headers, query.as_deref()) {
             continue;
         }
-        if !cred.covers(host) {
+        if let Some(route) = route.filter(|r| *r != cred.provider) {
+            return Err(Denial::policy(
+                kind::FILTER,
+                format!(
+                    "provider credential for {} not allowed on the {route} provider route",
+                    cred.provider
+                ),
+                DeciderKind::Credential,
+            ));
+        }
+        if route.is_none() && !cred.covers(host) {
             return Err(Denial::policy(
                 kind::FILTER,
                 format!(
@@ -133,7 +147,7 @@ mod tests {
         h.insert("x-api-key", HeaderValue::from_static("sk-phantom123"));
         let mut path = "/v1/models?key=sk-phantom123&x=1".to_string();
         assert_eq!(
-            apply(&[cred()], "api.openai.com", &mut h, &mut path)
+            apply(&[cred()], "api.openai.com", None, &mut h, &mut path)
                 .unwrap()
                 .as_deref(),
             Some("openai")
@@ -151,7 +165,7 @@ mod tests {
             HeaderValue::from_static("Bearer sk-phantom123"),
         );
         let mut path = "/".to_string();
-        let d = apply(&[cred()], "evil.example", &mut h, &mut path).unwrap_err();
+        let d = apply(&[cred()], "evil.example", None, &mut h, &mut path).unwrap_err();
         assert_eq!(
             d.reason,
             "provider credential for openai not allowed for host evil.example"
@@ -160,9 +174,45 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("authorization", HeaderValue::from_static("Bearer mine"));
         assert_eq!(
-            apply(&[cred()], "evil.example", &mut h, &mut path).unwrap(),
+            apply(&[cred()], "evil.example", None, &mut h, &mut path).unwrap(),
             None
         );
         assert_eq!(h["authorization"], "Bearer mine");
+    }
+
+    #[test]
+    fn a_phantom_sent_through_another_providers_route_is_refused_even_on_a_shared_host() {
+        let shared = "llm.local.test";
+        let openai = ProviderCredential {
+            hosts: vec![shared.into()],
+            ..cred()
+        };
+        let anthropic = ProviderCredential {
+            provider: "anthropic".into(),
+            hosts: vec![shared.into()],
+            phantom: "sk-ant-phantom456".into(),
+            secret: "sk-ant-real000".into(),
+            base_url: None,
+        };
+        let creds = [openai, anthropic];
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static("sk-phantom123"));
+        let mut path = "/v1/messages".to_string();
+        let d = apply(&creds, shared, Some("anthropic"), &mut h, &mut path).unwrap_err();
+        assert_eq!(
+            d.reason,
+            "provider credential for openai not allowed on the anthropic provider route"
+        );
+        assert_eq!(h["x-api-key"], "sk-phantom123", "nothing was swapped");
+        // the route's own phantom is swapped
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", HeaderValue::from_static("sk-ant-phantom456"));
+        assert_eq!(
+            apply(&creds, shared, Some("anthropic"), &mut h, &mut path)
+                .unwrap()
+                .as_deref(),
+            Some("anthropic")
+        );
+        assert_eq!(h["x-api-key"], "sk-ant-real000");
     }
 }

@@ -24,6 +24,22 @@ pub mod kind {
     pub const FILTER_ERROR: &str = "filter-error";
     /// Missing or unknown proxy token.
     pub const AUTH: &str = "proxy-auth-required";
+    /// The target name did not resolve (502, not a policy verdict).
+    pub const UPSTREAM_DNS: &str = "upstream-dns-failure";
+
+    // Kinds below appear only in decision records (an allowed request that failed), never
+    // in the `X-Vis-Egress-Error` header.
+
+    /// The upstream refused, was unreachable, or its TLS failed (502/504).
+    pub const UPSTREAM_ERROR: &str = "upstream-error";
+    /// The upstream accepted the request but sent no response.
+    pub const UPSTREAM_NO_RESPONSE: &str = "upstream-no-response";
+    /// The upstream's response ended before its body was complete.
+    pub const UPSTREAM_INCOMPLETE: &str = "upstream-incomplete";
+    /// The client did not accept the interception certificate.
+    pub const CLIENT_TLS_REJECTED: &str = "client-tls-rejected";
+    /// The client's request body stalled or crept below the minimum rate.
+    pub const REQUEST_BODY_TIMEOUT: &str = "request-body-timeout";
 }
 
 /// Reason texts fixed by the spec.
@@ -81,6 +97,10 @@ pub enum DenyClass {
     Overloaded,
     /// 431 — the request head exceeds the header cap.
     HeadTooLarge,
+    /// 502 / REP `04` with kind `upstream-dns-failure` — the name did not resolve.
+    Unresolvable,
+    /// 408 — the request body stalled (reported with kind `request-body-timeout`).
+    BodyTimeout,
 }
 
 /// One refusal: class, sentence and who decided.
@@ -143,7 +163,20 @@ impl Denial {
     pub fn upstream(class: DenyClass, message: impl std::fmt::Display) -> Self {
         Denial {
             class,
-            reason: format!("upstream error: {message}"),
+            reason: match class {
+                DenyClass::BodyTimeout => format!("request body timed out: {message}"),
+                _ => format!("upstream error: {message}"),
+            },
+            decider: DeciderKind::Default,
+            rule_host: None,
+            filter: None,
+        }
+    }
+    /// The target name did not resolve: 502 with its own kind (not an SSRF refusal).
+    pub fn unresolvable(host: &str) -> Self {
+        Denial {
+            class: DenyClass::Unresolvable,
+            reason: format!("cannot resolve host: {host}"),
             decider: DeciderKind::Default,
             rule_host: None,
             filter: None,
@@ -186,8 +219,34 @@ impl Denial {
             DenyClass::Auth => Some(kind::AUTH),
             DenyClass::Policy(k) => Some(k),
             DenyClass::PolicyError => Some(kind::DENYLIST),
+            DenyClass::Unresolvable => Some(kind::UPSTREAM_DNS),
             _ => None,
         }
+    }
+
+    /// The kind a decision record carries: the header's kind, or for a failure after the
+    /// policy allowed the request, what failed.
+    pub fn record_kind(&self) -> Option<&'static str> {
+        self.error_kind().or(match self.class {
+            DenyClass::UpstreamRefused
+            | DenyClass::UpstreamUnreachable
+            | DenyClass::UpstreamTimeout => Some(kind::UPSTREAM_ERROR),
+            DenyClass::BodyTimeout => Some(kind::REQUEST_BODY_TIMEOUT),
+            _ => None,
+        })
+    }
+
+    /// The policy allowed the request and something past it failed (DNS, the upstream, the
+    /// client's body): recorded as `allow` with [`Denial::record_kind`] and the reason.
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self.class,
+            DenyClass::UpstreamRefused
+                | DenyClass::UpstreamUnreachable
+                | DenyClass::UpstreamTimeout
+                | DenyClass::Unresolvable
+                | DenyClass::BodyTimeout
+        )
     }
 
     /// Whether this denial is a policy verdict (reported as `deny`) rather
@@ -205,7 +264,10 @@ impl Denial {
             DenyClass::Auth => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
             DenyClass::Policy(_) | DenyClass::PolicyError => StatusCode::FORBIDDEN,
             DenyClass::BadRequest => StatusCode::BAD_REQUEST,
-            DenyClass::UpstreamRefused | DenyClass::UpstreamUnreachable => StatusCode::BAD_GATEWAY,
+            DenyClass::UpstreamRefused
+            | DenyClass::UpstreamUnreachable
+            | DenyClass::Unresolvable => StatusCode::BAD_GATEWAY,
+            DenyClass::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             DenyClass::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             DenyClass::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             DenyClass::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -220,8 +282,10 @@ impl Denial {
             | DenyClass::PolicyError
             | DenyClass::BadRequest => 0x02,
             DenyClass::UpstreamRefused => 0x05,
-            DenyClass::UpstreamUnreachable | DenyClass::UpstreamTimeout => 0x04,
-            DenyClass::Overloaded | DenyClass::HeadTooLarge => 0x01,
+            DenyClass::UpstreamUnreachable
+            | DenyClass::UpstreamTimeout
+            | DenyClass::Unresolvable => 0x04,
+            DenyClass::Overloaded | DenyClass::HeadTooLarge | DenyClass::BodyTimeout => 0x01,
         }
     }
 
@@ -292,5 +356,23 @@ mod tests {
             Denial::upstream(DenyClass::UpstreamTimeout, "x").socks_reply(),
             4
         );
+        assert_eq!(Denial::unresolvable("x.test").socks_reply(), 4);
+    }
+
+    #[test]
+    fn a_name_that_does_not_resolve_is_a_502_with_its_own_kind_not_an_ssrf_refusal() {
+        let d = Denial::unresolvable("nxdomain.test");
+        let r = d.to_response();
+        assert_eq!(r.status(), 502);
+        assert_eq!(r.headers()["x-vis-egress-error"], "upstream-dns-failure");
+        assert!(d.is_failure() && !d.is_policy());
+        assert_eq!(d.record_kind(), Some("upstream-dns-failure"));
+        let up = Denial::upstream(DenyClass::UpstreamRefused, "refused");
+        assert!(up
+            .to_response()
+            .headers()
+            .get("x-vis-egress-error")
+            .is_none());
+        assert_eq!(up.record_kind(), Some("upstream-error"));
     }
 }

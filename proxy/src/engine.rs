@@ -171,12 +171,27 @@ impl Proxy {
         });
         let (stop, stop_rx) = watch::channel(false);
         let io = crate::io_threads::IoThreads::start(shared.cfg.io_threads, &stop_rx)?;
-        tokio::spawn(crate::listener::serve(
-            listener,
-            shared.clone(),
-            io,
-            stop_rx,
-        ));
+        match io.accept_handle() {
+            Some(handle) => {
+                // the listener moves to the proxy thread's event loop
+                let std_listener = listener.into_std()?;
+                let shared = shared.clone();
+                handle.spawn(async move {
+                    match TcpListener::from_std(std_listener) {
+                        Ok(l) => crate::listener::serve(l, shared, io, stop_rx).await,
+                        Err(e) => tracing::error!(error = %e, "the proxy cannot listen"),
+                    }
+                });
+            }
+            None => {
+                tokio::spawn(crate::listener::serve(
+                    listener,
+                    shared.clone(),
+                    io,
+                    stop_rx,
+                ));
+            }
+        }
         Ok(Proxy { shared, addr, stop })
     }
 

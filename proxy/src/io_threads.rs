@@ -124,6 +124,16 @@ impl IoThreads {
         Ok(IoThreads::Pool(workers))
     }
 
+    /// Where the accept loop runs: the first event-loop thread (so a flood of connections
+    /// to the proxy costs the host's own runtime — the Companion API's — nothing), or the
+    /// caller's runtime when there are no proxy threads.
+    pub(crate) fn accept_handle(&self) -> Option<tokio::runtime::Handle> {
+        match self {
+            IoThreads::Ambient => None,
+            IoThreads::Pool(workers) => workers.first().map(|w| w.handle.clone()),
+        }
+    }
+
     /// Run `conn` for an accepted socket: on the caller's runtime, or on the
     /// least-busy worker (the socket crosses as a `std` socket and is
     /// registered with that worker's event loop before `conn` sees it).

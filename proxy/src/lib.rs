@@ -18,7 +18,8 @@
 //! dial.rs + ssrf.rs  resolve ONCE, classify EVERY answer, return the one address to dial
 //! lanes/http.rs      hyper HTTP/1.1 server, keep-alive, every request decided alone
 //! lanes/connect.rs   CONNECT: decide host+port, SSRF, then opaque or intercept
-//! lanes/intercept.rs TLS server with a minted leaf, h2 + http/1.1 inside
+//! lanes/intercept.rs TLS server with a minted leaf, h2 + http/1.1 inside (or plain
+//!                    HTTP/1.1 when the first bytes are not TLS: prefixed.rs sniffs)
 //! lanes/forward.rs   per-request pipeline shared by plain HTTP and intercepted HTTPS
 //! lanes/socks5.rs    pure wire parsers + the SOCKS5 driver
 //! lanes/provider.rs  /_vis/provider/<id>/<token>/… → the provider's base URL
@@ -75,12 +76,20 @@
 //!   (2001::/32) classified by its client IPv4 as well. Denied-name addresses
 //!   cached 30 s (Q12).
 //! * Upstream failures (Q3): HTTP 502 `upstream error: …` (504 on connect
-//!   timeout) without an egress kind; SOCKS REP `05` refused / `04` otherwise.
-//!   The decision record of such a request is an `allow` whose `reason` holds
-//!   the upstream error.
+//!   timeout) without an egress kind; SOCKS REP
+//!   `05` refused / `04` otherwise. A name that does not resolve is a 502 with kind
+//!   `upstream-dns-failure` (REP `04`), not an SSRF refusal. The record of a request that
+//!   the policy allowed and that then failed is an `allow` with `error_kind` (DNS,
+//!   `upstream-error`, `upstream-no-response`, `upstream-incomplete`,
+//!   `client-tls-rejected`, `request-body-timeout`) and the sentence in `reason`.
+//! * Long-lived flows (opaque CONNECT, SOCKS5, upgraded connections, and responses still
+//!   streaming after 1 s) are reported twice: `state: open` when they start (or pass 1 s),
+//!   `state: closed` (same `flow`) with bytes at the end.
 //! * An absolute `https://` URI on the plain lane is refused with 400 (Q4).
 //! * Limits (P9): 10 s first byte and head, 15 s connect, 15 min idle, 5 s
-//!   per filter, 2048 connections overall (excess connections are closed),
+//!   per filter, 2048 connections overall, established tunnels included, lowered to fit
+//!   the descriptor limit with a reserve (excess connections are closed), 60 s without
+//!   a byte of a streamed request body (408),
 //!   256 concurrent requests/tunnels per session (excess: 503 / REP `01`),
 //!   64 KiB request head (431), 1024 cached leaves.
 //! * A response denied by a response filter produces one `deny` record with
@@ -127,7 +136,9 @@ mod io_threads;
 pub use io_threads::{default_io_threads, io_thread_index};
 pub mod lanes;
 mod listener;
+pub use listener::{effective_cap, nofile_limit, FDS_PER_CONNECTION};
 pub mod policy;
+pub mod prefixed;
 pub mod probe;
 pub mod record;
 pub mod relay;

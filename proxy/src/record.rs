@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::deny::{DeciderKind, Denial};
-use crate::traits::{DecidedBy, Decision, DecisionSink, Lane, Verdict};
+use crate::traits::{DecidedBy, Decision, DecisionSink, FlowState, Lane, Verdict};
 
 /// The request facts a record carries.
 #[derive(Debug, Clone)]
@@ -33,13 +33,18 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Emit a denial right away.
+/// Emit a refusal right away: a policy denial as `deny`; a failure past the policy (DNS,
+/// upstream, the client's body) as `allow` with its kind and reason.
 pub fn emit_denial(sink: &dyn DecisionSink, session: &str, base: &RecordBase, d: &Denial) {
     sink.record(
         session,
         Decision {
             ts: now_ms(),
-            decision: Verdict::Deny,
+            decision: if d.is_failure() {
+                Verdict::Allow
+            } else {
+                Verdict::Deny
+            },
             lane: base.lane,
             phase: base.phase.to_string(),
             method: base.method.clone(),
@@ -51,15 +56,30 @@ pub fn emit_denial(sink: &dyn DecisionSink, session: &str, base: &RecordBase, d:
                 rule_host: d.rule_host.clone(),
                 filter: d.filter.clone(),
             },
-            error_kind: d.error_kind().map(str::to_string),
+            error_kind: d.record_kind().map(str::to_string),
             reason: Some(d.reason.clone()),
             bytes_up: 0,
             bytes_down: 0,
             duration_ms: 0,
             is_intercepted: base.is_intercepted,
             provider: None,
+            state: None,
+            flow: 0,
         },
     );
+}
+
+/// A response still streaming after this long is reported as an open flow (a long
+/// download or an event stream is visible while it runs).
+pub const LONG_FLOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Proxy-wide flow ids (see [`Decision::flow`]).
+static NEXT_FLOW: AtomicU64 = AtomicU64::new(1);
+
+/// What went wrong with an allowed request, if anything.
+struct Outcome {
+    kind: Option<&'static str>,
+    note: Option<String>,
 }
 
 /// An allowed request in flight: counts bytes, emits on drop.
@@ -75,10 +95,14 @@ pub struct AllowRecord {
     pub up: Arc<AtomicU64>,
     /// Bytes upstream → client.
     pub down: Arc<AtomicU64>,
-    note: std::sync::Mutex<Option<String>>,
+    outcome: std::sync::Mutex<Outcome>,
     provider: Option<String>,
     keep: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     cancelled: std::sync::atomic::AtomicBool,
+    /// Set while the request waits for the upstream's response head.
+    awaiting: std::sync::atomic::AtomicBool,
+    /// Non-zero once [`AllowRecord::open`] reported the flow.
+    flow: AtomicU64,
 }
 
 impl AllowRecord {
@@ -100,18 +124,90 @@ impl AllowRecord {
             start: Instant::now(),
             up: Arc::default(),
             down: Arc::default(),
-            note: std::sync::Mutex::new(None),
+            outcome: std::sync::Mutex::new(Outcome {
+                kind: None,
+                note: None,
+            }),
             provider: None,
             keep: std::sync::Mutex::new(Vec::new()),
             cancelled: std::sync::atomic::AtomicBool::new(false),
+            awaiting: std::sync::atomic::AtomicBool::new(false),
+            flow: AtomicU64::new(0),
         }
     }
 
     /// Attach a note (e.g. an upstream error) as the record's `reason`.
     pub fn set_note(&self, note: String) {
-        if let Ok(mut g) = self.note.lock() {
-            *g = Some(note);
+        if let Ok(mut g) = self.outcome.lock() {
+            g.note = Some(note);
         }
+    }
+
+    /// The request failed past the policy: the record keeps `kind` and `note`. The first
+    /// failure reported wins.
+    pub fn set_failure(&self, kind: &'static str, note: String) {
+        if let Ok(mut g) = self.outcome.lock() {
+            if g.kind.is_none() {
+                g.kind = Some(kind);
+                g.note = Some(note);
+            }
+        }
+    }
+
+    /// Record a refusal that happened after the allow (an upstream error, a stalled body).
+    pub fn fail_with(&self, d: &Denial) {
+        match d.record_kind() {
+            Some(k) => self.set_failure(k, d.reason.clone()),
+            None => self.set_note(d.reason.clone()),
+        }
+    }
+
+    /// Mark whether the request is waiting for the upstream's response head: a record
+    /// dropped while waiting (the client gave up) says the upstream never answered.
+    pub fn awaiting_response(&self, waiting: bool) {
+        self.awaiting.store(waiting, Ordering::Relaxed);
+    }
+
+    /// Has the request run longer than [`LONG_FLOW`]?
+    pub fn is_long(&self) -> bool {
+        self.start.elapsed() >= LONG_FLOW
+    }
+
+    /// Report the flow now, as `open` (bytes so far); the record emitted on drop becomes its
+    /// `closed` counterpart. For tunnels and upgraded connections, which can run for hours.
+    pub fn open(&self) {
+        if self.flow.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let flow = NEXT_FLOW.fetch_add(1, Ordering::Relaxed);
+        self.flow.store(flow, Ordering::Relaxed);
+        self.sink.record(
+            &self.session,
+            Decision {
+                ts: self.ts,
+                decision: Verdict::Allow,
+                lane: self.base.lane,
+                phase: self.base.phase.to_string(),
+                method: self.base.method.clone(),
+                path: self.base.path.clone(),
+                host: self.base.host.clone(),
+                port: self.base.port,
+                decided_by: DecidedBy {
+                    kind: self.decider,
+                    rule_host: self.rule_host.clone(),
+                    filter: None,
+                },
+                error_kind: None,
+                reason: None,
+                bytes_up: self.up.load(Ordering::Relaxed),
+                bytes_down: self.down.load(Ordering::Relaxed),
+                duration_ms: self.start.elapsed().as_millis() as u64,
+                is_intercepted: self.base.is_intercepted,
+                provider: self.provider.clone(),
+                state: Some(FlowState::Open),
+                flow,
+            },
+        );
     }
 }
 
@@ -140,7 +236,18 @@ impl Drop for AllowRecord {
         if self.cancelled.load(Ordering::Relaxed) {
             return;
         }
-        let reason = self.note.lock().ok().and_then(|mut g| g.take());
+        let duration_ms = self.start.elapsed().as_millis() as u64;
+        if self.awaiting.load(Ordering::Relaxed) {
+            self.set_failure(
+                crate::deny::kind::UPSTREAM_NO_RESPONSE,
+                format!("no response from the upstream; the client gave up after {duration_ms} ms"),
+            );
+        }
+        let (kind, reason) = match self.outcome.get_mut() {
+            Ok(o) => (o.kind, o.note.take()),
+            Err(_) => (None, None),
+        };
+        let flow = *self.flow.get_mut();
         self.sink.record(
             &self.session,
             Decision {
@@ -158,13 +265,15 @@ impl Drop for AllowRecord {
                     rule_host: self.rule_host.take(),
                     filter: None,
                 },
-                error_kind: None,
+                error_kind: kind.map(str::to_string),
                 reason,
                 bytes_up: self.up.load(Ordering::Relaxed),
                 bytes_down: self.down.load(Ordering::Relaxed),
-                duration_ms: self.start.elapsed().as_millis() as u64,
+                duration_ms,
                 is_intercepted: self.base.is_intercepted,
                 provider: self.provider.take(),
+                state: (flow != 0).then_some(FlowState::Closed),
+                flow,
             },
         );
     }

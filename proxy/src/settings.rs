@@ -21,10 +21,18 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// Idle tunnel teardown (15 min without a byte either way).
     pub idle_timeout: Duration,
+    /// A streamed request body that sends nothing this long is cut (60 s; 408 when no
+    /// response has started).
+    pub body_idle_timeout: Duration,
     /// Per-filter timeout (5 s); a timeout denies.
     pub filter_timeout: Duration,
-    /// Concurrent client connections overall (2048).
+    /// Concurrent client connections overall, established tunnels included (2048,
+    /// `VIS_PROXY_MAX_CONNECTIONS`); lowered at start so that every connection's
+    /// descriptors fit under the process's limit with `reserved_fds` to spare.
     pub max_connections: usize,
+    /// Descriptors kept free for the rest of the process (the Companion API, the store,
+    /// extension workers): `None` = a quarter of the process's limit, at most 4096.
+    pub reserved_fds: Option<usize>,
     /// Concurrent attributed requests/tunnels per session (256).
     pub max_per_session: usize,
     /// Request head size cap (64 KiB).
@@ -53,8 +61,14 @@ impl Default for ProxyConfig {
             head_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(15),
             idle_timeout: Duration::from_secs(15 * 60),
+            body_idle_timeout: Duration::from_secs(60),
             filter_timeout: Duration::from_secs(5),
-            max_connections: 2048,
+            max_connections: std::env::var("VIS_PROXY_MAX_CONNECTIONS")
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(2048),
+            reserved_fds: None,
             max_per_session: 256,
             max_header_bytes: 64 * 1024,
             leaf_cache_size: 1024,

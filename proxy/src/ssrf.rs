@@ -218,7 +218,10 @@ fn ssrf_denial(msg: &str, host: &str) -> Denial {
 
 /// Apply §5's checks, in order, to every answer; return the one address to dial.
 pub fn check(answers: &[IpAddr], f: FloorInput<'_>) -> Result<IpAddr, Denial> {
-    if answers.is_empty() || f.host.is_empty() {
+    if answers.is_empty() && !f.host.is_empty() {
+        return Err(Denial::unresolvable(f.host));
+    }
+    if f.host.is_empty() {
         return Err(Denial::policy(
             kind::SSRF,
             format!("cannot resolve host: {}", f.host),

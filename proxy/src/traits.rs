@@ -118,8 +118,27 @@ pub struct Decision {
     pub duration_ms: u64,
     /// Seen inside TLS.
     pub is_intercepted: bool,
-    /// Provider id (always `None` from this crate for now).
+    /// Provider id when credential injection or the provider route applied.
     pub provider: Option<String>,
+    /// A long-lived allowed flow (opaque tunnel, SOCKS5 connection, upgraded connection)
+    /// is reported twice: `open` when it starts (bytes 0), `closed` with its byte counts
+    /// and duration when it ends. `None` for a one-shot record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<FlowState>,
+    /// Pairs an `open` record with its `closed` one (unique within the proxy; 0 for a
+    /// one-shot record). Not serialized.
+    #[serde(skip)]
+    pub flow: u64,
+}
+
+/// `state` of a [`Decision`] that belongs to a long-lived flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowState {
+    /// The flow was allowed and is running.
+    Open,
+    /// The flow ended; bytes and duration are final.
+    Closed,
 }
 
 /// Where decisions go. Must not block: push into a channel.

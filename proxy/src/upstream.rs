@@ -180,6 +180,10 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> (crate::deny::DenyClas
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     let mut msg = e.to_string();
     while let Some(err) = cur {
+        if let Some(stalled) = err.downcast_ref::<crate::body::BodyStalled>() {
+            // the client's request body stalled: the client's failure, not the upstream's
+            return (crate::deny::DenyClass::BodyTimeout, stalled.to_string());
+        }
         if let Some(io) = err.downcast_ref::<io::Error>() {
             return (crate::dial::classify_io(io), io.to_string());
         }

@@ -91,7 +91,8 @@ async fn the_same_host_gets_the_same_verdict_on_http_connect_and_socks5() {
         rep(&socks(h.port(), Some(TOKEN), &domain_req("evil.test", o.port())).await),
         2
     );
-    let recs = h.sink.wait_for(6).await;
+    // CONNECT and SOCKS5 tunnels are reported when they open and again when they close
+    let recs = h.sink.wait_for(8).await;
     let lanes: Vec<(Lane, Verdict)> = recs.iter().map(|d| (d.lane, d.decision)).collect();
     for lane in [Lane::Http, Lane::Connect, Lane::Socks] {
         assert!(lanes.contains(&(lane, Verdict::Allow)), "{lanes:?}");
@@ -99,7 +100,11 @@ async fn the_same_host_gets_the_same_verdict_on_http_connect_and_socks5() {
     }
     let tunnel = recs
         .iter()
-        .find(|d| d.lane == Lane::Connect && d.decision == Verdict::Allow)
+        .find(|d| {
+            d.lane == Lane::Connect
+                && d.decision == Verdict::Allow
+                && d.state == Some(vis_proxy::FlowState::Closed)
+        })
         .unwrap();
     assert!(tunnel.bytes_up > 0 && tunnel.bytes_down > 0);
     assert_eq!(tunnel.method, None);
@@ -303,7 +308,8 @@ async fn metadata_address_is_denied_on_every_lane_without_dialling() {
     .await;
     assert_eq!(r.status(), 403);
     assert!(h.dialer.dialled().is_empty());
-    let recs = h.sink.wait_for(6).await;
+    // CONNECT and SOCKS5 tunnels are reported when they open and again when they close
+    let recs = h.sink.wait_for(8).await;
     assert!(
         recs.iter()
             .all(|d| d.decision == Verdict::Deny

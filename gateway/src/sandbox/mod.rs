@@ -2,6 +2,7 @@
 //! (decision P10) and a proxy token that attributes its traffic to the session (P2); the
 //! proxy reports each decision into the session's stream (G4).
 
+pub mod aggregate;
 pub mod credentials;
 pub mod env;
 pub mod jail;
@@ -56,12 +57,13 @@ impl Sandbox {
             .with_env_extra_roots()
             .await
             .context("VIS_SYSTEM_CA_CERT")?;
-        let svc = Services::new(
-            Arc::new(tokens::TokenLookup(tokens.clone())),
-            Arc::new(sink::EgressSink { bus }),
-        )
-        .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())))
-        .with_filters(filters);
+        let forget = routes.clone();
+        tokens.on_revoke(Box::new(move |sid| forget.forget(sid)));
+        let egress = sink::EgressSink::new(bus);
+        egress.spawn_flusher();
+        let svc = Services::new(Arc::new(tokens::TokenLookup(tokens.clone())), egress)
+            .with_credentials(Arc::new(credentials::RoutesCredentials(routes.clone())))
+            .with_filters(filters);
         let proxy = Proxy::start(cfg, svc)
             .await
             .context("cannot start the egress proxy")?;
@@ -102,7 +104,7 @@ impl Sandbox {
     pub fn child_env(&self, sid: &str, root: &Path, cfg: &Config) -> BTreeMap<String, String> {
         let token = self.token(sid, root, cfg);
         let mut project = env::project_env(root, &cfg.environment);
-        project.extend(self.routes.child_vars(self.port(), &token));
+        project.extend(self.routes.child_vars(sid, self.port(), &token));
         let proxy = env::ProxyEnv {
             port: self.port(),
             token,

@@ -6,39 +6,163 @@
 //! from that text.
 
 use crate::bus::{Bus, SeqRow};
+use crate::sandbox::aggregate::{foldable, Buckets, Folded};
 use crate::store::rows;
-use std::sync::Arc;
-use vis_proxy::{Decision, DecisionSink};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use vis_proxy::{Decision, DecisionSink, FlowState};
+
+/// How often changed buckets of allowed requests are republished (and stored).
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 pub struct EgressSink {
-    pub bus: Arc<Bus>,
+    bus: Arc<Bus>,
+    /// Allowed requests folded per session, lane, host, port and minute.
+    buckets: Mutex<Buckets>,
+    /// Open flows (tunnels, upgraded connections): proxy flow id → (record id, row seq).
+    flows: Mutex<HashMap<u64, (String, i64)>>,
 }
 
-impl DecisionSink for EgressSink {
-    fn record(&self, session_id: &str, decision: Decision) {
-        crate::metrics::egress_decision(session_id, &decision);
-        let Ok(json) = serde_json::to_string(&decision) else {
-            return;
+/// A v4 UUID from the thread's generator (no `getrandom` system call per record).
+fn new_id() -> String {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .to_string()
+}
+
+impl EgressSink {
+    pub fn new(bus: Arc<Bus>) -> Arc<Self> {
+        Arc::new(EgressSink {
+            bus,
+            buckets: Mutex::new(Buckets::default()),
+            flows: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Republishes, every [`FLUSH_EVERY`], the buckets that changed; stops when the sink
+    /// is dropped. Needs a tokio runtime.
+    pub fn spawn_flusher(self: &Arc<Self>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(FLUSH_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(sink) = weak.upgrade() else { return };
+                sink.flush();
+            }
+        });
+    }
+
+    /// Publishes every bucket that changed since the last flush: the same record id, the
+    /// same stored row (under the bucket's first seq), the new totals.
+    pub fn flush(&self) {
+        let now_minute = crate::engine::now_ms().max(0) as u64 / 60_000;
+        let dirty = self.buckets.lock().take_dirty(now_minute);
+        for (sid, b) in dirty {
+            let extra = format!(",\"count\":{},\"last_ts\":{}", b.count, b.last_ts);
+            if self.publish(&sid, &b.record(), &extra, &b.id, Some(b.seq)) == 0 {
+                self.buckets.lock().forget(&sid);
+            }
+        }
+    }
+
+    /// Serializes `d` once, to text, with `extra` members appended, and publishes it as
+    /// the live event and the stored row. `row_seq`: the row already stored for this
+    /// record id (an update); `None` stores a new row under the event's seq. Returns the
+    /// event's seq (0 when the session has no channel).
+    fn publish(
+        &self,
+        session_id: &str,
+        d: &Decision,
+        extra: &str,
+        id: &str,
+        row_seq: Option<i64>,
+    ) -> i64 {
+        let Ok(mut json) = serde_json::to_string(d) else {
+            return 0;
         };
-        // A v4 UUID from the thread's generator (no `getrandom` system call per request).
-        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
-        let ts_member = format!("{{\"ts\":{},", decision.ts);
-        let sid = session_id.to_string();
+        if !extra.is_empty() && json.ends_with('}') {
+            json.pop();
+            json.push_str(extra);
+            json.push('}');
+        }
+        let ts_member = format!("{{\"ts\":{},", d.ts);
         // `json` is `{"ts":…,"decision":…,…}`. The row keeps every member and adds `id` and
         // `seq`; the event drops `ts` (the envelope's `ts` is the publish time) and adds `id`.
         let Some(rest) = json.strip_prefix(ts_member.as_str()) else {
             // `ts` is the record's first field (`the_record_serializes_ts_first…` holds it).
             tracing::error!("an egress record did not start with its ts; not recorded");
-            return;
+            return 0;
         };
         let members = format!("\"id\":\"{id}\",{rest}");
+        let (sid, id) = (session_id.to_string(), id.to_string());
         let row: SeqRow = Box::new(move |c, seq| {
             let all = &json[1..];
-            let data = format!("{{\"id\":\"{id}\",\"seq\":{seq},{all}");
-            rows::insert_egress(c, &sid, seq, &data)
+            let kept = row_seq.unwrap_or(seq);
+            let data = format!("{{\"id\":\"{id}\",\"seq\":{kept},{all}");
+            rows::insert_egress(c, &sid, kept, &data)?;
+            if kept != seq {
+                // the row keeps its first seq; the session's high-water still moves on
+                rows::bump_high_water(c, &sid, seq)?;
+            }
+            Ok(())
         });
         self.bus
-            .publish_members_with_row(session_id, "egress.decision", &members, Some(row));
+            .publish_members_with_row(session_id, "egress.decision", &members, Some(row))
+    }
+}
+
+impl DecisionSink for EgressSink {
+    fn record(&self, session_id: &str, decision: Decision) {
+        // A flow is counted once, when it ends (with its byte totals).
+        if decision.state != Some(FlowState::Open) {
+            crate::metrics::egress_decision(session_id, &decision);
+        }
+        match decision.state {
+            Some(FlowState::Open) => {
+                let id = new_id();
+                let seq = self.publish(session_id, &decision, "", &id, None);
+                if seq > 0 {
+                    self.flows.lock().insert(decision.flow, (id, seq));
+                }
+            }
+            Some(FlowState::Closed) => {
+                let open = self.flows.lock().remove(&decision.flow);
+                match open {
+                    Some((id, seq)) => {
+                        self.publish(session_id, &decision, "", &id, Some(seq));
+                    }
+                    None => {
+                        self.publish(session_id, &decision, "", &new_id(), None);
+                    }
+                }
+            }
+            None if foldable(&decision) => {
+                let mut buckets = self.buckets.lock();
+                match buckets.fold(session_id, decision) {
+                    Folded::Added => {}
+                    Folded::Single(d) => {
+                        drop(buckets);
+                        self.publish(session_id, &d, "", &new_id(), None);
+                    }
+                    Folded::New(first, key) => {
+                        // the folded record is shown as soon as it starts
+                        let id = new_id();
+                        let extra = format!(",\"count\":1,\"last_ts\":{}", first.ts);
+                        let seq = self.publish(session_id, &first, &extra, &id, None);
+                        if seq > 0 {
+                            buckets.started(session_id, key, id, seq, first);
+                        }
+                    }
+                }
+            }
+            None => {
+                self.publish(session_id, &decision, "", &new_id(), None);
+            }
+        }
     }
 }
 
@@ -72,6 +196,8 @@ mod tests {
             duration_ms: 2,
             is_intercepted: false,
             provider: None,
+            state: None,
+            flow: 0,
         }
     }
 
@@ -90,7 +216,7 @@ mod tests {
             .subscribe("s", 0, None, tokio_util::sync::CancellationToken::new())
             .await
             .expect("subscription");
-        EgressSink { bus: bus.clone() }.record("s", decision());
+        EgressSink::new(bus.clone()).record("s", decision());
         // Live streams get the event once the store has committed it.
         store.flush().await;
 
@@ -136,5 +262,99 @@ mod tests {
         let row: Value = serde_json::from_str(&rows[0].1).expect("row JSON");
         expected["seq"] = json!(1);
         assert_eq!(row, expected);
+    }
+
+    fn allowed(ts: u64, state: Option<FlowState>, flow: u64, down: u64) -> Decision {
+        let mut d = decision();
+        d.ts = ts;
+        d.decision = Verdict::Allow;
+        d.decided_by.kind = DeciderKind::Default;
+        d.error_kind = None;
+        d.reason = None;
+        d.bytes_down = down;
+        d.state = state;
+        d.flow = flow;
+        d
+    }
+
+    async fn rows_of(store: &crate::store::Store) -> Vec<Value> {
+        store
+            .call(|c| rows::egress_page(c, "s", None, 100))
+            .await
+            .expect("rows")
+            .into_iter()
+            .map(|(_, d)| serde_json::from_str(&d).expect("row JSON"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_thousand_allowed_requests_to_one_host_in_a_minute_are_one_row_with_exact_totals() {
+        let (store, _dir) = crate::store::test_support::temp_store("sink-fold");
+        let bus = Arc::new(Bus::new(store.clone(), 100));
+        bus.open("s", 0);
+        let sink = EgressSink::new(bus.clone());
+        let t0 = (crate::engine::now_ms() as u64 / 60_000) * 60_000;
+        let single = crate::sandbox::aggregate::KEEP_SINGLE as u64;
+        for i in 0..1000 + single {
+            sink.record("s", allowed(t0 + i, None, 0, 3));
+        }
+        // a denial is never folded
+        sink.record("s", decision());
+        sink.flush();
+        store.flush().await;
+        let rows = rows_of(&store).await;
+        assert_eq!(rows.len(), single as usize + 2, "{rows:?}");
+        let folded: Vec<&Value> = rows.iter().filter(|r| r.get("count").is_some()).collect();
+        assert_eq!(folded.len(), 1);
+        let allow = folded[0];
+        assert_eq!(allow["count"], 1000);
+        assert_eq!(allow["bytes_down"], 3000);
+        assert_eq!(allow["last_ts"], t0 + 999 + single);
+        assert_eq!(allow["ts"], t0 + single);
+        // the row keeps the seq of its first publication
+        assert_eq!(allow["seq"], single + 1);
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_is_published_when_it_opens_and_its_row_is_completed_when_it_closes() {
+        let (store, _dir) = crate::store::test_support::temp_store("sink-flow");
+        let bus = Arc::new(Bus::new(store.clone(), 100));
+        bus.open("s", 0);
+        let mut sub = bus
+            .subscribe("s", 0, None, tokio_util::sync::CancellationToken::new())
+            .await
+            .expect("subscription");
+        let sink = EgressSink::new(bus.clone());
+        sink.record("s", allowed(1, Some(FlowState::Open), 42, 0));
+        store.flush().await;
+        let rows = rows_of(&store).await;
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0]["state"], "open");
+        sink.record("s", allowed(1, Some(FlowState::Closed), 42, 5000));
+        store.flush().await;
+        let rows = rows_of(&store).await;
+        assert_eq!(rows.len(), 1, "the close updates the open row");
+        assert_eq!(rows[0]["state"], "closed");
+        assert_eq!(rows[0]["bytes_down"], 5000);
+        assert_eq!(rows[0]["seq"], 1);
+
+        let mut frames = Vec::new();
+        let waker = futures::task::noop_waker();
+        let _ = sub
+            .live
+            .poll_drain(&mut Context::from_waker(&waker), &mut |f| frames.push(f));
+        let events: Vec<Value> = frames
+            .iter()
+            .filter_map(|f| {
+                let text = String::from_utf8(f.bytes.to_vec()).ok()?;
+                let data = text.lines().find_map(|l| l.strip_prefix("data: "))?;
+                serde_json::from_str(data).ok()
+            })
+            .collect();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events[0]["id"], events[1]["id"], "one record, two states");
+        assert_eq!(events[0]["state"], "open");
+        assert_eq!(events[1]["state"], "closed");
+        assert_eq!(events[1]["seq"], 2);
     }
 }

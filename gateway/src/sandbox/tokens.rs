@@ -6,10 +6,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use vis_proxy::{Attribution, Lookup, Principal};
 
+/// Called with a session id when its token is revoked.
+pub type OnRevoke = Box<dyn Fn(&str) + Send + Sync>;
+
 #[derive(Default)]
 pub struct Tokens {
     by_token: RwLock<HashMap<String, Principal>>,
     by_session: RwLock<HashMap<String, String>>,
+    on_revoke: RwLock<Vec<OnRevoke>>,
 }
 
 impl Tokens {
@@ -37,6 +41,14 @@ impl Tokens {
         if let Some(t) = self.by_session.write().remove(sid) {
             self.by_token.write().remove(&t);
         }
+        for f in self.on_revoke.read().iter() {
+            f(sid);
+        }
+    }
+
+    /// Runs `f` for every revoked session (e.g. to forget its phantom keys).
+    pub fn on_revoke(&self, f: OnRevoke) {
+        self.on_revoke.write().push(f);
     }
 }
 

@@ -11,6 +11,7 @@ use crate::attribution::{authorize, token_from_headers};
 use crate::body::{self, ProxyBody};
 use crate::deny::{reason, Denial};
 use crate::engine::Shared;
+use crate::listener::ConnGuard;
 use crate::policy::{decide, normalize_host, DecideInput};
 use crate::record::{emit_denial, AllowRecord, RecordBase};
 use crate::traits::Lane;
@@ -60,7 +61,11 @@ fn established() -> Response<ProxyBody> {
     r
 }
 
-pub(crate) async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    conn: ConnGuard,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
     let Some((host, port)) = req
         .uri()
         .authority()
@@ -129,20 +134,18 @@ pub(crate) async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> R
 
     if intercept {
         let shared2 = shared.clone();
+        let tunnel = crate::lanes::intercept::Target {
+            principal,
+            host,
+            port,
+            addr,
+            conn,
+            allowed,
+        };
         tokio::spawn(async move {
             let _slot = slot;
             match on_upgrade.await {
-                Ok(up) => {
-                    crate::lanes::intercept::run(
-                        shared2,
-                        principal,
-                        host,
-                        port,
-                        addr,
-                        TokioIo::new(up),
-                    )
-                    .await
-                }
+                Ok(up) => crate::lanes::intercept::run(shared2, tunnel, TokioIo::new(up)).await,
                 Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
             }
         });
@@ -159,7 +162,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> R
                 allowed.decider,
                 allowed.rule_host.clone(),
             );
-            rec.set_note(d.reason.clone());
+            rec.fail_with(&d);
             return d.to_response();
         }
     };
@@ -170,8 +173,12 @@ pub(crate) async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> R
         allowed.decider,
         allowed.rule_host,
     );
+    // The tunnel may run for hours: the phone learns of it now, and of its bytes at the end.
+    record.open();
     let idle = shared.cfg.idle_timeout;
     tokio::spawn(async move {
+        // The tunnel counts against the overall connection cap until it ends.
+        let _conn = conn;
         let _slot = slot;
         match on_upgrade.await {
             Ok(up) => {

@@ -18,6 +18,7 @@ use crate::conn_pool::{ConnPool, Key};
 use crate::deny::Denial;
 use crate::engine::Shared;
 use crate::filters::{header_map, run_filters};
+use crate::listener::ConnGuard;
 use crate::policy::{decide, DecideInput};
 use crate::record::{emit_denial, AllowRecord, RecordBase};
 use crate::traits::{FilterCtx, Phase, Principal};
@@ -47,6 +48,12 @@ pub(crate) enum Upstream {
     Plain { local: Option<Arc<ConnPool>> },
     /// Intercepted: the address validated at CONNECT.
     Tunnel(Arc<TunnelUpstream>),
+    /// Plain HTTP inside a CONNECT tunnel: the address validated at CONNECT, sent on the
+    /// tunnel's own upstream connections.
+    PlainAt {
+        local: Arc<ConnPool>,
+        addr: SocketAddr,
+    },
     /// Provider route to an `https://` base URL: validate the host now, then
     /// TLS (hostname verified) on a one-request client.
     Tls,
@@ -63,6 +70,9 @@ pub(crate) struct Job {
     /// Provider route id: skips the session's host policy (the provider's
     /// configuration allows it), replaces `Host`, reports the provider.
     pub route: Option<String>,
+    /// The client connection's place under the overall connection cap; an upgraded
+    /// connection keeps it until its relay ends.
+    pub conn: Option<ConnGuard>,
 }
 
 const HOP_COUNT: usize = 8;
@@ -257,7 +267,13 @@ pub(crate) async fn forward(
     let creds = shared.svc.credentials.credentials(&job.principal);
     let mut provider = None;
     if !creds.is_empty() {
-        match crate::credentials::apply(&creds, &base.host, &mut parts.headers, &mut path) {
+        match crate::credentials::apply(
+            &creds,
+            &base.host,
+            job.route.as_deref(),
+            &mut parts.headers,
+            &mut path,
+        ) {
             Ok(p) => provider = p,
             Err(d) => return deny(&shared, &job, d.with_rule(allowed.rule_host.clone())),
         }
@@ -280,7 +296,7 @@ pub(crate) async fn forward(
     let local = !upgrade
         && matches!(
             &job.upstream,
-            Upstream::Plain { local: Some(_) } | Upstream::Tunnel(_)
+            Upstream::Plain { local: Some(_) } | Upstream::Tunnel(_) | Upstream::PlainAt { .. }
         );
 
     // SSRF floor and the upstream URI.
@@ -292,6 +308,14 @@ pub(crate) async fn forward(
                     Err(d) => return deny(&shared, &job, d),
                 };
             plain_addr = Some(addr);
+            if local {
+                origin_form(&path)
+            } else {
+                format!("http://{addr}{path}").parse::<Uri>().ok()
+            }
+        }
+        Upstream::PlainAt { addr, .. } => {
+            plain_addr = Some(*addr);
             if local {
                 origin_form(&path)
             } else {
@@ -336,7 +360,7 @@ pub(crate) async fn forward(
     };
     if job.route.is_some() || !parts.headers.contains_key(header::HOST) {
         let host_value = match &job.upstream {
-            Upstream::Plain { .. } => authority_of(80),
+            Upstream::Plain { .. } | Upstream::PlainAt { .. } => authority_of(80),
             Upstream::Tls => authority_of(443),
             Upstream::Tunnel(t) => t.authority.clone(),
         };
@@ -364,10 +388,17 @@ pub(crate) async fn forward(
                 .fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
             body::full(b)
         }
-        (None, Some(incoming)) => body::metered(incoming, record.up.clone(), None),
+        (None, Some(incoming)) => body::metered(
+            body::Paced::new(incoming, shared.cfg.body_idle_timeout),
+            record.up.clone(),
+            None,
+        ),
         (None, None) => body::empty(),
     };
     let out = Request::from_parts(parts, out_body);
+    // Until the response head arrives, a record dropped (the client gave up) says the
+    // upstream never answered.
+    record.awaiting_response(true);
     let pooled = |r: Result<Response<Incoming>, hyper_util::client::legacy::Error>| {
         r.map_err(|e| {
             let (class, msg) = describe(&e);
@@ -376,22 +407,35 @@ pub(crate) async fn forward(
     };
     // Upgrades keep the pooled clients: their upstream connection outlives
     // the client connection's task (it is handed to the relay).
-    let sent = match (&job.upstream, plain_addr) {
-        (Upstream::Plain { local: Some(pool) }, Some(addr)) if local => {
-            pool.send(&shared, &Key::Plain(addr), "", out).await
+    let send = async {
+        match (&job.upstream, plain_addr) {
+            (Upstream::Plain { local: Some(pool) }, Some(addr))
+            | (Upstream::PlainAt { local: pool, .. }, Some(addr))
+                if local =>
+            {
+                pool.send(&shared, &Key::Plain(addr), "", out).await
+            }
+            (Upstream::PlainAt { .. }, _) => pooled(shared.http_client.request(out).await),
+            (Upstream::Plain { .. }, _) => pooled(shared.http_client.request(out).await),
+            (Upstream::Tunnel(t), _) if local => {
+                t.local.send(&shared, &t.key, &t.authority, out).await
+            }
+            (Upstream::Tunnel(t), _) => pooled(t.client.request(out).await),
+            (Upstream::Tls, _) => match &tls_client {
+                Some(c) => pooled(c.request(out).await),
+                None => Err(Denial::bad_request(crate::deny::reason::MALFORMED)),
+            },
         }
-        (Upstream::Plain { .. }, _) => pooled(shared.http_client.request(out).await),
-        (Upstream::Tunnel(t), _) if local => t.local.send(&shared, &t.key, &t.authority, out).await,
-        (Upstream::Tunnel(t), _) => pooled(t.client.request(out).await),
-        (Upstream::Tls, _) => match &tls_client {
-            Some(c) => pooled(c.request(out).await),
-            None => return Denial::bad_request(crate::deny::reason::MALFORMED).to_response(),
-        },
     };
+    // No upstream read timeout (P9): an upstream that never answers holds the request
+    // until the client gives up, and the record then says so (`upstream-no-response`).
+    let sent = send.await;
+    record.awaiting_response(false);
     let mut resp = match sent {
         Ok(r) => r,
         Err(d) => {
-            record.set_note(d.reason.clone());
+            // (a stalled request body comes back as a `BodyTimeout`: 408)
+            record.fail_with(&d);
             return d.to_response();
         }
     };
@@ -421,7 +465,12 @@ pub(crate) async fn forward(
         if let Some(client_up) = client_upgrade {
             let upstream_up = hyper::upgrade::on(&mut resp);
             let idle = shared.cfg.idle_timeout;
+            // an upgraded connection (WebSocket) is a long-lived flow: reported now, and
+            // again with its bytes when it closes
+            record.open();
+            let conn = job.conn.clone();
             tokio::spawn(async move {
+                let _conn = conn;
                 if let (Ok(c), Ok(u)) = (client_up.await, upstream_up.await) {
                     let _ = crate::relay::relay(
                         TokioIo::new(c),

@@ -17,18 +17,20 @@ use crate::conn_pool::ConnPool;
 use crate::deny::{reason, Denial};
 use crate::engine::Shared;
 use crate::lanes::forward::{forward, Job, Upstream};
+use crate::listener::ConnGuard;
 use crate::policy::normalize_host;
 use crate::record::RecordBase;
 use crate::traits::{Lane, Phase};
 
-pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
+pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
     // This connection's upstream connections, driven in this task.
     let local = Arc::new(ConnPool::default());
     let (svc_shared, svc_local) = (shared.clone(), local.clone());
     let svc = service_fn(move |req| {
         let s = svc_shared.clone();
         let l = svc_local.clone();
-        async move { Ok::<_, Infallible>(handle(s, l, req).await) }
+        let c = conn.clone();
+        async move { Ok::<_, Infallible>(handle(s, l, c, req).await) }
     });
     let mut b = http1::Builder::new();
     b.timer(TokioTimer::new())
@@ -79,17 +81,18 @@ pub(crate) fn head_size(req: &Request<Incoming>) -> usize {
 async fn handle(
     shared: Arc<Shared>,
     local: Arc<ConnPool>,
+    conn: ConnGuard,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     if head_size(&req) > shared.cfg.max_header_bytes {
         return Denial::head_too_large().to_response();
     }
     if req.method() == Method::CONNECT {
-        return crate::lanes::connect::handle(shared, req).await;
+        return crate::lanes::connect::handle(shared, conn, req).await;
     }
     let uri = req.uri().clone();
     if let Some(route) = provider_route(&shared, &uri) {
-        return crate::lanes::provider::handle(shared, route, req).await;
+        return crate::lanes::provider::handle(shared, route, conn, req).await;
     }
     match uri.scheme_str() {
         Some("http") => {}
@@ -132,6 +135,7 @@ async fn handle(
         check_port: Some(port),
         upstream: Upstream::Plain { local: Some(local) },
         route: None,
+        conn: Some(conn),
     };
     forward(shared, job, req).await
 }

@@ -13,47 +13,134 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::body::ProxyBody;
 use crate::conn_pool::{ConnPool, Key};
-use crate::deny::{reason, Denial};
+use crate::deny::{kind, reason, Denial};
 use crate::engine::Shared;
 use crate::lanes::connect::parse_authority;
 use crate::lanes::forward::{forward, Job, TunnelUpstream, Upstream};
-use crate::record::RecordBase;
+use crate::listener::ConnGuard;
+use crate::policy::Allowed;
+use crate::prefixed::{sniff, Inner, Prefixed};
+use crate::record::{emit_denial, AllowRecord, RecordBase};
 use crate::traits::{Lane, Phase, Principal};
 use crate::upstream::TunnelTlsConnector;
+
+/// What CONNECT decided for an intercepted tunnel.
+pub(crate) struct Target {
+    pub principal: Principal,
+    pub host: String,
+    pub port: u16,
+    /// The address validated at CONNECT: every inner request goes there.
+    pub addr: SocketAddr,
+    /// The client connection's place under the overall cap, held for the tunnel's life.
+    pub conn: ConnGuard,
+    /// How CONNECT was allowed (for the tunnel's own record).
+    pub allowed: Allowed,
+}
+
+/// Where the tunnel's inner requests go.
+enum InnerUpstream {
+    /// TLS inside: upstream TLS to the validated address, name verified.
+    Tls(Arc<TunnelUpstream>),
+    /// Plain HTTP inside: plain HTTP to the validated address.
+    Plain(Arc<ConnPool>, SocketAddr),
+}
 
 struct Tunnel {
     shared: Arc<Shared>,
     principal: Principal,
     host: String,
     port: u16,
-    up: Arc<TunnelUpstream>,
+    up: InnerUpstream,
+    conn: ConnGuard,
 }
 
-pub(crate) async fn run<IO>(
-    shared: Arc<Shared>,
-    principal: Principal,
-    host: String,
-    port: u16,
-    addr: SocketAddr,
-    io: IO,
-) where
+/// The tunnel itself as a record (lane `connect`), for what happens before any inner
+/// request: a client that refuses the interception certificate.
+fn tunnel_record(shared: &Shared, t: &Target) -> AllowRecord {
+    AllowRecord::new(
+        shared.svc.sink.clone(),
+        t.principal.session_id.clone(),
+        RecordBase {
+            lane: Lane::Connect,
+            phase: "connect",
+            method: None,
+            path: None,
+            host: t.host.clone(),
+            port: t.port,
+            is_intercepted: true,
+        },
+        t.allowed.decider,
+        t.allowed.rule_host.clone(),
+    )
+}
+
+pub(crate) async fn run<IO>(shared: Arc<Shared>, t: Target, mut io: IO)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let head_timeout = shared.cfg.head_timeout;
+    // TLS or plain HTTP inside? Look at the first bytes (and put them back).
+    let mut first = vec![0u8; 16];
+    let n = match tokio::time::timeout(head_timeout, io.read(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => n,
+        _ => return, // closed or silent: nothing was asked
+    };
+    first.truncate(n);
+    let kind = sniff(&first);
+    let io = Prefixed::new(first, io);
+    match kind {
+        Inner::Tls => run_tls(shared, t, io).await,
+        Inner::Http => {
+            let up = InnerUpstream::Plain(Arc::new(ConnPool::default()), t.addr);
+            serve_inner(shared, t, up, io).await
+        }
+        Inner::Other => {
+            // Fail closed: what cannot be inspected is not relayed.
+            let base = RecordBase {
+                lane: Lane::Connect,
+                phase: "connect",
+                method: None,
+                path: None,
+                host: t.host.clone(),
+                port: t.port,
+                is_intercepted: true,
+            };
+            let d = Denial::bad_request(
+                "the tunnel carries neither TLS nor HTTP, and this host's traffic must be inspected",
+            );
+            emit_denial(shared.svc.sink.as_ref(), &t.principal.session_id, &base, &d);
+        }
+    }
+}
+
+async fn run_tls<IO>(shared: Arc<Shared>, t: Target, io: IO)
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let head_timeout = shared.cfg.head_timeout;
     let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io);
-    let Ok(Ok(start)) = tokio::time::timeout(head_timeout, acceptor).await else {
-        return;
+    let start = match tokio::time::timeout(head_timeout, acceptor).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let rec = tunnel_record(&shared, &t);
+            rec.set_failure(
+                kind::CLIENT_TLS_REJECTED,
+                format!("the client's TLS handshake failed: {e}"),
+            );
+            return;
+        }
+        Err(_) => return,
     };
     let name = start
         .client_hello()
         .server_name()
         .map(str::to_string)
-        .unwrap_or_else(|| host.clone());
+        .unwrap_or_else(|| t.host.clone());
     let cfg = match shared.ca.server_config(&name) {
         Ok(c) => c,
         Err(e) => {
@@ -61,37 +148,72 @@ pub(crate) async fn run<IO>(
             return;
         }
     };
-    let Ok(Ok(tls)) = tokio::time::timeout(head_timeout, start.into_stream(cfg)).await else {
-        return; // client refused our certificate: silent close
+    let tls = match tokio::time::timeout(head_timeout, start.into_stream(cfg)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            // The client refused our certificate (it does not trust the session's CA, or
+            // pins another): tell the phone why its request failed.
+            let rec = tunnel_record(&shared, &t);
+            rec.set_failure(
+                kind::CLIENT_TLS_REJECTED,
+                format!(
+                    "the client did not accept the interception certificate for {name} \
+                     (does it trust the session's CA bundle?): {e}"
+                ),
+            );
+            return;
+        }
+        Err(_) => {
+            let rec = tunnel_record(&shared, &t);
+            rec.set_failure(
+                kind::CLIENT_TLS_REJECTED,
+                format!("the client did not finish the TLS handshake for {name}"),
+            );
+            return;
+        }
     };
-    let server_name = match ServerName::try_from(host.clone()) {
+    let server_name = match ServerName::try_from(t.host.clone()) {
         Ok(n) => n,
         Err(_) => return,
     };
     let connector = TunnelTlsConnector {
         dialer: shared.svc.dialer.clone(),
         timeout: shared.cfg.connect_timeout,
-        addr,
+        addr: t.addr,
         name: server_name.clone(),
         tls: shared.upstream_tls.clone(),
     };
-    let authority = if port == 443 {
-        bracketed(&host)
+    let authority = if t.port == 443 {
+        bracketed(&t.host)
     } else {
-        format!("{}:{}", bracketed(&host), port)
+        format!("{}:{}", bracketed(&t.host), t.port)
     };
     let up = Arc::new(TunnelUpstream {
         local: ConnPool::default(),
-        key: Key::Tls(addr, server_name),
+        key: Key::Tls(t.addr, server_name),
         authority,
         client: Client::builder(TokioExecutor::new()).build(connector),
     });
+    serve_inner(shared, t, InnerUpstream::Tls(up), tls).await
+}
+
+/// Serve the requests inside the tunnel (HTTP/1.1, or h2 over TLS), each decided alone.
+async fn serve_inner<IO>(shared: Arc<Shared>, t: Target, up: InnerUpstream, io: IO)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let head_timeout = shared.cfg.head_timeout;
+    let pool: Arc<dyn PoolRef> = match &up {
+        InnerUpstream::Tls(u) => u.clone(),
+        InnerUpstream::Plain(p, _) => p.clone(),
+    };
     let tunnel = Arc::new(Tunnel {
         shared: shared.clone(),
-        principal,
-        host,
-        port,
-        up: up.clone(),
+        principal: t.principal,
+        host: t.host,
+        port: t.port,
+        up,
+        conn: t.conn,
     });
     let svc = service_fn(move |req| {
         let t = tunnel.clone();
@@ -103,9 +225,26 @@ pub(crate) async fn run<IO>(
         .header_read_timeout(head_timeout)
         .max_buf_size(shared.cfg.max_header_bytes.max(8192));
     // The tunnel's upstream connections are driven in this task.
-    let conn = b.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-    if let Err(e) = up.local.run(&shared, conn).await {
+    let conn = b.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    if let Err(e) = pool.pool().run(&shared, conn).await {
         tracing::debug!(error = %e, "intercepted connection ended with an error");
+    }
+}
+
+/// The connection pool a tunnel's task drives.
+trait PoolRef: Send + Sync {
+    fn pool(&self) -> &ConnPool;
+}
+
+impl PoolRef for TunnelUpstream {
+    fn pool(&self) -> &ConnPool {
+        &self.local
+    }
+}
+
+impl PoolRef for ConnPool {
+    fn pool(&self) -> &ConnPool {
+        self
     }
 }
 
@@ -154,22 +293,46 @@ async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
     if !path.starts_with('/') {
         return Denial::bad_request(reason::MALFORMED).to_response();
     }
+    let (lane, phase, req_phase, resp_phase, is_intercepted, upstream) = match &t.up {
+        InnerUpstream::Tls(u) => (
+            Lane::Https,
+            "https",
+            Phase::Https,
+            Phase::HttpsResponse,
+            true,
+            Upstream::Tunnel(u.clone()),
+        ),
+        // plain HTTP inside a CONNECT tunnel: the plain lane's rules and filter phases,
+        // sent to the address validated at CONNECT
+        InnerUpstream::Plain(local, addr) => (
+            Lane::Http,
+            "http",
+            Phase::Http,
+            Phase::HttpResponse,
+            false,
+            Upstream::PlainAt {
+                local: local.clone(),
+                addr: *addr,
+            },
+        ),
+    };
     let job = Job {
         base: RecordBase {
-            lane: Lane::Https,
-            phase: "https",
+            lane,
+            phase,
             method: Some(req.method().as_str().to_string()),
             path: Some(path),
             host: t.host.clone(),
             port: t.port,
-            is_intercepted: true,
+            is_intercepted,
         },
         principal: t.principal.clone(),
-        req_phase: Phase::Https,
-        resp_phase: Phase::HttpsResponse,
+        req_phase,
+        resp_phase,
         check_port: None,
-        upstream: Upstream::Tunnel(t.up.clone()),
+        upstream,
         route: None,
+        conn: Some(t.conn.clone()),
     };
     forward(t.shared.clone(), job, req).await
 }

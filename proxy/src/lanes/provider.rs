@@ -14,6 +14,7 @@ use crate::body::ProxyBody;
 use crate::deny::Denial;
 use crate::engine::Shared;
 use crate::lanes::forward::{forward, Job, Upstream};
+use crate::listener::ConnGuard;
 use crate::policy::normalize_host;
 use crate::record::RecordBase;
 use crate::traits::{Lane, Phase};
@@ -57,6 +58,7 @@ pub fn parse_route(path_and_query: &str) -> Option<Route> {
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     route: Route,
+    conn: ConnGuard,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let principal = match authorize(shared.svc.attribution.as_ref(), Some(&route.token)).await {
@@ -114,6 +116,7 @@ pub(crate) async fn handle(
             Upstream::Plain { local: None }
         },
         route: Some(route.provider),
+        conn: Some(conn),
     };
     forward(shared, job, req).await
 }

@@ -230,7 +230,7 @@ pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>) {
     let upstream = match crate::dial::connect(&shared, addr).await {
         Ok(u) => u,
         Err(d) => {
-            record.set_note(d.reason.clone());
+            record.fail_with(&d);
             let _ = s.write_all(&socks_reply_frame(d.socks_reply())).await;
             return;
         }
@@ -238,6 +238,8 @@ pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>) {
     if s.write_all(&socks_reply_frame(0x00)).await.is_err() {
         return;
     }
+    // a SOCKS connection may run for hours: reported now, and with its bytes at the end
+    record.open();
     if let Err(e) = crate::relay::relay_tcp(
         s,
         &[],
