@@ -40,6 +40,8 @@ pub struct Metered<B> {
     record: Option<AllowRecord>,
     /// The record was reported as an open flow (or needs no check any more).
     opened: bool,
+    /// Data frames seen: a one-frame (small) response never reads the clock.
+    frames: u32,
 }
 
 impl<B> Metered<B> {
@@ -50,6 +52,7 @@ impl<B> Metered<B> {
             counter,
             record,
             opened: false,
+            frames: 0,
         }
     }
 }
@@ -73,7 +76,8 @@ where
                     self.counter.fetch_add(d.len() as u64, Ordering::Relaxed);
                 }
                 // a response that keeps streaming becomes visible while it runs
-                if !self.opened {
+                self.frames = self.frames.saturating_add(1);
+                if !self.opened && self.frames > 1 {
                     if let Some(r) = &self.record {
                         if r.is_long() {
                             r.open();
