@@ -188,7 +188,16 @@ impl Mcp {
             .servers(cfg)
             .into_iter()
             .filter(|(n, s, _)| s.enabled != Some(false) && !self.is_killed(n))
-            .filter(|(n, s, _)| spec::check_name(n).is_ok() && spec::check(s).is_ok())
+            .filter(|(n, s, _)| {
+                // A hand-written entry that cannot work is skipped, with the reason listed.
+                match spec::check_name(n).and_then(|()| spec::check(s)) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        self.note(n, Err(e));
+                        false
+                    }
+                }
+            })
             .collect();
         let opened = futures::future::join_all(servers.iter().map(|(name, input, _)| async move {
             (name, self.connection(sid, name, input, reach).await)
