@@ -311,7 +311,7 @@ def test_grep_pages_itself(host):
              1: {"text": "b.rs (1)\n  2:bb│ two\n", "hits": 3, "files": 2, "next": 2},
              2: {"text": "b.rs (1)\n  9:cc│ three\n", "hits": 3, "files": 2, "next": None}}
     code = (
-        "g = grep('TODO', paths=['src'])\n"
+        "g = grep('needle', paths=['src'])\n"
         "print(g.hits, g.files)\n"
         "print(g)\n"
         "print(next(g), end='')\n"
@@ -320,8 +320,8 @@ def test_grep_pages_itself(host):
         "print(len(list(g)), grep('x').all().count('│'))\n")
     done, calls = host.run(code, BUILTINS, answer=lambda c: ("ok", pages[c["args"]["cursor"]]))
     assert done["error"] is None, done["error"]
-    assert calls[0]["args"] == {"query": "TODO", "paths": ["src"], "cursor": 0}
-    assert calls[1]["args"] == {"query": "TODO", "paths": ["src"], "cursor": 1}
+    assert calls[0]["args"] == {"query": "needle", "paths": ["src"], "cursor": 0}
+    assert calls[1]["args"] == {"query": "needle", "paths": ["src"], "cursor": 1}
     assert done["output"] == (
         "3 2\n"
         "a.rs (1)\n  1:aa│ one\n… more hits: next(g) or g.all()\n"
