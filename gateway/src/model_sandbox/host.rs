@@ -252,27 +252,22 @@ impl SessionHost {
         let Some(spec) = &self.shell else {
             return Err(CallError::new("RuntimeError", "the sandbox is not running"));
         };
-        let root = self.session.workspace_root.clone();
-        let (home, r) = (spec.home.clone(), root.clone());
-        let cfg = tokio::task::spawn_blocking(move || crate::config::load(&home, &r))
-            .await
-            .map_err(|e| CallError::new("RuntimeError", e.to_string()))?
-            .map_err(|e| CallError::new("RuntimeError", format!("cannot run: {e}")))?;
-        let env = spec.sandbox.child_env(&self.session.id, &root, &cfg);
-        let jail = spec
-            .sandbox
-            .jail_prefix(&root, &cfg)
-            .map_err(CallError::permission)?;
-        let out = crate::sandbox::run::run_with(
+        use crate::sandbox::shell::{run_in_session, ShellError};
+        let out = run_in_session(
+            &spec.sandbox,
+            &spec.home,
+            &self.session.id,
+            &self.session.workspace_root,
             &cmd,
-            &root,
-            &env,
-            jail.as_deref(),
             timeout,
             &self.cancel,
         )
         .await
-        .map_err(|e| CallError::new("OSError", format!("cannot start the command: {e}")))?;
+        .map_err(|e| match &e {
+            ShellError::Config(_) => CallError::new("RuntimeError", e.message()),
+            ShellError::Jail(why) => CallError::permission(why.clone()),
+            ShellError::Start(_) => CallError::new("OSError", e.message()),
+        })?;
         Ok(Value::String(crate::sandbox::shell::describe(&out)))
     }
 

@@ -39,6 +39,51 @@ pub fn describe(out: &super::run::RunOutput) -> String {
     s
 }
 
+/// Why a session's shell command did not run.
+#[derive(Debug)]
+pub enum ShellError {
+    /// The project's configuration could not be read.
+    Config(String),
+    /// The jail was asked for and cannot be enforced (fail closed).
+    Jail(String),
+    /// The process could not be started.
+    Start(String),
+}
+
+impl ShellError {
+    pub fn message(&self) -> String {
+        match self {
+            ShellError::Config(e) => format!("cannot run: {e}"),
+            ShellError::Jail(e) => e.clone(),
+            ShellError::Start(e) => format!("cannot start the command: {e}"),
+        }
+    }
+}
+
+/// Runs `command` (`sh -c`) as a sandbox child of session `sid` in `root`: the project's
+/// configuration, the session's child environment, the jail when the project asks for it.
+/// The `shell` tool and the sandbox's `shell()` both run commands through here.
+pub async fn run_in_session(
+    sandbox: &Sandbox,
+    home: &std::path::Path,
+    sid: &str,
+    root: &std::path::Path,
+    command: &str,
+    timeout: Duration,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<super::run::RunOutput, ShellError> {
+    let (h, r) = (home.to_path_buf(), root.to_path_buf());
+    let cfg = tokio::task::spawn_blocking(move || crate::config::load(&h, &r))
+        .await
+        .map_err(|e| ShellError::Config(e.to_string()))?
+        .map_err(|e| ShellError::Config(e.to_string()))?;
+    let env = sandbox.child_env(sid, root, &cfg);
+    let jail = sandbox.jail_prefix(root, &cfg).map_err(ShellError::Jail)?;
+    super::run::run_with(command, root, &env, jail.as_deref(), timeout, cancel)
+        .await
+        .map_err(|e| ShellError::Start(e.to_string()))
+}
+
 #[async_trait]
 impl Tool for ShellTool {
     fn spec(&self) -> ToolSpec {
@@ -65,29 +110,18 @@ impl Tool for ShellTool {
             .and_then(|t| t.as_u64())
             .map(Duration::from_secs)
             .unwrap_or(DEFAULT_TIMEOUT);
-        let (home, root) = (self.home.clone(), ctx.root.clone());
-        let cfg = match tokio::task::spawn_blocking(move || crate::config::load(&home, &root)).await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return ToolOutput::fail(format!("cannot run: {e}")),
-            Err(e) => return ToolOutput::fail(format!("cannot run: {e}")),
-        };
-        let env = self.sandbox.child_env(&ctx.session_id, &ctx.root, &cfg);
-        let jail = match self.sandbox.jail_prefix(&ctx.root, &cfg) {
-            Ok(j) => j,
-            Err(e) => return ToolOutput::fail(e),
-        };
-        match super::run::run_with(
-            command,
+        match run_in_session(
+            &self.sandbox,
+            &self.home,
+            &ctx.session_id,
             &ctx.root,
-            &env,
-            jail.as_deref(),
+            command,
             timeout,
             &ctx.cancel,
         )
         .await
         {
-            Err(e) => ToolOutput::fail(format!("cannot start the command: {e}")),
+            Err(e) => ToolOutput::fail(e.message()),
             Ok(out) => {
                 let text = describe(&out);
                 let failed = out.timed_out || out.exit_code != Some(0);
