@@ -22,7 +22,10 @@ use tokio::net::TcpStream;
 const PROTO: &str = "X-Vis-Protocol: 2\r\nX-Vis-Min-Gateway-Protocol: 2\r\n";
 
 mod floor;
+mod procfs;
 mod subscribers;
+
+use procfs::rss_kib;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -43,15 +46,6 @@ fn raise_nofile() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
     }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 struct Gw {
