@@ -52,6 +52,13 @@ pub struct McpServer {
     /// Tools seen at the last successful connection.
     pub tools: usize,
     pub is_killed: bool,
+    /// HTTP servers only: the gateway holds an OAuth token for this server's URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub is_authorized: Option<bool>,
+    /// HTTP servers only: the server refused the gateway until someone signs in
+    /// (`auth/start`); `last_error` says what to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needs_auth: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -88,6 +95,59 @@ pub struct McpTestResult {
     pub error: Option<String>,
 }
 
+/// How a sign-in proves itself: always the authorization code flow with PKCE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpAuthKind {
+    Pkce,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpAuthFlowStatus {
+    Pending,
+    Ok,
+    Error,
+}
+
+/// One OAuth sign-in for an HTTP server. The gateway keeps the PKCE verifier, the state
+/// and the tokens; only these fields travel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpAuthFlow {
+    pub flow_id: String,
+    pub server: String,
+    pub kind: McpAuthKind,
+    /// The authorization URL the phone opens in a browser.
+    pub url: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redirect_uri: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    pub status: McpAuthFlowStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the gateway holds for a server's sign-in, without the tokens themselves.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpAuthStatus {
+    pub server: String,
+    pub is_authorized: bool,
+    pub is_expired: bool,
+    pub has_refresh_token: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpAuthCancelled {
+    pub flow_id: String,
+    /// False when no such flow was running (finished, expired or never started).
+    pub is_cancelled: bool,
+}
+
 /// What the MCP routes need from the gateway.
 #[async_trait]
 pub trait McpApi: Send + Sync {
@@ -101,4 +161,14 @@ pub trait McpApi: Send + Sync {
     async fn start(&self, name: &str) -> ApiResult<McpServer>;
     /// Connects once with `input` (nothing saved) and lists its tools.
     async fn test(&self, name: String, input: McpServerInput) -> ApiResult<McpTestResult>;
+    /// Starts an OAuth sign-in for an HTTP server: the authorization URL to open.
+    async fn auth_start(&self, name: &str) -> ApiResult<McpAuthFlow>;
+    /// Finishes a sign-in with what the browser landed on (the redirect URL) or the bare code.
+    async fn auth_complete(&self, name: &str, flow_id: &str, input: &str)
+        -> ApiResult<McpAuthFlow>;
+    /// A sign-in's state, without waiting.
+    async fn auth_poll(&self, name: &str, flow_id: &str) -> ApiResult<McpAuthFlow>;
+    async fn auth_cancel(&self, name: &str, flow_id: &str) -> ApiResult<McpAuthCancelled>;
+    /// Forgets the server's tokens.
+    async fn auth_logout(&self, name: &str) -> ApiResult<McpAuthStatus>;
 }

@@ -7,6 +7,7 @@ use crate::mcp::{McpApi, McpServer, McpServerInput, McpServers, McpTestResult};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -83,13 +84,60 @@ pub async fn start(
     Ok(Json(api(&st)?.start(&name).await?))
 }
 
-/// The OAuth sign-in routes: no MCP OAuth flow is implemented; a server that needs a token
-/// takes it as a header (`headers: {Authorization: "Bearer …"}`).
-pub async fn auth(Path(_name_step): Path<(String, String)>) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "mcp-oauth-unsupported",
-        "this gateway does not run MCP OAuth sign-ins; give the server its token as a header \
-         (server.headers.Authorization = \"Bearer …\")",
-    )
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowBody {
+    flow_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompleteBody {
+    flow_id: String,
+    /// The URL the browser was redirected to, or the bare authorization code.
+    input: String,
+}
+
+/// The body of a step that takes one, or a 400 naming the missing field.
+fn step_body<T: DeserializeOwned>(body: JsonBody, step: &str) -> ApiResult<T> {
+    if body.0.is_null() {
+        return Err(ApiError::bad_request(
+            "invalid-request",
+            format!("auth/{step} needs a JSON body with `flow_id`"),
+        ));
+    }
+    typed(body)
+}
+
+/// The OAuth sign-in of an HTTP server: `start` (the authorization URL to open),
+/// `complete` (the redirect URL or code the browser ended on), `poll`, `cancel`, `logout`.
+pub async fn auth(
+    State(st): State<AppState>,
+    Path((name, step)): Path<(String, String)>,
+    body: JsonBody,
+) -> ApiResult<Response> {
+    let api = api(&st)?;
+    Ok(match step.as_str() {
+        "start" => Json(api.auth_start(&name).await?).into_response(),
+        "complete" => {
+            let b: CompleteBody = step_body(body, &step)?;
+            Json(api.auth_complete(&name, &b.flow_id, &b.input).await?).into_response()
+        }
+        "poll" => {
+            let b: FlowBody = step_body(body, &step)?;
+            Json(api.auth_poll(&name, &b.flow_id).await?).into_response()
+        }
+        "cancel" => {
+            let b: FlowBody = step_body(body, &step)?;
+            Json(api.auth_cancel(&name, &b.flow_id).await?).into_response()
+        }
+        "logout" => Json(api.auth_logout(&name).await?).into_response(),
+        other => return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!(
+                "no MCP auth step {other:?}; the steps are start, complete, poll, cancel, logout"
+            ),
+        )),
+    })
 }

@@ -3,6 +3,7 @@
 //! its own process group); a streamable HTTP server is reached through the egress proxy with
 //! the session's token, so the policy and the filters decide its traffic.
 
+use super::oauth::Auth;
 use super::spec;
 use crate::model_sandbox::protocol::CallError;
 use rmcp::model::{CallToolRequestParams, Tool};
@@ -31,6 +32,7 @@ pub struct Reach {
 }
 
 pub struct Conn {
+    server: String,
     service: RunningService<RoleClient, ()>,
     pub tools: Vec<Tool>,
     timeout: Duration,
@@ -57,7 +59,8 @@ fn stdio_command(input: &McpServerInput, reach: &Reach) -> Result<tokio::process
     Ok(cmd)
 }
 
-async fn http_client(reach: &Reach) -> Result<reqwest::Client, String> {
+/// A client builder that goes through the egress proxy and trusts its CA.
+pub async fn http_builder(reach: &Reach) -> Result<reqwest::ClientBuilder, String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut b = reqwest::Client::builder();
     if let Some(p) = &reach.proxy_url {
@@ -71,12 +74,64 @@ async fn http_client(reach: &Reach) -> Result<reqwest::Client, String> {
             b = b.add_root_certificate(cert);
         }
     }
-    b.build().map_err(|e| e.to_string())
+    Ok(b)
+}
+
+/// What a sign-in-less HTTP server that asks for one gets told, in the list and in blocks.
+pub fn sign_in_message(server: &str) -> String {
+    format!(
+        "the MCP server {server} needs a sign-in: on the phone open Settings → MCP servers → \
+         {server} → Sign in, then try again"
+    )
+}
+
+/// Why a connection could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// The server answered 401: nobody signed in, or the sign-in ended.
+    NeedsAuth,
+    Failed(String),
+}
+
+impl OpenError {
+    pub fn message(&self, server: &str) -> String {
+        match self {
+            OpenError::NeedsAuth => sign_in_message(server),
+            OpenError::Failed(e) => e.clone(),
+        }
+    }
+}
+
+impl From<String> for OpenError {
+    fn from(e: String) -> OpenError {
+        OpenError::Failed(e)
+    }
+}
+
+fn init_error(e: rmcp::service::ClientInitializeError) -> OpenError {
+    if e.auth_challenge().is_some() || e.is_authorization_required() {
+        return OpenError::NeedsAuth;
+    }
+    OpenError::Failed(format!("the server failed during initialize: {e}"))
+}
+
+fn has_authorization_header(input: &McpServerInput) -> bool {
+    input
+        .headers
+        .iter()
+        .flatten()
+        .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
 }
 
 impl Conn {
-    /// Starts or reaches the server, runs `initialize` and lists its tools.
-    pub async fn open(input: &McpServerInput, reach: &Reach) -> Result<Conn, String> {
+    /// Starts or reaches the server, runs `initialize` and lists its tools. An HTTP server
+    /// with a saved sign-in gets its token (refreshed when expired) on every request.
+    pub async fn open(
+        server: &str,
+        input: &McpServerInput,
+        reach: &Reach,
+        auth: &Auth,
+    ) -> Result<Conn, OpenError> {
         let limit = spec::connect_timeout(input);
         let fut = async {
             let service = match input.transport {
@@ -98,7 +153,7 @@ impl Conn {
                 McpTransport::StreamableHttp => {
                     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
                     let url = input.url.clone().unwrap_or_default();
-                    let mut cfg = StreamableHttpClientTransportConfig::with_uri(url);
+                    let mut cfg = StreamableHttpClientTransportConfig::with_uri(url.clone());
                     for (k, v) in input.headers.clone().unwrap_or_default() {
                         let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
                             .map_err(|e| format!("header {k:?}: {e}"))?;
@@ -106,19 +161,33 @@ impl Conn {
                             .map_err(|e| format!("header {k:?}: {e}"))?;
                         cfg.custom_headers.insert(name, value);
                     }
-                    let client = http_client(reach).await?;
-                    let transport =
-                        rmcp::transport::StreamableHttpClientTransport::with_client(client, cfg);
-                    ().serve(transport)
-                        .await
-                        .map_err(|e| format!("the server failed during initialize: {e}"))?
+                    let client = http_builder(reach)
+                        .await?
+                        .build()
+                        .map_err(|e| e.to_string())?;
+                    let manager = if has_authorization_header(input) {
+                        None
+                    } else {
+                        auth.manager(server, &url, reach).await?
+                    };
+                    use rmcp::transport::StreamableHttpClientTransport as Http;
+                    match manager {
+                        Some(m) => {
+                            let client = rmcp::transport::AuthClient::new(client, m);
+                            ().serve(Http::with_client(client, cfg))
+                                .await
+                                .map_err(init_error)?
+                        }
+                        None => ().serve(Http::with_client(client, cfg)).await.map_err(init_error)?,
+                    }
                 }
             };
             let tools = service
                 .list_all_tools()
                 .await
                 .map_err(|e| format!("tools/list failed: {e}"))?;
-            Ok::<_, String>(Conn {
+            Ok::<_, OpenError>(Conn {
+                server: server.to_string(),
                 service,
                 tools,
                 timeout: spec::call_timeout(input),
@@ -126,10 +195,10 @@ impl Conn {
         };
         match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
-            Err(_) => Err(format!(
+            Err(_) => Err(OpenError::Failed(format!(
                 "the server did not answer within {} ms",
                 limit.as_millis()
-            )),
+            ))),
         }
     }
 
@@ -151,6 +220,9 @@ impl Conn {
                         self.timeout.as_millis()
                     ),
                 ))
+            }
+            Ok(Err(e)) if e.auth_challenge().is_some() || e.is_authorization_required() => {
+                return Err(CallError::permission(sign_in_message(&self.server)))
             }
             Ok(Err(e)) => {
                 return Err(CallError::new(

@@ -5,6 +5,7 @@
 //! - [`spec`]: what a server entry must hold; how tool names become Python names.
 //! - [`conn`]: one live connection (stdio child or streamable HTTP through the proxy).
 //! - [`managed`]: the servers saved from the phone (`<home>/mcp-servers.json`, 0600).
+//! - [`oauth`]: sign-ins for HTTP servers that ask for one, and their tokens.
 //! - [`Mcp`]: the registry: the server list the phone sees, each session's connections,
 //!   kills, and the last status of every server (tools seen, last error).
 //!
@@ -14,18 +15,19 @@
 
 pub mod conn;
 pub mod managed;
+pub mod oauth;
 pub mod routes;
 pub mod spec;
 
 use crate::config::Config;
 use crate::model_sandbox::protocol::CallError;
-use conn::{Conn, Reach};
+use conn::{Conn, OpenError, Reach};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use vis_companion_api::mcp::{McpServer, McpServerInput};
+use vis_companion_api::mcp::{McpServer, McpServerInput, McpTransport};
 
 /// One MCP tool as a function of the block's namespace.
 #[derive(Debug, Clone)]
@@ -38,12 +40,17 @@ pub struct McpFn {
     pub contract: Value,
     pub summary: String,
     pub doc: String,
+    /// A server waiting for a sign-in: its name is offered, and any use raises the doc.
+    pub is_unavailable: bool,
 }
 
 #[derive(Debug, Default, Clone)]
 struct Status {
     tools: usize,
     last_error: Option<String>,
+    /// The server refused the gateway for want of a sign-in, while its tokens were at this
+    /// generation (a later sign-in, refresh or sign-out makes the refusal stale).
+    refused_at: Option<u64>,
 }
 
 struct Live {
@@ -56,6 +63,7 @@ struct Live {
 pub struct Mcp {
     home: PathBuf,
     managed: Mutex<managed::Servers>,
+    pub auth: oauth::Auth,
     killed: Mutex<HashSet<String>>,
     status: Mutex<HashMap<String, Status>>,
     live: tokio::sync::Mutex<HashMap<(String, String), Live>>,
@@ -74,6 +82,7 @@ impl Mcp {
             managed::Servers::new()
         });
         Mcp {
+            auth: oauth::Auth::new(&home),
             home,
             managed: Mutex::new(saved),
             killed: Mutex::default(),
@@ -110,8 +119,30 @@ impl Mcp {
             Ok(n) => {
                 s.tools = n;
                 s.last_error = None;
+                s.refused_at = None;
             }
-            Err(e) => s.last_error = Some(e),
+            Err(e) => {
+                s.last_error = Some(e);
+                s.refused_at = None;
+            }
+        }
+    }
+
+    /// The server asked for a sign-in the gateway does not hold.
+    fn note_needs_auth(&self, name: &str) {
+        let at = self.auth.tokens.generation(name);
+        let mut st = self.status.lock();
+        let s = st.entry(name.to_string()).or_default();
+        s.last_error = Some(conn::sign_in_message(name));
+        s.refused_at = Some(at);
+    }
+
+    /// Records how opening a connection went.
+    fn note_open(&self, name: &str, r: &Result<Arc<Conn>, OpenError>) {
+        match r {
+            Ok(c) => self.note(name, Ok(c.tools.len())),
+            Err(OpenError::NeedsAuth) => self.note_needs_auth(name),
+            Err(OpenError::Failed(e)) => self.note(name, Err(e.clone())),
         }
     }
 
@@ -123,7 +154,23 @@ impl Mcp {
             .await
             .iter()
             .any(|((_, n), l)| n == name && !l.conn.is_closed());
-        let st = self.status.lock().get(name).cloned().unwrap_or_default();
+        let mut st = self.status.lock().get(name).cloned().unwrap_or_default();
+        let (is_authorized, needs_auth) = match (input.transport, input.url.as_deref()) {
+            (McpTransport::StreamableHttp, Some(url)) => {
+                let refused = match st.refused_at {
+                    Some(at) if at == self.auth.tokens.generation(name) => true,
+                    Some(_) => {
+                        // The tokens changed since that refusal: it no longer says anything.
+                        st.last_error = None;
+                        false
+                    }
+                    None => false,
+                };
+                let held = self.auth.tokens.status(name, url).is_authorized;
+                (Some(held), Some(refused))
+            }
+            _ => (None, None),
+        };
         McpServer {
             name: name.clone(),
             transport: input.transport,
@@ -132,6 +179,8 @@ impl Mcp {
             is_managed: *is_managed,
             tools: st.tools,
             is_killed: self.is_killed(name),
+            is_authorized,
+            needs_auth,
             command: input.command.clone(),
             args: input.args.clone(),
             cwd: input.cwd.clone(),
@@ -146,12 +195,11 @@ impl Mcp {
         name: &str,
         input: &McpServerInput,
         reach: &Reach,
-    ) -> Result<Arc<Conn>, String> {
-        let r = Conn::open(input, reach).await.map(Arc::new);
-        self.note(
-            name,
-            r.as_ref().map(|c| c.tools.len()).map_err(Clone::clone),
-        );
+    ) -> Result<Arc<Conn>, OpenError> {
+        let r = Conn::open(name, input, reach, &self.auth)
+            .await
+            .map(Arc::new);
+        self.note_open(name, &r);
         r
     }
 
@@ -162,7 +210,7 @@ impl Mcp {
         name: &str,
         input: &McpServerInput,
         reach: &Reach,
-    ) -> Result<Arc<Conn>, String> {
+    ) -> Result<Arc<Conn>, OpenError> {
         let key = (sid.to_string(), name.to_string());
         if let Some(l) = self.live.lock().await.get(&key) {
             if l.input == *input && !l.conn.is_closed() {
@@ -205,7 +253,14 @@ impl Mcp {
         .await;
         let mut out = Vec::new();
         for (server, conn) in opened {
-            let Ok(conn) = conn else { continue };
+            let conn = match conn {
+                Ok(conn) => conn,
+                Err(OpenError::NeedsAuth) => {
+                    out.push(waiting_for_sign_in(server));
+                    continue;
+                }
+                Err(OpenError::Failed(_)) => continue,
+            };
             for tool in &conn.tools {
                 match function(server, tool) {
                     Ok(f) => out.push(f),
@@ -244,7 +299,12 @@ impl Mcp {
         let conn = if conn.is_closed() {
             self.connection(sid, server, &input, &reach)
                 .await
-                .map_err(|e| CallError::new("ConnectionError", format!("{server}: {e}")))?
+                .map_err(|e| match e {
+                    OpenError::NeedsAuth => CallError::permission(conn::sign_in_message(server)),
+                    OpenError::Failed(e) => {
+                        CallError::new("ConnectionError", format!("{server}: {e}"))
+                    }
+                })?
         } else {
             conn
         };
@@ -252,6 +312,8 @@ impl Mcp {
         if let Err(e) = &r {
             if e.kind == "ConnectionError" || e.kind == "TimeoutError" {
                 self.note(server, Err(e.message.clone()));
+            } else if e.kind == "PermissionError" {
+                self.note_needs_auth(server);
             }
         }
         r
@@ -265,6 +327,20 @@ impl Mcp {
     /// Ends every connection to `name`.
     async fn drop_server(&self, name: &str) {
         self.live.lock().await.retain(|(_, n), _| n != name);
+    }
+}
+
+/// A server waiting for a sign-in, as a name of the block whose every use says so.
+fn waiting_for_sign_in(server: &str) -> McpFn {
+    let why = conn::sign_in_message(server);
+    McpFn {
+        name: server.to_string(),
+        server: server.to_string(),
+        tool: String::new(),
+        contract: json!({"name": server, "mcp_server": server, "needs_sign_in": true}),
+        summary: format!("MCP server {server}: its tools appear once someone signs in"),
+        doc: why,
+        is_unavailable: true,
     }
 }
 
@@ -330,5 +406,6 @@ fn function(server: &str, tool: &rmcp::model::Tool) -> Result<McpFn, String> {
         name,
         server: server.to_string(),
         tool: tool.name.to_string(),
+        is_unavailable: false,
     })
 }

@@ -1,7 +1,9 @@
 //! The `/v1/mcp/servers…` answers: the phone's list, saved servers (add, replace, enable,
-//! remove), runtime kills and starts, and a test connection.
+//! remove), runtime kills and starts, a test connection, and the OAuth sign-ins of HTTP
+//! servers.
 
 use super::conn::{Conn, Reach};
+use super::oauth::AuthFailure;
 use super::{managed, spec, Entry};
 use crate::engine::Gateway;
 use async_trait::async_trait;
@@ -9,7 +11,8 @@ use axum::http::StatusCode;
 use std::path::Path;
 use std::sync::Arc;
 use vis_companion_api::mcp::{
-    McpApi, McpServer, McpServerInput, McpServers, McpTestResult, McpToolInfo,
+    McpApi, McpAuthCancelled, McpAuthFlow, McpAuthStatus, McpServer, McpServerInput, McpServers,
+    McpTestResult, McpToolInfo, McpTransport,
 };
 use vis_companion_api::{ApiError, ApiResult, CreateSession, Engine};
 
@@ -60,6 +63,10 @@ fn invalid(e: String) -> ApiError {
     ApiError::bad_request("invalid-request", e)
 }
 
+fn auth_error(e: AuthFailure) -> ApiError {
+    ApiError::new(e.status(), e.code(), e.to_string())
+}
+
 impl McpRoutes {
     async fn config(&self) -> ApiResult<crate::config::Config> {
         self.0
@@ -87,6 +94,39 @@ impl McpRoutes {
         };
         let home = self.0.mcp.home.clone();
         tokio::task::spawn_blocking(move || managed::save(&home, &next))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?
+            .map_err(ApiError::engine)
+    }
+
+    /// The URL of an HTTP server that may sign in with OAuth.
+    async fn oauth_server(&self, name: &str) -> ApiResult<(McpServerInput, String)> {
+        let (_, input, _) = self.entry(name).await?;
+        match (input.transport, input.url.clone()) {
+            (McpTransport::StreamableHttp, Some(url)) => Ok((input, url)),
+            _ => Err(ApiError::bad_request(
+                "mcp-auth-not-http",
+                format!(
+                    "the MCP server {name:?} runs over stdio; only streamable_http servers \
+                     sign in with OAuth"
+                ),
+            )),
+        }
+    }
+
+    /// How the probe session reaches servers (its proxy token, the CA bundle).
+    async fn probe_reach(&self) -> ApiResult<Reach> {
+        let sandbox = self.0.sandbox.get().cloned().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sandbox-unavailable",
+                "the egress proxy is not running",
+            )
+        })?;
+        let sid = self.probe_session().await?;
+        let cfg = self.config().await?;
+        let root = self.0.default_root.clone();
+        tokio::task::spawn_blocking(move || reach(&sandbox, &sid, &root, &cfg))
             .await
             .map_err(|e| ApiError::engine(e.to_string()))?
             .map_err(ApiError::engine)
@@ -188,23 +228,10 @@ impl McpApi for McpRoutes {
     async fn test(&self, name: String, input: McpServerInput) -> ApiResult<McpTestResult> {
         spec::check_name(&name).map_err(invalid)?;
         spec::check(&input).map_err(invalid)?;
-        let sandbox = self.0.sandbox.get().cloned().ok_or_else(|| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "sandbox-unavailable",
-                "the egress proxy is not running",
-            )
-        })?;
-        let sid = self.probe_session().await?;
-        let cfg = self.config().await?;
-        let root = self.0.default_root.clone();
-        let r = tokio::task::spawn_blocking(move || reach(&sandbox, &sid, &root, &cfg))
+        let reach = self.probe_reach().await?;
+        let opened = Conn::open(&name, &input, &reach, &self.0.mcp.auth)
             .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
-        let opened = match r {
-            Ok(reach) => Conn::open(&input, &reach).await,
-            Err(e) => Err(e),
-        };
+            .map_err(|e| e.message(&name));
         Ok(match opened {
             Ok(conn) => McpTestResult {
                 name,
@@ -226,5 +253,73 @@ impl McpApi for McpRoutes {
                 error: Some(e),
             },
         })
+    }
+
+    async fn auth_start(&self, name: &str) -> ApiResult<McpAuthFlow> {
+        let (input, url) = self.oauth_server(name).await?;
+        if input
+            .headers
+            .iter()
+            .flatten()
+            .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(ApiError::conflict(
+                "mcp-auth-has-header",
+                format!(
+                    "the MCP server {name:?} sends its own Authorization header; remove it from \
+                     the server's headers to sign in with OAuth instead"
+                ),
+            ));
+        }
+        let reach = self.probe_reach().await?;
+        self.0
+            .mcp
+            .auth
+            .start(name, &url, &reach)
+            .await
+            .map_err(auth_error)
+    }
+
+    async fn auth_complete(
+        &self,
+        name: &str,
+        flow_id: &str,
+        input: &str,
+    ) -> ApiResult<McpAuthFlow> {
+        self.oauth_server(name).await?;
+        self.0
+            .mcp
+            .auth
+            .complete(name, flow_id, input)
+            .await
+            .map_err(auth_error)
+    }
+
+    async fn auth_poll(&self, name: &str, flow_id: &str) -> ApiResult<McpAuthFlow> {
+        self.oauth_server(name).await?;
+        self.0.mcp.auth.poll(name, flow_id).map_err(auth_error)
+    }
+
+    async fn auth_cancel(&self, name: &str, flow_id: &str) -> ApiResult<McpAuthCancelled> {
+        self.oauth_server(name).await?;
+        Ok(self.0.mcp.auth.cancel(name, flow_id))
+    }
+
+    async fn auth_logout(&self, name: &str) -> ApiResult<McpAuthStatus> {
+        let (_, url) = self.oauth_server(name).await?;
+        let had = self.0.mcp.auth.tokens.get(name, &url).is_some();
+        let status = self
+            .0
+            .mcp
+            .auth
+            .logout(name, &url)
+            .await
+            .map_err(auth_error)?;
+        if had {
+            // Its connections carried the token; the server asked for one to hand it out.
+            self.0.mcp.drop_server(name).await;
+            self.0.mcp.note_needs_auth(name);
+        }
+        Ok(status)
     }
 }

@@ -18,6 +18,9 @@ pub enum FnKind {
     Symbol,
     /// A tool of an MCP server: an async function under the server's name.
     Mcp,
+    /// A name offered without functions (an MCP server waiting for a sign-in): any use
+    /// raises `PermissionError` with the entry's doc.
+    Unavailable,
 }
 
 /// One function of the block's namespace.

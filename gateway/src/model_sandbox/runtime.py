@@ -10,7 +10,8 @@ is one JSON object on one line (UTF-8, no embedded newlines).
 Gateway -> runtime
   {"t":"run","id":R,"code":SRC,"functions":[FN...]}  run one block
       FN is {"name","kind"} with kind "builtin", or {"name","kind","contract","doc"}
-      with kind "symbol" or "mcp"; a dotted name becomes nested attributes.
+      with kind "symbol" or "mcp"; a dotted name becomes nested attributes; kind
+      "unavailable" names a prefix whose every use raises PermissionError(doc).
   {"t":"reply","id":C,"ok":VALUE}                     a host call succeeded
   {"t":"reply","id":C,"error":{"type":T,"message":M}} a host call failed
 Runtime -> gateway
@@ -372,6 +373,26 @@ class Namespace:
         return f"<namespace {self._vis_name}: {members}>"
 
 
+class Unavailable(Namespace):
+    """A name whose functions cannot be offered now (an MCP server waiting for a sign-in):
+    using any of them raises ``PermissionError`` saying why."""
+
+    def __init__(self, name, why):
+        super().__init__(name)
+        self._vis_why = why
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise PermissionError(self._vis_why)
+
+    def __call__(self, *args, **kwargs):
+        raise PermissionError(self._vis_why)
+
+    def __repr__(self):
+        return f"<unavailable {self._vis_name}: {self._vis_why}>"
+
+
 class HostFunction:
     """A function whose body runs in the gateway: a built-in, symbol or MCP tool."""
 
@@ -456,6 +477,8 @@ class Grep:
 
 def _function(spec):
     name, kind = spec.get("name") or "", spec.get("kind") or "builtin"
+    if kind == "unavailable":
+        return Unavailable(name, spec.get("doc") or f"{name} is not available")
     contract = spec.get("contract")
     if isinstance(contract, dict) and isinstance(contract.get("parameters"), list):
         params = contract["parameters"]

@@ -77,7 +77,11 @@ impl PythonExecution {
         for f in mcp {
             functions.push(FnEntry {
                 name: f.name.clone(),
-                kind: FnKind::Mcp,
+                kind: if f.is_unavailable {
+                    FnKind::Unavailable
+                } else {
+                    FnKind::Mcp
+                },
                 contract: Some(f.contract),
                 doc: Some(f.doc.clone()),
             });
@@ -87,7 +91,9 @@ impl PythonExecution {
                 doc: f.doc,
                 is_hidden: false,
             });
-            mcp_fns.insert(f.name, (f.server, f.tool));
+            if !f.is_unavailable {
+                mcp_fns.insert(f.name, (f.server, f.tool));
+            }
         }
         PythonExecution {
             parts,

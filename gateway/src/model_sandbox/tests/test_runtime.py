@@ -227,6 +227,20 @@ def test_function_objects_expose_contract_doc_and_repr(host):
     ]
 
 
+def test_an_unavailable_name_raises_its_reason_on_any_use(host):
+    why = "the MCP server web needs a sign-in"
+    done, calls = host.run(
+        "try:\n"
+        "    await web.echo(text='x')\n"
+        "except PermissionError as e:\n"
+        "    print('refused:', e)\n"
+        "print('web' in dir(), repr(web).startswith('<unavailable web'))",
+        FUNCTIONS + [{"name": "web", "kind": "unavailable", "doc": why}])
+    assert done["error"] is None, done["error"]
+    assert done["output"].splitlines() == [f"refused: {why}", "True True"]
+    assert calls == []
+
+
 def test_positional_arguments_are_bound_by_the_contract(host):
     done, calls = host.run(
         "await greet.hello('Ann', '!')\n"
