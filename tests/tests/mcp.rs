@@ -238,7 +238,7 @@ async fn bad_servers_get_clear_errors_and_the_gateway_keeps_serving() {
     let (s, v) = gw.post_empty("/v1/mcp/servers/ghost/actions/kill").await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     let (s, v) = gw.post_empty("/v1/mcp/servers/ghost/auth/start").await;
-    assert_eq!(s, StatusCode::NOT_IMPLEMENTED, "{v}");
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     let (s, _) = gw.get("/healthz").await;
     assert_eq!(s, StatusCode::OK);
 }

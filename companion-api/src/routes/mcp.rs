@@ -132,12 +132,14 @@ pub async fn auth(
             Json(api.auth_cancel(&name, &b.flow_id).await?).into_response()
         }
         "logout" => Json(api.auth_logout(&name).await?).into_response(),
-        other => return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            format!(
+        other => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                format!(
                 "no MCP auth step {other:?}; the steps are start, complete, poll, cancel, logout"
             ),
-        )),
+            ))
+        }
     })
 }

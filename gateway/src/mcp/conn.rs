@@ -178,7 +178,21 @@ impl Conn {
                                 .await
                                 .map_err(init_error)?
                         }
-                        None => ().serve(Http::with_client(client, cfg)).await.map_err(init_error)?,
+                        None => {
+                            ().serve(Http::with_client(client, cfg))
+                                .await
+                                .map_err(init_error)
+                                .map_err(|e| match e {
+                                    OpenError::NeedsAuth if has_authorization_header(input) => {
+                                        OpenError::Failed(
+                                            "the server refused the Authorization header of its \
+                                         entry (401); fix the header, or remove it and sign in"
+                                                .into(),
+                                        )
+                                    }
+                                    e => e,
+                                })?
+                        }
                     }
                 }
             };

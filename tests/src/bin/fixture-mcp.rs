@@ -3,11 +3,16 @@
 //!
 //! - `fixture-mcp stdio`: MCP over stdin/stdout;
 //! - `fixture-mcp http <port-file>`: streamable HTTP on 127.0.0.1 (port written to the file);
+//! - `fixture-mcp http-oauth <port-file> [token-ttl-secs]`: the same behind OAuth, with its own
+//!   authorization server (see `fixture_mcp/oauth.rs`);
 //! - `fixture-mcp crash`: exits before answering `initialize`;
 //! - `fixture-mcp hang`: reads its input and never answers.
 //!
 //! Tools: `add(a, b)` (structured `{sum}`), `echo(text)` (text), `fail(message)` (a tool
 //! error), `sleep_ms(ms)`, `die()` (the process exits), `search-issues(q)` (a name that is not a Python name).
+
+#[path = "fixture_mcp/oauth.rs"]
+mod oauth;
 
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::{schemars, tool, tool_router, ServiceExt};
@@ -97,7 +102,7 @@ async fn main() -> anyhow_like::Result {
                 .map_err(|e| e.to_string())?;
             running.waiting().await.map_err(|e| e.to_string())?;
         }
-        "http" => {
+        "http" | "http-oauth" => {
             use rmcp::transport::streamable_http_server::{
                 session::local::LocalSessionManager, StreamableHttpServerConfig,
                 StreamableHttpService,
@@ -108,11 +113,23 @@ async fn main() -> anyhow_like::Result {
                 std::sync::Arc::new(LocalSessionManager::default()),
                 StreamableHttpServerConfig::default(),
             );
-            let app = axum::Router::new().nest_service("/mcp", service);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .map_err(|e| e.to_string())?;
             let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+            let app = if mode == "http-oauth" {
+                let ttl = std::env::args()
+                    .nth(3)
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(3600);
+                let auth = oauth::As::new(port, std::time::Duration::from_secs(ttl));
+                let mcp = axum::Router::new().nest_service("/mcp", service).layer(
+                    axum::middleware::from_fn_with_state(auth.clone(), oauth::require_token),
+                );
+                mcp.merge(auth.router())
+            } else {
+                axum::Router::new().nest_service("/mcp", service)
+            };
             std::fs::write(&port_file, port.to_string()).map_err(|e| e.to_string())?;
             axum::serve(listener, app)
                 .await
@@ -126,7 +143,10 @@ async fn main() -> anyhow_like::Result {
             tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
         }
         other => {
-            return Err(format!("unknown mode {other:?}: stdio | http FILE | crash | hang").into())
+            return Err(format!(
+                "unknown mode {other:?}: stdio | http FILE | http-oauth FILE [TTL] | crash | hang"
+            )
+            .into())
         }
     }
     Ok(())
