@@ -212,6 +212,16 @@ async fn a_server_that_asks_for_a_sign_in_is_signed_in_from_the_phone_and_its_to
         "{v}"
     );
 
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers/actions/test",
+            json!({"name": "web", "server": {"transport": "streamable_http", "url": srv.mcp_url()}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["is_connected"], false, "{v}");
+    assert!(v["error"].as_str().unwrap_or("").contains("sign-in"), "{v}");
+
     // start: an authorization URL with a PKCE challenge and a state.
     let flow = start_flow(&gw, "web").await;
     assert_eq!(flow["status"], "pending", "{flow}");
@@ -428,6 +438,7 @@ async fn a_wrong_code_a_refusal_or_a_bad_request_is_a_clear_error() {
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     let (s, v) = gw.post_empty("/v1/mcp/servers/web/auth/dance").await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    assert_eq!(error_type(&v), "mcp-auth-step-not-found", "{v}");
     let (s, v) = gw.post_empty("/v1/mcp/servers/web/auth/complete").await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     assert!(

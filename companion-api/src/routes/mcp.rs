@@ -135,7 +135,7 @@ pub async fn auth(
         other => {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
-                "not-found",
+                "mcp-auth-step-not-found",
                 format!(
                 "no MCP auth step {other:?}; the steps are start, complete, poll, cancel, logout"
             ),

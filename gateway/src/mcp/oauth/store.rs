@@ -293,12 +293,11 @@ mod tests {
     }
 
     fn seed() -> Seed {
+        let mut metadata = AuthorizationMetadata::default();
+        metadata.authorization_endpoint = "http://127.0.0.1:9/authorize".into();
+        metadata.token_endpoint = "http://127.0.0.1:9/token".into();
         Seed {
-            metadata: AuthorizationMetadata {
-                authorization_endpoint: "http://127.0.0.1:9/authorize".into(),
-                token_endpoint: "http://127.0.0.1:9/token".into(),
-                ..Default::default()
-            },
+            metadata,
             redirect_uri: "http://127.0.0.1:9/mcp-callback".into(),
             client_secret: None,
         }
