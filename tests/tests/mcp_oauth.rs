@@ -508,6 +508,16 @@ async fn a_browser_on_the_gateways_machine_finishes_the_sign_in_and_expired_toke
     assert_eq!(out.trim(), "two", "the expired token was refreshed");
     let (_, refreshes) = srv.issued().await;
     assert!(refreshes >= 1, "refreshes: {refreshes}");
+    let paths: Vec<Value> = gw
+        .egress(&sid)
+        .await
+        .iter()
+        .map(|d| d["path"].clone())
+        .collect();
+    assert!(
+        paths.contains(&json!("/token")),
+        "the refresh went through the proxy: {paths:?}"
+    );
 
     // The sign-in survives a restart of the gateway.
     gw.stop().await;
@@ -518,4 +528,14 @@ async fn a_browser_on_the_gateways_machine_finishes_the_sign_in_and_expired_toke
     let sid = gw.create_session_at(&dirs.root()).await;
     let out = block(&gw, &llm, &sid, "print(await web.echo(text='three'))").await;
     assert_eq!(out.trim(), "three");
+
+    // Removing the server removes its sign-in.
+    let (s, _) = gw.delete("/v1/mcp/servers/web").await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (tokens, _) = srv.issued().await;
+    let saved = std::fs::read_to_string(dirs.home().join("mcp-tokens.json")).unwrap();
+    assert!(
+        tokens.iter().all(|t| !saved.contains(t.as_str())),
+        "{saved}"
+    );
 }

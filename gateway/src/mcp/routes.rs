@@ -209,6 +209,13 @@ impl McpApi for McpRoutes {
         })
         .await?;
         self.0.mcp.drop_server(name).await;
+        // Its sign-in goes with it.
+        self.0
+            .mcp
+            .auth
+            .forget(name)
+            .await
+            .map_err(ApiError::engine)?;
         Ok(())
     }
 

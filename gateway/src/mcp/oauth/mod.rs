@@ -299,6 +299,12 @@ impl Auth {
 
     /// Forgets the server's tokens and cancels its sign-ins.
     pub async fn logout(&self, server: &str, url: &str) -> Result<McpAuthStatus, AuthFailure> {
+        self.forget(server).await.map_err(AuthFailure::Internal)?;
+        Ok(self.tokens.status(server, url))
+    }
+
+    /// Everything held for `server` (a sign-out, or the server was removed).
+    pub async fn forget(&self, server: &str) -> Result<(), String> {
         self.flows.lock().retain(|_, f| {
             let other = f.server == server;
             if other {
@@ -306,11 +312,7 @@ impl Auth {
             }
             !other
         });
-        self.tokens
-            .remove(server)
-            .await
-            .map_err(AuthFailure::Internal)?;
-        Ok(self.tokens.status(server, url))
+        self.tokens.remove(server).await.map(|_| ())
     }
 }
 
