@@ -21,6 +21,7 @@ pub mod serve;
 pub mod serve_stats;
 pub mod sse;
 pub mod upload;
+pub mod wire;
 
 use std::sync::Arc;
 

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use vis_companion_api::live::{self, LiveTx, PushError};
 use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
+use vis_companion_api::wire::{JournalEntry, StoredJson, StreamGap};
 use vis_companion_api::{Frame, Ready, Subscription};
 
 mod lost;
@@ -344,8 +345,8 @@ impl Bus {
         }))
     }
 
-    /// Stored events after `cursor` as JSON, preceded by a `stream.gap` object if needed.
-    pub async fn since(&self, sid: &str, cursor: i64) -> Vec<Value> {
+    /// Stored events after `cursor` as stored, preceded by a `stream.gap` entry if needed.
+    pub async fn since(&self, sid: &str, cursor: i64) -> Vec<JournalEntry> {
         let sid_owned = sid.to_string();
         let (trimmed, rows) = self
             .store
@@ -354,11 +355,16 @@ impl Bus {
             .unwrap_or_default();
         let mut out = Vec::with_capacity(rows.len() + 1);
         if cursor < trimmed {
-            out.push(serde_json::json!({"type": "stream.gap", "session_id": sid, "from": cursor + 1, "to": trimmed}));
+            out.push(JournalEntry::Gap(StreamGap {
+                kind: "stream.gap".into(),
+                session_id: sid.to_string(),
+                from: cursor + 1,
+                to: trimmed,
+            }));
         }
         out.extend(
             rows.into_iter()
-                .filter_map(|(_, _, d)| serde_json::from_str(&d).ok()),
+                .filter_map(|(_, _, d)| StoredJson::parse(d).map(JournalEntry::Event)),
         );
         out
     }

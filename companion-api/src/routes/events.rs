@@ -6,6 +6,7 @@ use crate::engine::Cursor;
 use crate::error::{ApiError, ApiResult};
 use crate::serve::ConnKill;
 use crate::sse::{body_stream, wants_pad};
+use crate::wire::EventsSince;
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -154,15 +155,15 @@ pub async fn since(
     Path(sid): Path<String>,
     q: Q,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EventsSince>> {
     let cursor = q
         .get("cursor")
         .and_then(|c| c.trim().parse().ok())
         .or_else(|| last_event_id(&headers))
         .unwrap_or(0);
-    Ok(Json(
-        json!({"events": st.engine.events_since(&sid, cursor).await?}),
-    ))
+    Ok(Json(EventsSince {
+        events: st.engine.events_since(&sid, cursor).await?,
+    }))
 }
 
 pub async fn seq(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use vis_companion_api::wire::TurnRecord;
 use vis_companion_api::{ApiError, ApiResult, SubmitTurn};
 use vis_providers::ChatMessage;
 
@@ -43,7 +44,11 @@ fn silence_timeout() -> Duration {
 }
 
 impl Gateway {
-    pub async fn submit(self: &Arc<Self>, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)> {
+    pub async fn submit(
+        self: &Arc<Self>,
+        sid: &str,
+        req: SubmitTurn,
+    ) -> ApiResult<(bool, TurnRecord)> {
         let request = match &req.request {
             Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
             _ => {
@@ -122,23 +127,20 @@ impl Gateway {
                 if let Some(d) = &t.display_request {
                     ev["display_request"] = json!(d);
                 }
-                record = t.record();
+                record = Some(t.record());
                 st.queue.push_back(t);
                 self.bus.publish(sid, "turn.queued", payload(ev));
                 launch = None;
             } else {
                 let l = self.start_locked(&mut st, t, false);
-                record = st
-                    .running
-                    .as_ref()
-                    .map(|r| r.turn.record())
-                    .unwrap_or(Value::Null);
+                record = st.running.as_ref().map(|r| r.turn.record());
                 launch = Some(l);
             }
         }
         if let Some(l) = launch {
             self.spawn(l);
         }
+        let record = record.ok_or_else(|| ApiError::engine("the turn did not start"))?;
         Ok((false, record))
     }
 
@@ -666,7 +668,7 @@ impl Gateway {
     }
 
     /// The freshest record of a turn: running or queued in memory, else the store.
-    pub async fn turn_record(&self, sid: &str, tid: &str) -> ApiResult<Value> {
+    pub async fn turn_record(&self, sid: &str, tid: &str) -> ApiResult<TurnRecord> {
         Ok(self.turn(sid, tid).await?.record())
     }
 
@@ -691,7 +693,7 @@ impl Gateway {
         sid: &str,
         tid: &str,
         request: Option<Value>,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<TurnRecord> {
         let shared = self.session(sid).await?;
         {
             let mut st = shared.lock();
@@ -743,7 +745,7 @@ impl Gateway {
         Err(not_queued(tid, &status))
     }
 
-    pub async fn resume_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<Value>> {
+    pub async fn resume_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<TurnRecord>> {
         let shared = self.session(sid).await?;
         let (launch, record) = {
             let mut st = shared.lock();
@@ -768,7 +770,7 @@ impl Gateway {
         Ok(record)
     }
 
-    pub async fn drain_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<Value>> {
+    pub async fn drain_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<TurnRecord>> {
         let shared = self.session(sid).await?;
         let (launch, record) = {
             let mut st = shared.lock();

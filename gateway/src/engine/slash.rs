@@ -8,6 +8,7 @@ use crate::bus::payload;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
+use vis_companion_api::wire::{ExtensionsListing, SlashCommand, SlashPalette};
 
 /// The built-in commands and their one-line docs.
 pub const BUILTINS: &[(&str, &str)] = &[
@@ -82,19 +83,26 @@ impl Gateway {
         self.slash_names(root).await.iter().any(|(n, _)| n == name)
     }
 
-    pub async fn slash_palette(&self, root: &Path) -> Value {
-        let mut cmds: Vec<Value> = self
+    pub async fn slash_palette(&self, root: &Path) -> SlashPalette {
+        let mut commands: Vec<SlashCommand> = self
             .slash_names(root)
             .await
             .into_iter()
-            .map(|(n, d)| json!({"name": format!("/{n}"), "doc": d}))
+            .map(|(n, doc)| SlashCommand {
+                name: format!("/{n}"),
+                doc,
+            })
             .collect();
         for (n, d) in CLIENT_NATIVE {
-            if !cmds.iter().any(|c| c["name"] == format!("/{n}")) {
-                cmds.push(json!({"name": format!("/{n}"), "doc": d}));
+            let name = format!("/{n}");
+            if !commands.iter().any(|c| c.name == name) {
+                commands.push(SlashCommand {
+                    name,
+                    doc: d.to_string(),
+                });
             }
         }
-        json!({"commands": cmds})
+        SlashPalette { commands }
     }
 
     pub(super) async fn run_slash(
@@ -230,6 +238,17 @@ impl Gateway {
     }
 
     /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).
+    /// The extensions listing of `GET /v1/extensions` (global, plus `project`'s).
+    pub async fn extensions_listing(
+        &self,
+        project: Option<&Path>,
+    ) -> vis_companion_api::ApiResult<ExtensionsListing> {
+        let listing = self.extensions.list(project).await;
+        serde_json::from_value(listing).map_err(|e| {
+            vis_companion_api::ApiError::engine(format!("the extensions listing is malformed: {e}"))
+        })
+    }
+
     pub async fn reload_all(&self, root: &Path) -> Result<String, String> {
         let config = self.reload_config(root).await;
         let report = self.extensions.reload(Some(root)).await;

@@ -108,7 +108,7 @@ impl McpRoutes {
                 ..Default::default()
             })
             .await?;
-        let sid = created["id"].as_str().unwrap_or_default().to_string();
+        let sid = created.id;
         *self.0.mcp.probe.lock() = Some(sid.clone());
         Ok(sid)
     }

@@ -267,7 +267,7 @@ impl Gateway {
                 ..Default::default()
             })
             .await?;
-        let new_sid = created["id"].as_str().unwrap_or_default().to_string();
+        let new_sid = created.id;
         let shared = self.session(&new_sid).await?;
         let mut copies = Vec::new();
         for t in &turns[..end] {

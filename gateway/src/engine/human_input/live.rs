@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use vis_companion_api::wire::{LiveFocused, LiveInterrupted, LiveLog, LiveViews};
 
 /// Closed live views kept per session (their logs stay readable).
 const CLOSED_VIEWS_KEPT: usize = 64;
@@ -675,14 +676,14 @@ impl HumanInput {
     }
 
     /// C26: open views of a session.
-    pub fn live_views(&self, sid: &str) -> Value {
+    pub fn live_views(&self, sid: &str) -> LiveViews {
         let views: Vec<Value> = self
             .sessions
             .lock()
             .get(sid)
             .map(|s| s.views.iter().map(|v| v.lock().wire()).collect())
             .unwrap_or_default();
-        json!({ "views": views })
+        LiveViews { views }
     }
 
     /// C27: a window of a log node's lines from the view's record (also after close).
@@ -693,7 +694,7 @@ impl HumanInput {
         nid: &str,
         from: usize,
         limit: usize,
-    ) -> Result<Value, HiError> {
+    ) -> Result<LiveLog, HiError> {
         let view = self
             .find_view(sid, vid, true)
             .ok_or(HiError::ViewNotFound)?;
@@ -703,11 +704,16 @@ impl HumanInput {
         let from = from.max(dropped);
         let start = (from - dropped).min(lines.len());
         let end = (start + limit.min(LOG_WINDOW)).min(lines.len());
-        Ok(json!({"node_id": nid, "from": from, "total": total, "lines": lines[start..end]}))
+        Ok(LiveLog {
+            node_id: nid.to_string(),
+            from,
+            total,
+            lines: lines[start..end].to_vec(),
+        })
     }
 
     /// C28.
-    pub fn live_focus(&self, sid: &str, vid: &str, body: &Value) -> Result<Value, HiError> {
+    pub fn live_focus(&self, sid: &str, vid: &str, body: &Value) -> Result<LiveFocused, HiError> {
         let view = self
             .find_view(sid, vid, false)
             .ok_or(HiError::ViewNotFound)?;
@@ -743,7 +749,11 @@ impl HumanInput {
         v.focus.insert(node_id.to_string(), focused.clone());
         v.human_version += 1;
         v.changed.notify_waiters();
-        Ok(json!({"focused_ids": focused, "node_id": node_id, "view_id": v.id}))
+        Ok(LiveFocused {
+            focused_ids: focused,
+            node_id: node_id.to_string(),
+            view_id: v.id.clone(),
+        })
     }
 
     /// C29.
@@ -752,13 +762,16 @@ impl HumanInput {
         sid: &str,
         vid: &str,
         note: Option<String>,
-    ) -> Result<Value, HiError> {
+    ) -> Result<LiveInterrupted, HiError> {
         let view = self
             .find_view(sid, vid, true)
             .ok_or(HiError::ViewNotFound)?;
         let mut v = view.lock();
         if v.result.is_some() {
-            return Ok(json!({"is_interrupted": false, "view_id": v.id}));
+            return Ok(LiveInterrupted {
+                is_interrupted: false,
+                view_id: v.id.clone(),
+            });
         }
         v.is_interrupted = true;
         if note.is_some() {
@@ -766,7 +779,10 @@ impl HumanInput {
         }
         v.human_version += 1;
         v.changed.notify_waiters();
-        Ok(json!({"is_interrupted": true, "view_id": v.id}))
+        Ok(LiveInterrupted {
+            is_interrupted: true,
+            view_id: v.id.clone(),
+        })
     }
 }
 

@@ -38,6 +38,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use validate::{field_name, field_type, flatten_fields, is_blank, validate};
+use vis_companion_api::wire::{HumanInputCancelled, HumanInputList, HumanInputSubmitted};
 
 /// Default form timeout (§6.9).
 pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
@@ -139,14 +140,14 @@ impl HumanInput {
     // -- forms ------------------------------------------------------------------------
 
     /// `GET …/human-input`: pending requests, oldest first.
-    pub fn list(&self, sid: &str) -> Value {
+    pub fn list(&self, sid: &str) -> HumanInputList {
         let requests: Vec<Value> = self
             .sessions
             .lock()
             .get(sid)
             .map(|s| s.pending.iter().map(|p| p.view.clone()).collect())
             .unwrap_or_default();
-        json!({ "requests": requests })
+        HumanInputList { requests }
     }
 
     fn find(&self, sid: &str, rid: &str) -> Result<Arc<Pending>, Option<String>> {
@@ -208,12 +209,19 @@ impl HumanInput {
         sid: &str,
         rid: &str,
         values: Map<String, Value>,
-    ) -> Result<Value, HiError> {
+    ) -> Result<HumanInputSubmitted, HiError> {
+        let answer = |is_accepted: bool| HumanInputSubmitted {
+            is_accepted,
+            request_id: rid.to_string(),
+            ..Default::default()
+        };
         let p = match self.find(sid, rid) {
             Ok(p) => p,
             Err(Some(reason)) => {
-                return Ok(json!({"is_accepted": false, "request_id": rid,
-                    "reason": format!("the request is already settled ({reason})")}))
+                return Ok(HumanInputSubmitted {
+                    reason: Some(format!("the request is already settled ({reason})")),
+                    ..answer(false)
+                })
             }
             Err(None) => return Err(HiError::RequestNotFound),
         };
@@ -245,29 +253,38 @@ impl HumanInput {
             }
         }
         if !errors.is_empty() {
-            return Ok(json!({"is_accepted": false, "request_id": rid, "errors": errors}));
+            return Ok(HumanInputSubmitted {
+                errors: Some(errors),
+                ..answer(false)
+            });
         }
-        let answer = self.hide_secrets(sid, &p.fields, coerced);
-        if self.settle(sid, rid, "submitted", Some(answer)) {
-            Ok(json!({"is_accepted": true, "request_id": rid}))
+        let values = self.hide_secrets(sid, &p.fields, coerced);
+        if self.settle(sid, rid, "submitted", Some(values)) {
+            Ok(answer(true))
         } else {
-            Ok(json!({"is_accepted": false, "request_id": rid,
-                "reason": "the request is already settled"}))
+            Ok(HumanInputSubmitted {
+                reason: Some("the request is already settled".into()),
+                ..answer(false)
+            })
         }
     }
 
     /// C25.
-    pub fn cancel(&self, sid: &str, rid: &str) -> Result<Value, HiError> {
+    pub fn cancel(&self, sid: &str, rid: &str) -> Result<HumanInputCancelled, HiError> {
+        let answer = |is_cancelled| HumanInputCancelled {
+            is_cancelled,
+            request_id: rid.to_string(),
+        };
         let p = match self.find(sid, rid) {
             Ok(p) => p,
-            Err(Some(_)) => return Ok(json!({"is_cancelled": false, "request_id": rid})),
+            Err(Some(_)) => return Ok(answer(false)),
             Err(None) => return Err(HiError::RequestNotFound),
         };
         if !p.is_cancellable {
             return Err(HiError::NotCancellable);
         }
         let done = self.settle(sid, rid, "cancelled", None);
-        Ok(json!({"is_cancelled": done, "request_id": rid}))
+        Ok(answer(done))
     }
 
     /// Password and OTP answers become `vis-secret:<uuid>` handles.
