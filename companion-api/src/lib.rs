@@ -9,6 +9,7 @@
 pub mod body;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod live;
 pub mod mcp;
 pub mod metrics;

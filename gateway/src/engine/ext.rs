@@ -9,6 +9,7 @@ use crate::tools::{Tool, ToolCtx, ToolOutput};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use vis_companion_api::events::{Event, Notification};
 use vis_providers::ToolSpec;
 
 /// `vis.state` in the gateway's database.
@@ -66,11 +67,14 @@ impl HostEvents for BusEvents {
             let now = crate::engine::now_ms();
             self.bus.publish(
                 sid,
-                "notification",
-                payload(
-                    json!({"id": uuid::Uuid::new_v4().to_string(), "text": text, "level": level,
-                    "created_at": now, "until": now + 3000, "extension": extension}),
-                ),
+                Event::Notification(Notification {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    text: text.to_string(),
+                    level: level.to_string(),
+                    created_at: now,
+                    until: now + 3000,
+                    extension: extension.to_string(),
+                }),
             );
         }
     }
@@ -79,7 +83,7 @@ impl HostEvents for BusEvents {
         let Some(sid) = session_id else { return false };
         match self.presentations.publish(sid, extension, presentation) {
             Some(update) => {
-                self.bus.publish(sid, "activity", payload(update));
+                self.bus.publish(sid, Event::Activity(payload(update)));
                 true
             }
             None => false,

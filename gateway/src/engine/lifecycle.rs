@@ -3,13 +3,17 @@
 use super::runner::{self, Outcome, Progress, RunCtx};
 use super::turn::{error_block, preview, Status, Turn};
 use super::{now_ms, Gateway, Running, SessionState};
-use crate::bus::payload;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use vis_companion_api::events::{
+    BlockCompleted, ContextUpdated, Event, HumanInputClose, LiveClose, QueuePaused, QueueResumed,
+    TitleUpdated, TurnQueued, TurnQueuedDeleted, TurnQueuedUpdated, TurnRef, TurnSettled,
+    TurnStarted,
+};
 use vis_companion_api::wire::TurnRecord;
 use vis_companion_api::{ApiError, ApiResult, SubmitTurn};
 use vis_providers::ChatMessage;
@@ -120,16 +124,16 @@ impl Gateway {
             if st.running.is_some() {
                 t.queued_at = Some(now);
                 self.save_turn(&t);
-                let mut ev = json!({"turn_id": t.tid, "request": t.request, "request_preview": preview(&t.request)});
-                if let Some(k) = &t.idempotency_key {
-                    ev["idempotency_key"] = json!(k);
-                }
-                if let Some(d) = &t.display_request {
-                    ev["display_request"] = json!(d);
-                }
+                let ev = TurnQueued {
+                    turn_id: t.tid.clone(),
+                    request: t.request.clone(),
+                    request_preview: preview(&t.request),
+                    idempotency_key: t.idempotency_key.clone(),
+                    display_request: t.display_request.clone(),
+                };
                 record = Some(t.record());
                 st.queue.push_back(t);
-                self.bus.publish(sid, "turn.queued", payload(ev));
+                self.bus.publish(sid, Event::TurnQueued(ev));
                 launch = None;
             } else {
                 let l = self.start_locked(&mut st, t, false);
@@ -177,18 +181,19 @@ impl Gateway {
         };
         self.save_row(row);
         self.save_turn(&t);
-        let mut ev = json!({"turn_id": t.tid, "request": t.display_request.clone().unwrap_or_else(|| t.request.clone()),
-            "display_request": t.display_request, "started_at": now});
-        if is_queued {
-            ev["is_queued"] = json!(true);
-        }
-        if let Some(k) = &t.idempotency_key {
-            ev["idempotency_key"] = json!(k);
-        }
-        if !t.attachments.is_empty() {
-            ev["attachments"] = json!(t.attachments);
-        }
-        let seq = self.bus.publish(&t.sid, "turn.started", payload(ev));
+        let ev = TurnStarted {
+            turn_id: t.tid.clone(),
+            request: t
+                .display_request
+                .clone()
+                .unwrap_or_else(|| t.request.clone()),
+            display_request: t.display_request.clone(),
+            started_at: now,
+            is_queued: is_queued.then_some(true),
+            idempotency_key: t.idempotency_key.clone(),
+            attachments: (!t.attachments.is_empty()).then(|| t.attachments.clone()),
+        };
+        let seq = self.bus.publish(&t.sid, Event::TurnStarted(ev));
         tracing::info!(session = %t.sid, turn = %t.tid, seq, queued = is_queued, "turn started");
         if let Some(title) = title {
             self.publish_title(&t.sid, &title);
@@ -213,18 +218,16 @@ impl Gateway {
 
     /// `session.title_updated` on the session, and a copy on every other open session.
     pub fn publish_title(&self, sid: &str, title: &str) {
-        self.bus.publish(
-            sid,
-            "session.title_updated",
-            payload(json!({"title": title})),
-        );
+        let update = |titled_session_id: Option<String>| {
+            Event::SessionTitleUpdated(TitleUpdated {
+                titled_session_id,
+                title: title.to_string(),
+            })
+        };
+        self.bus.publish(sid, update(None));
         for other in self.bus.open_sessions() {
             if other != sid {
-                self.bus.publish(
-                    &other,
-                    "session.title_updated",
-                    payload(json!({"titled_session_id": sid, "title": title})),
-                );
+                self.bus.publish(&other, update(Some(sid.to_string())));
             }
         }
     }
@@ -429,8 +432,11 @@ impl Gateway {
         for id in &progress.open_blocks {
             self.bus.publish(
                 &t.sid,
-                "content.block.completed",
-                payload(json!({"turn_id": t.tid, "block_id": id})),
+                Event::ContentBlockCompleted(BlockCompleted {
+                    turn_id: t.tid.clone(),
+                    block_id: id.clone(),
+                    iteration: None,
+                }),
             );
         }
         t.iterations = progress.iterations;
@@ -445,19 +451,28 @@ impl Gateway {
         let (kind, status) = match terminal {
             Terminal::Completed { content } => {
                 t.content = content;
-                ("turn.completed", Status::Completed)
+                (
+                    Event::TurnCompleted as fn(TurnSettled) -> Event,
+                    Status::Completed,
+                )
             }
             Terminal::Failed { code, message } => {
                 t.content.push(error_block(&t.tid, &code, &message));
                 t.error = Some(message);
                 self.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
-                ("turn.failed", Status::Failed)
+                (
+                    Event::TurnFailed as fn(TurnSettled) -> Event,
+                    Status::Failed,
+                )
             }
             Terminal::Cancelled => {
                 t.content.push(json!({"id": format!("{}:notice", t.tid), "type": "notice", "code": "turn_cancelled",
                     "message": "The turn was cancelled."}));
                 self.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
-                ("turn.cancelled", Status::Cancelled)
+                (
+                    Event::TurnCancelled as fn(TurnSettled) -> Event,
+                    Status::Cancelled,
+                )
             }
         };
         t.status = status;
@@ -470,29 +485,35 @@ impl Gateway {
         self.counters
             .tokens_out
             .fetch_add(t.tokens.output, Ordering::Relaxed);
-        let mut ev = json!({"turn_id": t.tid, "status": status.as_str()});
-        if let Some(k) = &t.idempotency_key {
-            ev["idempotency_key"] = json!(k);
-        }
+        let mut ev = TurnSettled {
+            turn_id: t.tid.clone(),
+            status: status.wire(),
+            idempotency_key: t.idempotency_key.clone(),
+            content: None,
+            error: None,
+        };
         match status {
             Status::Completed => {
-                ev["content"] = json!(t
-                    .content
-                    .iter()
-                    .filter(|b| matches!(b["type"].as_str(), Some("prose" | "speech")))
-                    .collect::<Vec<_>>());
+                ev.content = Some(
+                    t.content
+                        .iter()
+                        .filter(|b| matches!(b["type"].as_str(), Some("prose" | "speech")))
+                        .cloned()
+                        .collect(),
+                );
             }
             Status::Failed => {
-                ev["content"] = json!(t.content);
-                ev["error"] = json!(t.error);
+                ev.content = Some(t.content.clone());
+                ev.error = Some(t.error.clone());
             }
             _ => {}
         }
+        let ev = kind(ev);
         // The terminal and the settled record are stored together or not at all, so a turn
         // whose terminal was lost is still stored as running (storage.rs fails it again).
         match self.turn_row(&t) {
-            Some(row) => self.bus.publish_together(&t.sid, kind, payload(ev), row),
-            None => self.bus.publish(&t.sid, kind, payload(ev)),
+            Some(row) => self.bus.publish_together(&t.sid, ev, row),
+            None => self.bus.publish(&t.sid, ev),
         };
         tracing::info!(
             session = %t.sid,
@@ -504,8 +525,10 @@ impl Gateway {
         );
         self.bus.publish(
             &t.sid,
-            "context.updated",
-            payload(json!({"turn_id": t.tid, "utilization": t.utilization})),
+            Event::ContextUpdated(ContextUpdated {
+                turn_id: t.tid.clone(),
+                utilization: t.utilization,
+            }),
         );
         st.row.last_status = if status == Status::Suspended {
             "suspended".into()
@@ -532,8 +555,10 @@ impl Gateway {
                     st.row.queue_paused = true;
                     self.bus.publish(
                         &sid,
-                        "queue.paused",
-                        payload(json!({"reason": "turn_failed", "held": st.queue.len()})),
+                        Event::QueuePaused(QueuePaused {
+                            reason: "turn_failed".into(),
+                            held: st.queue.len(),
+                        }),
                     );
                 }
                 None
@@ -555,10 +580,11 @@ impl Gateway {
                     });
                     self.bus.publish(
                         &sid,
-                        "turn.queued.deleted",
-                        payload(
-                            json!({"turn_id": q.tid, "request": q.request, "reason": "cancelled"}),
-                        ),
+                        Event::TurnQueuedDeleted(TurnQueuedDeleted {
+                            turn_id: q.tid,
+                            request: Some(q.request),
+                            reason: Some("cancelled".into()),
+                        }),
                     );
                 }
                 st.row.cancel_floor = Some(floor);
@@ -572,7 +598,7 @@ impl Gateway {
                 if st.row.queue_paused {
                     st.row.queue_paused = false;
                     self.bus
-                        .publish(&sid, "queue.resumed", payload(json!({"is_auto": true})));
+                        .publish(&sid, Event::QueueResumed(QueueResumed { is_auto: true }));
                 }
                 self.drain_locked(st, false)
             }
@@ -592,8 +618,9 @@ impl Gateway {
         let t = st.queue.remove(idx)?;
         self.bus.publish(
             &t.sid,
-            "turn.queued.drained",
-            payload(json!({"turn_id": t.tid})),
+            Event::TurnQueuedDrained(TurnRef {
+                turn_id: t.tid.clone(),
+            }),
         );
         Some(self.start_locked(st, t, true))
     }
@@ -710,7 +737,14 @@ impl Gateway {
                 q.display_request = None;
                 let t = q.clone();
                 self.save_turn(&t);
-                self.bus.publish(sid, "turn.queued.updated", payload(json!({"turn_id": t.tid, "request": t.request, "request_preview": preview(&t.request)})));
+                self.bus.publish(
+                    sid,
+                    Event::TurnQueuedUpdated(TurnQueuedUpdated {
+                        turn_id: t.tid.clone(),
+                        request: t.request.clone(),
+                        request_preview: preview(&t.request),
+                    }),
+                );
                 return Ok(t.record());
             }
             if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
@@ -733,8 +767,14 @@ impl Gateway {
                 self.store.submit("turn-delete", move |c| {
                     crate::store::rows::delete_turn(c, &t)
                 });
-                self.bus
-                    .publish(sid, "turn.queued.deleted", payload(json!({"turn_id": tid})));
+                self.bus.publish(
+                    sid,
+                    Event::TurnQueuedDeleted(TurnQueuedDeleted {
+                        turn_id: tid.to_string(),
+                        request: None,
+                        reason: None,
+                    }),
+                );
                 return Ok(());
             }
             if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
@@ -755,7 +795,7 @@ impl Gateway {
             st.row.queue_paused = false;
             st.row.cancel_floor = None;
             self.bus
-                .publish(sid, "queue.resumed", payload(json!({"is_auto": false})));
+                .publish(sid, Event::QueueResumed(QueueResumed { is_auto: false }));
             let l = self.drain_locked(&mut st, true);
             self.save_row(&st.row);
             let rec = match &l {
@@ -854,14 +894,18 @@ impl Gateway {
                     "is_from_human": false});
                 self.bus.publish(
                     sid,
-                    "human_input.live.close",
-                    payload(json!({"view_id": id, "result": result})),
+                    Event::HumanInputLiveClose(LiveClose {
+                        view_id: id,
+                        result,
+                    }),
                 );
             } else {
                 self.bus.publish(
                     sid,
-                    "human_input.close",
-                    payload(json!({"request_id": id, "reason": "interrupted"})),
+                    Event::HumanInputClose(HumanInputClose {
+                        request_id: id,
+                        reason: "interrupted".into(),
+                    }),
                 );
             }
         }

@@ -4,10 +4,10 @@
 use super::lifecycle::Terminal;
 use super::turn::prose_block;
 use super::Gateway;
-use crate::bus::payload;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
+use vis_companion_api::events::{Event, SlashChunk};
 use vis_companion_api::wire::{ExtensionsListing, SlashCommand, SlashPalette};
 
 /// The built-in commands and their one-line docs.
@@ -121,8 +121,11 @@ impl Gateway {
         let detail = format!("/{name} {args}");
         self.bus.publish(
             sid,
-            "chunk.slash",
-            payload(json!({"turn_id": tid, "iteration": 1, "detail": detail.trim_end()})),
+            Event::ChunkSlash(SlashChunk {
+                turn_id: tid.to_string(),
+                iteration: 1,
+                detail: detail.trim_end().to_string(),
+            }),
         );
         let project = Path::new(root);
         // An extension command's `data` (kept in the transcript besides its Markdown).

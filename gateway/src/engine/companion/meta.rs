@@ -2,12 +2,12 @@
 //! deletion and forks.
 
 use super::store_err;
-use crate::bus::payload;
 use crate::engine::turn::{Status, Turn};
 use crate::engine::{now_ms, Gateway};
 use crate::store::rows::{self, SessionRow};
 use serde_json::json;
 use std::sync::Arc;
+use vis_companion_api::events::{Event, FavoriteUpdated, ModelUpdated};
 use vis_companion_api::records::{
     ForkPoint, ForkPoints, ModelAnswer, ModelPref, ProjectDeleted, SessionPatch,
 };
@@ -81,15 +81,21 @@ impl Gateway {
             }
         }
         if star_changed {
-            let body = json!({"favorite_rank": row.favorite_rank, "is_favorite": row.favorite_rank.is_some()});
+            let body = FavoriteUpdated {
+                favorite_rank: row.favorite_rank,
+                is_favorite: row.favorite_rank.is_some(),
+                favorite_session_id: None,
+            };
             self.bus
-                .publish(sid, "session.favorite_updated", payload(body.clone()));
+                .publish(sid, Event::SessionFavoriteUpdated(body.clone()));
             for other in self.bus.open_sessions() {
                 if other != sid {
-                    let mut copy = body.clone();
-                    copy["favorite_session_id"] = json!(sid);
+                    let copy = FavoriteUpdated {
+                        favorite_session_id: Some(sid.to_string()),
+                        ..body.clone()
+                    };
                     self.bus
-                        .publish(&other, "session.favorite_updated", payload(copy));
+                        .publish(&other, Event::SessionFavoriteUpdated(copy));
                 }
             }
         }
@@ -138,8 +144,11 @@ impl Gateway {
             .unwrap_or_default();
         self.bus.publish(
             sid,
-            "session.model_updated",
-            payload(json!({"provider": provider, "model": model, "reason": "pinned"})),
+            Event::SessionModelUpdated(ModelUpdated {
+                provider,
+                model,
+                reason: "pinned".into(),
+            }),
         );
         Ok(ModelAnswer { model: pref })
     }

@@ -2,7 +2,6 @@
 //! log records, and the HTTP side (views, log window, focus, interrupt).
 
 use super::{HiError, HumanInput, LIVENESS_POLL};
-use crate::bus::payload;
 use crate::engine::now_ms;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
@@ -12,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use vis_companion_api::events::{Event, LiveClose, LiveOpen, LivePatch, LivePatchOps};
 use vis_companion_api::wire::{LiveFocused, LiveInterrupted, LiveLog, LiveViews};
 
 /// Closed live views kept per session (their logs stay readable).
@@ -375,9 +375,15 @@ impl HumanInput {
             }
             self.bus.publish(
                 &view.session_id,
-                "human_input.live.patch",
-                payload(json!({"view_id": view.id, "first_seq": p.first_seq,
-                    "patch": {"view_id": view.id, "seq": view.seq, "ops": p.ops}})),
+                Event::HumanInputLivePatch(LivePatch {
+                    view_id: view.id.clone(),
+                    first_seq: p.first_seq,
+                    patch: LivePatchOps {
+                        view_id: view.id.clone(),
+                        seq: view.seq,
+                        ops: p.ops,
+                    },
+                }),
             );
         }
     }
@@ -420,8 +426,10 @@ impl HumanInput {
         let vid = result["view_id"].clone();
         self.bus.publish(
             &sid,
-            "human_input.live.close",
-            payload(json!({"view_id": vid, "result": result})),
+            Event::HumanInputLiveClose(LiveClose {
+                view_id: vid.to_string(),
+                result,
+            }),
         );
         true
     }
@@ -548,8 +556,10 @@ impl HumanInput {
         self.with(sid, |s| s.views.push(view.clone()));
         self.bus.publish(
             sid,
-            "human_input.live.open",
-            payload(json!({"view_id": vid, "view": wire})),
+            Event::HumanInputLiveOpen(LiveOpen {
+                view_id: vid.to_string(),
+                view: wire,
+            }),
         );
         // A view whose worker went away can never be updated or closed by it.
         let me = self.me.clone();

@@ -26,7 +26,7 @@ mod tests;
 mod validate;
 
 use super::{now_ms, Gateway};
-use crate::bus::{payload, Bus};
+use crate::bus::Bus;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
 use live::View;
@@ -38,6 +38,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use validate::{field_name, field_type, flatten_fields, is_blank, validate};
+use vis_companion_api::events::{Event, HumanInputClose, HumanInputRequest};
 use vis_companion_api::wire::{HumanInputCancelled, HumanInputList, HumanInputSubmitted};
 
 /// Default form timeout (§6.9).
@@ -197,8 +198,10 @@ impl HumanInput {
         }
         self.bus.publish(
             sid,
-            "human_input.close",
-            payload(json!({"request_id": rid, "reason": reason})),
+            Event::HumanInputClose(HumanInputClose {
+                request_id: rid.to_string(),
+                reason: reason.to_string(),
+            }),
         );
         true
     }
@@ -389,8 +392,7 @@ impl HumanInput {
         self.with(&sid, |s| s.pending.push(pending));
         self.bus.publish(
             &sid,
-            "human_input.request",
-            payload(json!({ "request": view })),
+            Event::HumanInputRequest(HumanInputRequest { request: view }),
         );
         // A human is answering: the worker call does not time out meanwhile.
         let _hold = worker.hold();

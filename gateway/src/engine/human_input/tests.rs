@@ -149,7 +149,8 @@ fn ask_payload(extra: Value) -> Value {
 
 async fn pending_id(hi: &HumanInput) -> String {
     for _ in 0..200 {
-        if let Some(id) = hi.list("s").requests[0]["id"].as_str() {
+        let list = hi.list("s");
+        if let Some(id) = list.requests.first().and_then(|r| r["id"].as_str()) {
             return id.to_string();
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
