@@ -1,4 +1,4 @@
-//! SSE framing (§4.2) and the per-connection stream: `subscription.ready` → `stream.gap` →
+//! SSE framing and the per-connection stream: `subscription.ready` → `stream.gap` →
 //! replay → live, deduplicated per session, with a `: ping` heartbeat and the
 //! anti-buffering pad.
 
@@ -282,7 +282,7 @@ impl Stream for SseBody {
         let mut ended = 0;
         if this.queue.is_empty() {
             // Live frames once everything queued is written, one chunk's worth per poll: the
-            // rest stays in the live queue, where it counts against its cap (§4.6). A
+            // rest stays in the live queue, where it counts against its cap. A
             // subscription still replaying leaves its live frames there until its replay is
             // complete.
             let last = &mut this.last;
@@ -375,7 +375,7 @@ pub fn body_stream(
     .boxed()
 }
 
-/// Whether the request came through a proxy that may buffer (§4.1 pad rule).
+/// Whether the request came through a proxy that may buffer (the pad rule).
 pub fn wants_pad(h: &axum::http::HeaderMap) -> bool {
     ["cf-ray", "cf-connecting-ip", "x-forwarded-for", "via"]
         .iter()

@@ -106,9 +106,17 @@ fn fill(path: &str, sid: &str) -> String {
         .replace("{vid}", VID)
 }
 
-/// `(method, path, body, status)` for each route with the known session, and the members its
-/// JSON answer must have.
-const HAPPY: &[(&str, &str, Option<&str>, u16, &[&str])] = &[
+/// `(method, path, body, status, members)`: a route called for the known session, the status
+/// it answers and the members its JSON answer must have.
+type Case = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    u16,
+    &'static [&'static str],
+);
+
+const HAPPY: &[Case] = &[
     ("GET", "/healthz", None, 200, &[]),
     ("GET", "/v1/capabilities", None, 200, &[]),
     ("GET", "/v1/admin/status", None, 200, &[]),

@@ -1,5 +1,5 @@
 //! The event bus: per-session monotonic `seq`, the envelope, fan-out to SSE sinks, and the
-//! durable journal (decision G2).
+//! durable journal (docs/decisions.md, G2).
 //!
 //! `publish` assigns the seq, formats the frame once and queues the journal write under the
 //! session's lock, so journal order is seq order. The store thread offers the frame to every

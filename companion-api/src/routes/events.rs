@@ -1,4 +1,4 @@
-//! SSE streams and their polling fallbacks (C18–C21, §4).
+//! SSE streams and their polling fallbacks.
 
 use super::path::Path;
 use super::Q;
@@ -49,7 +49,7 @@ fn sse_response(
 }
 
 /// The connection's kill switch; with `X-Vis-Client-Pid`, also fired once that local process
-/// is gone (checked every second, §4.1).
+/// is gone (checked every second).
 fn kill_token(kill: Option<Extension<ConnKill>>, headers: &HeaderMap) -> CancellationToken {
     let token = kill.map(|Extension(k)| k.0).unwrap_or_default();
     let pid = headers

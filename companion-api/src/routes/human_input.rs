@@ -1,4 +1,4 @@
-//! Human-input forms and live views (C23–C29).
+//! Human-input forms and live views.
 
 use super::path::Path;
 use super::{int_param, Q};

@@ -1,4 +1,4 @@
-//! Session routes (C5–C8, C30, egress, release, delete).
+//! Session routes: list, create, read, delete, release, transcript, model, slashes, egress.
 
 use super::path::Path;
 use super::{int_param, Q};

@@ -1,4 +1,4 @@
-//! Turn routes (C9–C17, C22).
+//! Turn routes: submit, list, read, edit, delete, cancel, the queue, trace.
 
 use super::path::Path;
 use super::Q;

@@ -81,7 +81,7 @@ impl Engine for Api {
 
     async fn stats(&self) -> Stats {
         let g = &self.0;
-        let loaded = g.loaded();
+        let loaded = g.sessions.all();
         let (mut running, mut queued) = (0, 0);
         for (_, s) in &loaded {
             let l = live_of(&s.lock());
@@ -144,7 +144,7 @@ impl Engine for Api {
             .call(move |c| rows::put_session(c, &r))
             .await
             .map_err(store_err)?;
-        g.session(&row.id).await?;
+        g.sessions.get(&row.id).await?;
         tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
         Ok(SessionCreated {
             id: row.id,
@@ -160,7 +160,7 @@ impl Engine for Api {
     }
 
     async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<SessionRecord> {
-        let shared = self.0.session(sid).await?;
+        let shared = self.0.sessions.get(sid).await?;
         let st = shared.lock();
         let mut soul = self.0.soul(&st.row, &live_of(&st));
         if include_queued {
@@ -172,7 +172,7 @@ impl Engine for Api {
     async fn delete_session(&self, sid: &str) {
         let g = &self.0;
         // Cancel a running turn first and give it a moment to land its terminal.
-        if let Ok(shared) = g.session(sid).await {
+        if let Ok(shared) = g.sessions.get(sid).await {
             if let Some(r) = &shared.lock().running {
                 r.cancel.cancel();
             }
@@ -183,7 +183,7 @@ impl Engine for Api {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }
-        g.forget(sid);
+        g.sessions.forget(sid);
         if let Some(sb) = g.sandbox.get() {
             sb.tokens.revoke(sid);
         }
@@ -208,7 +208,7 @@ impl Engine for Api {
     }
 
     async fn model(&self, sid: &str) -> ApiResult<SessionModel> {
-        let shared = self.0.session(sid).await?;
+        let shared = self.0.sessions.get(sid).await?;
         let model = shared.lock().row.model_pref.clone();
         Ok(SessionModel { model })
     }
@@ -219,7 +219,7 @@ impl Engine for Api {
 
     async fn list_turns(&self, sid: &str, queued_only: bool) -> ApiResult<TurnList> {
         if queued_only {
-            let shared = self.0.session(sid).await?;
+            let shared = self.0.sessions.get(sid).await?;
             let st = shared.lock();
             let turns = st.queue.iter().map(|q| q.record()).collect();
             return Ok(TurnList { turns });
@@ -289,7 +289,7 @@ impl Engine for Api {
         cursor: Cursor,
         kick: CancellationToken,
     ) -> ApiResult<Subscription> {
-        let shared = self.0.session(sid).await?;
+        let shared = self.0.sessions.get(sid).await?;
         let running = shared
             .lock()
             .running
@@ -304,7 +304,7 @@ impl Engine for Api {
     }
 
     async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<JournalEntry>> {
-        if self.0.session(sid).await.is_err() {
+        if self.0.sessions.get(sid).await.is_err() {
             return if uuid::Uuid::parse_str(sid).is_ok() {
                 Ok(vec![])
             } else {
@@ -316,7 +316,7 @@ impl Engine for Api {
 
     async fn seq(&self, sid: &str) -> ApiResult<i64> {
         // 404 only for an unparsable sid; a valid unknown one has seen nothing yet.
-        if self.0.session(sid).await.is_err() {
+        if self.0.sessions.get(sid).await.is_err() {
             return if uuid::Uuid::parse_str(sid).is_ok() {
                 Ok(0)
             } else {
@@ -330,7 +330,7 @@ impl Engine for Api {
     }
 
     async fn human_input(&self, sid: &str) -> ApiResult<HumanInputList> {
-        self.0.session(sid).await?;
+        self.0.sessions.get(sid).await?;
         Ok(self.0.human_input.list(sid))
     }
 
@@ -340,7 +340,7 @@ impl Engine for Api {
         rid: &str,
         values: Map<String, Value>,
     ) -> ApiResult<HumanInputSubmitted> {
-        self.0.session(sid).await?;
+        self.0.sessions.get(sid).await?;
         self.0
             .human_input
             .submit(sid, rid, values)
@@ -349,7 +349,7 @@ impl Engine for Api {
     }
 
     async fn human_input_cancel(&self, sid: &str, rid: &str) -> ApiResult<HumanInputCancelled> {
-        self.0.session(sid).await?;
+        self.0.sessions.get(sid).await?;
         self.0
             .human_input
             .cancel(sid, rid)
@@ -357,7 +357,7 @@ impl Engine for Api {
     }
 
     async fn live_views(&self, sid: &str) -> ApiResult<LiveViews> {
-        self.0.session(sid).await?;
+        self.0.sessions.get(sid).await?;
         Ok(self.0.human_input.live_views(sid))
     }
 
@@ -404,36 +404,14 @@ impl Engine for Api {
     }
 
     async fn slashes(&self, sid: &str) -> ApiResult<SlashPalette> {
-        let shared = self.0.session(sid).await?;
+        let shared = self.0.sessions.get(sid).await?;
         let root = std::path::PathBuf::from(shared.lock().row.root.clone());
         Ok(self.0.slash_palette(&root).await)
     }
 
     async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<EgressPage> {
-        self.0.session(sid).await?;
-        let id = sid.to_string();
-        let mut rows = self
-            .0
-            .store
-            .call(move |c| rows::egress_page(c, &id, before, limit))
-            .await
-            .map_err(store_err)?;
-        let has_more = rows.len() > limit;
-        rows.truncate(limit);
-        let next_before = if has_more {
-            rows.last().map(|(s, _)| *s)
-        } else {
-            None
-        };
-        let decisions = rows
-            .into_iter()
-            .filter_map(|(_, d)| StoredJson::parse(d))
-            .collect();
-        Ok(EgressPage {
-            decisions,
-            has_more,
-            next_before,
-        })
+        self.0.sessions.get(sid).await?;
+        self.0.egress.page(sid, limit, before).await
     }
 
     async fn extensions(&self, root: Option<String>) -> ApiResult<ExtensionsListing> {
@@ -493,7 +471,7 @@ impl Engine for Api {
                 created.id
             }
         };
-        let shared = g.session(&sid).await?;
+        let shared = g.sessions.get(&sid).await?;
         let root = std::path::PathBuf::from(shared.lock().row.root.clone());
         let cfg = g
             .project_config(&root)
@@ -621,10 +599,10 @@ impl Engine for Api {
 
     fn request_stop(&self) {
         // Stop after 25 ms, so the `{stopping:true}` answer is written first.
-        let stop = self.0.stop.clone();
+        let gw = self.0.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-            stop.cancel();
+            gw.shutdown.request();
         });
     }
 }

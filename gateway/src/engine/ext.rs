@@ -1,6 +1,6 @@
-//! Wiring of the Python extension host into the gateway: extension state in the store (E6),
-//! notifications and activity on the session stream (Q13), Symbols as turn tools (E9) with op
-//! hooks around every tool, and network filters for the proxy (P6).
+//! Wiring of the Python extension host into the gateway: extension state in the store (docs/decisions.md, E6),
+//! notifications and activity on the session stream (a live-only `notification` event), Symbols as turn tools (docs/decisions.md, E9) with op
+//! hooks around every tool, and network filters for the proxy (docs/decisions.md, P6).
 
 use crate::bus::{payload, Bus};
 use crate::extensions::{ExtensionHost, HostEvents, SessionCtx, StateStore, ToolDef};
@@ -54,7 +54,7 @@ impl StateStore for SqliteState {
 }
 
 /// `vis.notify` → a live `notification` event; `publish_activity` → a live `activity` update
-/// carrying the running tool call's block id and display fields (§6.8).
+/// carrying the running tool call's block id and display fields.
 pub struct BusEvents {
     pub bus: Arc<Bus>,
     pub presentations: Arc<super::presentation::Presentations>,
@@ -162,7 +162,7 @@ impl Tool for Hooked {
     }
 }
 
-/// `apropos(pattern)` over the session's catalogue (E9).
+/// `apropos(pattern)` over the session's catalogue (docs/decisions.md, E9).
 pub struct Apropos {
     pub host: ExtensionHost,
     pub session: SessionCtx,
@@ -196,7 +196,7 @@ impl Tool for Apropos {
     }
 }
 
-/// `doc(name)`: the documentation and contract of one symbol (E9).
+/// `doc(name)`: the documentation and contract of one symbol (docs/decisions.md, E9).
 pub struct Doc {
     pub host: ExtensionHost,
     pub session: SessionCtx,

@@ -1,6 +1,6 @@
 //! The model loop of one turn: call the provider, stream text into coalesced content
 //! blocks, run the tool calls it asks for, repeat until it answers without tools
-//! (decision G6). Every phase is published as a §4.7 event.
+//! (docs/decisions.md, G6). Every phase is published as a session event.
 
 use super::coalesce::{Coalescer, Out};
 use super::turn::{prose_block, Tokens};
@@ -60,7 +60,7 @@ impl Drop for ToolPhase<'_> {
 }
 
 /// Resolves once the turn has produced output and then stayed silent for `limit` outside
-/// a tool call (§6.6: "output, then 6 min silence in a non-tool phase"); never before the
+/// a tool call ("output, then 6 min silence in a non-tool phase"); never before the
 /// first output.
 pub async fn silence(progress: &Mutex<Progress>, limit: Duration) {
     loop {

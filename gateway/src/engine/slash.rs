@@ -1,4 +1,4 @@
-//! Slash commands (`/name args`): run locally, without a provider (§6.11, decision E8).
+//! Slash commands (`/name args`): run locally, without a provider (docs/decisions.md, E8).
 //! Built-ins first, then the sandbox's, then the extensions' of the session's project.
 
 use super::lifecycle::Terminal;
@@ -145,7 +145,8 @@ impl Gateway {
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self
-                    .loaded_session(sid)
+                    .sessions
+                    .loaded(sid)
                     .map(|s| s.lock().row.channel.clone());
                 let out = self
                     .extensions
@@ -197,7 +198,7 @@ impl Gateway {
         }
         let form = json!({"tag": "user-slash", "code": request, "op": format!("slash/{name}"),
             "result": outcome});
-        let Some(shared) = self.loaded_session(sid) else {
+        let Some(shared) = self.sessions.loaded(sid) else {
             return;
         };
         let st = shared.lock();
@@ -262,7 +263,7 @@ impl Gateway {
         };
         let text = format!("Reloaded — {part}; {}", report.summary());
         // Any failure — configuration or an extension file — makes the reply an error
-        // (extension-api.md §9); what did load is still active, last good versions included.
+        // (a failed file is reported); what did load is still active, last good versions included.
         if config.is_err() || !report.failures.is_empty() {
             Err(text)
         } else {

@@ -83,7 +83,8 @@ impl Gateway {
     }
 
     fn live_map(&self) -> HashMap<String, Live> {
-        self.loaded()
+        self.sessions
+            .all()
             .into_iter()
             .map(|(k, s)| (k, live_of(&s.lock())))
             .collect()
@@ -181,7 +182,7 @@ impl Gateway {
 
     /// Every turn of a session, oldest first, with the live overlay.
     pub async fn all_turns(&self, sid: &str) -> ApiResult<Vec<Turn>> {
-        let shared = self.session(sid).await?;
+        let shared = self.sessions.get(sid).await?;
         let id = sid.to_string();
         let recs = self
             .store

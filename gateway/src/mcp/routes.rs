@@ -97,7 +97,7 @@ impl McpRoutes {
     async fn probe_session(&self) -> ApiResult<String> {
         let known = self.0.mcp.probe.lock().clone();
         if let Some(sid) = known {
-            if self.0.session(&sid).await.is_ok() {
+            if self.0.sessions.get(&sid).await.is_ok() {
                 return Ok(sid);
             }
         }

@@ -19,7 +19,7 @@ impl Gateway {
     /// is_favorite}`, each also copied to every other open session with the changed
     /// session's id, as titles are.
     pub async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
-        let shared = self.session(sid).await?;
+        let shared = self.sessions.get(sid).await?;
         // The next star rank: one past the largest stored or loaded one.
         let next_rank = if patch.is_favorite == Some(true) {
             let stored: i64 = self
@@ -34,7 +34,8 @@ impl Gateway {
                 .await
                 .map_err(store_err)?;
             let loaded = self
-                .loaded()
+                .sessions
+                .all()
                 .iter()
                 .filter_map(|(_, s)| s.lock().row.favorite_rank)
                 .max()
@@ -126,7 +127,7 @@ impl Gateway {
                 .with("provider_id", p.provider.clone()));
             }
         }
-        let shared = self.session(sid).await?;
+        let shared = self.sessions.get(sid).await?;
         let row = {
             let mut st = shared.lock();
             st.row.model_pref = pref
@@ -263,7 +264,7 @@ impl Gateway {
                     + 1
             }
         };
-        let source = self.session(sid).await?.lock().row.clone();
+        let source = self.sessions.get(sid).await?.lock().row.clone();
         let title = format!(
             "Fork · {}",
             source.title.clone().unwrap_or_else(|| "Untitled".into())
@@ -277,13 +278,13 @@ impl Gateway {
             })
             .await?;
         let new_sid = created.id;
-        let shared = self.session(&new_sid).await?;
+        let shared = self.sessions.get(&new_sid).await?;
         let mut copies = Vec::new();
         for t in &turns[..end] {
             let mut c = t.clone();
             c.tid = uuid::Uuid::new_v4().to_string();
             c.sid = new_sid.clone();
-            c.ord = self.next_ord();
+            c.ord = self.sessions.next_ord();
             c.engine_turn_id = uuid::Uuid::new_v4().to_string();
             c.idempotency_key = None;
             if c.status == Status::Streaming || c.status == Status::Queued {

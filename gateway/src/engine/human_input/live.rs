@@ -1,4 +1,4 @@
-//! Live views (`vis.live`, C26–C29): the view tree and its patch ops, coalesced publishing,
+//! Live views (`vis.live`): the view tree and its patch ops, coalesced publishing,
 //! log records, and the HTTP side (views, log window, focus, interrupt).
 
 use super::{HiError, HumanInput, LIVENESS_POLL};
@@ -685,7 +685,7 @@ impl HumanInput {
         Ok(out)
     }
 
-    /// C26: open views of a session.
+    /// The open views of a session.
     pub fn live_views(&self, sid: &str) -> LiveViews {
         let views: Vec<Value> = self
             .sessions
@@ -696,7 +696,7 @@ impl HumanInput {
         LiveViews { views }
     }
 
-    /// C27: a window of a log node's lines from the view's record (also after close).
+    /// A window of a log node's lines from the view's record (also after close).
     pub fn live_log(
         &self,
         sid: &str,
@@ -722,7 +722,7 @@ impl HumanInput {
         })
     }
 
-    /// C28.
+    /// Focuses items of a view's node (the human's selection).
     pub fn live_focus(&self, sid: &str, vid: &str, body: &Value) -> Result<LiveFocused, HiError> {
         let view = self
             .find_view(sid, vid, false)
@@ -766,7 +766,7 @@ impl HumanInput {
         })
     }
 
-    /// C29.
+    /// Interrupts a view on behalf of the human.
     pub fn live_interrupt(
         &self,
         sid: &str,

@@ -1,4 +1,4 @@
-//! Human input (companion-api §6.9, C23–C29): `vis.ask` forms, `vis.live` views, the
+//! Human input: `vis.ask` forms, `vis.live` views, the
 //! per-session secret store behind `vis-secret:` handles, and the extension shell doors.
 //!
 //! The extension host reaches this module through [`HumanDoors`]; the HTTP routes through
@@ -41,7 +41,7 @@ use validate::{field_name, field_type, flatten_fields, is_blank, validate};
 use vis_companion_api::events::{Event, HumanInputClose, HumanInputRequest};
 use vis_companion_api::wire::{HumanInputCancelled, HumanInputList, HumanInputSubmitted};
 
-/// Default form timeout (§6.9).
+/// Default form timeout.
 pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
 /// Settled request ids remembered per session (a late submit answers `is_accepted:false`).
 const SETTLED_KEPT: usize = 512;
@@ -206,7 +206,7 @@ impl HumanInput {
         true
     }
 
-    /// C24. `Err(RequestNotFound)` for an id this session never had pending.
+    /// Submits a form's values. `Err(RequestNotFound)` for an id this session never had pending.
     pub async fn submit(
         &self,
         sid: &str,
@@ -272,7 +272,7 @@ impl HumanInput {
         }
     }
 
-    /// C25.
+    /// Cancels a pending form (when its extension allows it).
     pub fn cancel(&self, sid: &str, rid: &str) -> Result<HumanInputCancelled, HiError> {
         let answer = |is_cancelled| HumanInputCancelled {
             is_cancelled,
@@ -429,7 +429,7 @@ impl HumanInput {
     /// or its call was abandoned (turn cancelled: `cancelled`).
     fn gone_reason(&self, sid: &str) -> &'static str {
         match self.gateway() {
-            Some(gw) if gw.loaded().iter().any(|(k, _)| k == sid) => "cancelled",
+            Some(gw) if gw.sessions.all().iter().any(|(k, _)| k == sid) => "cancelled",
             _ => "undeliverable",
         }
     }
