@@ -23,6 +23,7 @@ mod live;
 mod shells;
 #[cfg(test)]
 mod tests;
+mod tree;
 mod validate;
 
 use super::{now_ms, Gateway};

@@ -1,8 +1,8 @@
 //! Unit tests of human input: field coercion, forms and their settlement, live views,
 //! background shells and session disposal.
 
-use super::live::{coalesce_into, MERGED_APPEND_MAX};
 use super::shells::spawn_proc;
+use super::tree::{coalesce_into, MERGED_APPEND_MAX};
 use super::validate::check_field;
 use super::*;
 use crate::extensions::HumanDoors;
