@@ -1,5 +1,5 @@
 //! Request bodies: read with a size cap, parsed as JSON whatever the Content-Type; a blank
-//! or malformed body counts as `null` (§2).
+//! or malformed body counts as `null`.
 
 use crate::error::ApiError;
 use crate::AppState;

@@ -1,10 +1,11 @@
 //! The trait the HTTP surface calls. The gateway implements it; tests may too.
 //!
-//! Answers are JSON values shaped as `companion-api.md` describes (the engine owns the
-//! records); the HTTP layer owns status codes, headers, ETags and SSE framing.
+//! Answers are the typed records of `wire` and `records` (the engine fills them); the HTTP
+//! layer owns status codes, headers, ETags and SSE framing.
 
 use crate::error::ApiResult;
 use crate::records::*;
+use crate::wire::*;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -116,34 +117,38 @@ pub trait Engine: Send + Sync + 'static {
     }
 
     // Sessions
-    async fn create_session(&self, req: CreateSession) -> ApiResult<Value>;
-    /// Returns `{sessions, awaiting, root, total, limit, after, next_cursor, has_more, overview?}`.
-    async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<Value>;
-    async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<Value>;
+    async fn create_session(&self, req: CreateSession) -> ApiResult<SessionCreated>;
+    async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<SessionList>;
+    async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<SessionRecord>;
     async fn delete_session(&self, sid: &str);
     async fn transcript(
         &self,
         sid: &str,
         limit: Option<usize>,
         offset: Option<usize>,
-    ) -> ApiResult<Value>;
-    async fn model(&self, sid: &str) -> ApiResult<Value>;
+    ) -> ApiResult<Transcript>;
+    async fn model(&self, sid: &str) -> ApiResult<SessionModel>;
 
     // Turns
     /// `(is_replay, TurnRecord)`: a replayed idempotency key answers 200, otherwise 202.
-    async fn submit_turn(&self, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)>;
-    async fn list_turns(&self, sid: &str, queued_only: bool) -> ApiResult<Value>;
-    async fn get_turn(&self, sid: &str, tid: &str) -> ApiResult<Value>;
-    async fn turn_attachments(&self, sid: &str, tid: &str) -> ApiResult<Value>;
-    async fn edit_turn(&self, sid: &str, tid: &str, request: Option<Value>) -> ApiResult<Value>;
+    async fn submit_turn(&self, sid: &str, req: SubmitTurn) -> ApiResult<(bool, TurnRecord)>;
+    async fn list_turns(&self, sid: &str, queued_only: bool) -> ApiResult<TurnList>;
+    async fn get_turn(&self, sid: &str, tid: &str) -> ApiResult<TurnRecord>;
+    async fn turn_attachments(&self, sid: &str, tid: &str) -> ApiResult<TurnAttachments>;
+    async fn edit_turn(
+        &self,
+        sid: &str,
+        tid: &str,
+        request: Option<Value>,
+    ) -> ApiResult<TurnRecord>;
     async fn delete_turn(&self, sid: &str, tid: &str) -> ApiResult<()>;
     async fn cancel_turn(&self, sid: &str, tid: &str) -> ApiResult<()>;
     /// Returns the cancelled turn id.
     async fn cancel_current(&self, sid: &str, idempotency_key: Option<String>)
         -> ApiResult<String>;
-    async fn resume_queue(&self, sid: &str) -> ApiResult<Option<Value>>;
-    async fn drain_queue(&self, sid: &str) -> ApiResult<Option<Value>>;
-    async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Value>;
+    async fn resume_queue(&self, sid: &str) -> ApiResult<Option<TurnRecord>>;
+    async fn drain_queue(&self, sid: &str) -> ApiResult<Option<TurnRecord>>;
+    async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Trace>;
 
     // Events
     /// Registers a live sink atomically with the replay capture. The engine cancels `kick`
@@ -154,20 +159,23 @@ pub trait Engine: Send + Sync + 'static {
         cursor: Cursor,
         kick: CancellationToken,
     ) -> ApiResult<Subscription>;
-    async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<Value>>;
+    async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<JournalEntry>>;
     async fn seq(&self, sid: &str) -> ApiResult<i64>;
-    fn sse_clients_changed(&self, _delta: i64) {}
 
     // Human input and live views
-    async fn human_input(&self, sid: &str) -> ApiResult<Value>;
+    async fn human_input(&self, sid: &str) -> ApiResult<HumanInputList>;
     async fn human_input_submit(
         &self,
         sid: &str,
         request_id: &str,
         values: serde_json::Map<String, Value>,
-    ) -> ApiResult<Value>;
-    async fn human_input_cancel(&self, sid: &str, request_id: &str) -> ApiResult<Value>;
-    async fn live_views(&self, sid: &str) -> ApiResult<Value>;
+    ) -> ApiResult<HumanInputSubmitted>;
+    async fn human_input_cancel(
+        &self,
+        sid: &str,
+        request_id: &str,
+    ) -> ApiResult<HumanInputCancelled>;
+    async fn live_views(&self, sid: &str) -> ApiResult<LiveViews>;
     async fn live_log(
         &self,
         sid: &str,
@@ -175,23 +183,21 @@ pub trait Engine: Send + Sync + 'static {
         node_id: &str,
         from: usize,
         limit: usize,
-    ) -> ApiResult<Value>;
-    async fn live_focus(&self, sid: &str, view_id: &str, body: Value) -> ApiResult<Value>;
+    ) -> ApiResult<LiveLog>;
+    async fn live_focus(&self, sid: &str, view_id: &str, body: Value) -> ApiResult<LiveFocused>;
     async fn live_interrupt(
         &self,
         sid: &str,
         view_id: &str,
         note: Option<String>,
-    ) -> ApiResult<Value>;
+    ) -> ApiResult<LiveInterrupted>;
 
     // Palette, egress, extensions, router
-    async fn slashes(&self, sid: &str) -> ApiResult<Value>;
-    async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<Value>;
-    async fn extensions(&self, root: Option<String>) -> ApiResult<Value>;
-    /// Reloads configuration and extensions for a project (the `/reload` slash command):
-    /// `{status: "ok" | "error", title, extensions: <as GET /v1/extensions>}`.
-    async fn reload_extensions(&self, root: Option<String>) -> ApiResult<Value>;
-    async fn router(&self) -> ApiResult<Value>;
+    async fn slashes(&self, sid: &str) -> ApiResult<SlashPalette>;
+    async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<EgressPage>;
+    async fn extensions(&self, root: Option<String>) -> ApiResult<ExtensionsListing>;
+    /// Reloads configuration and extensions for a project (the `/reload` slash command).
+    async fn reload_extensions(&self, root: Option<String>) -> ApiResult<ReloadAnswer>;
 
     /// The environment and working directory for a sandbox child of a session (used by
     /// `vis-gateway exec`); creates a session for `root` (with `title`, which lists it in
@@ -201,7 +207,7 @@ pub trait Engine: Send + Sync + 'static {
         session_id: Option<String>,
         root: Option<String>,
         title: Option<String>,
-    ) -> ApiResult<Value>;
+    ) -> ApiResult<SandboxEnv>;
 
     /// Asks the process to stop (`POST /v1/admin/stop`).
     fn request_stop(&self);

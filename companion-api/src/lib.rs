@@ -9,6 +9,7 @@
 pub mod body;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod live;
 pub mod mcp;
 pub mod metrics;
@@ -21,6 +22,7 @@ pub mod serve;
 pub mod serve_stats;
 pub mod sse;
 pub mod upload;
+pub mod wire;
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! `/metrics` series (§5.6) and their Prometheus text: every series with one `# HELP` and one
+//! `/metrics` series and their Prometheus text: every series with one `# HELP` and one
 //! `# TYPE` line, then its samples.
 
 use serde_json::{Map, Value};

@@ -1,4 +1,4 @@
-//! Wire protocol numbers and the pure compatibility verdict (§5.2).
+//! Wire protocol numbers and the pure compatibility verdict.
 
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
@@ -86,7 +86,7 @@ pub fn compatibility_short(client: &ClientInfo) -> Value {
     json!({"is_compatible": r == Reason::Ok, "reason": r.as_str(), "upgrade": r.upgrade()})
 }
 
-/// The 426 body (§5.2).
+/// The 426 body.
 pub fn incompatible_body(client: &ClientInfo) -> Value {
     let r = verdict(client);
     let (title, summary, remedy): (&str, String, Vec<&str>) = match r {

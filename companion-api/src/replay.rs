@@ -1,6 +1,5 @@
-//! The rest of a subscription's replay, fetched page by page while the client reads (§4.4
-//! replay, §4.6 slow clients): a client that stops reading holds one page of its history
-//! instead of all of it, and its live frames wait in its bounded live queue meanwhile.
+//! The rest of a subscription's replay, fetched page by page while the client reads: a
+//! client that stops reading holds one page of its history instead of all of it, and its live frames wait in its bounded live queue meanwhile.
 
 use crate::engine::Frame;
 use futures::future::BoxFuture;

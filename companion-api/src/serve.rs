@@ -14,7 +14,7 @@ use tower::ServiceExt;
 #[derive(Clone)]
 pub struct ConnKill(pub CancellationToken);
 
-/// `/v1/sessions/` is routed as `/v1/sessions` (§2: stripping is acceptable).
+/// `/v1/sessions/` is routed as `/v1/sessions` (stripping the slash is acceptable).
 fn strip_trailing_slash<B>(req: &mut Request<B>) {
     let path = req.uri().path();
     if path.len() > 1 && path.ends_with('/') {

@@ -1,8 +1,9 @@
-//! SSE framing (§4.2) and the per-connection stream: `subscription.ready` → `stream.gap` →
+//! SSE framing and the per-connection stream: `subscription.ready` → `stream.gap` →
 //! replay → live, deduplicated per session, with a `: ping` heartbeat and the
 //! anti-buffering pad.
 
 use crate::engine::{Frame, Subscription};
+use crate::events::EventKind;
 use crate::live::LiveRx;
 use crate::replay::{ReplayPage, ReplayRest};
 use crate::serve_stats::SseGuard;
@@ -53,7 +54,7 @@ fn control(value: Value, event_type: &str) -> Bytes {
 fn prelude(sub: &Subscription) -> Vec<(usize, Frame)> {
     let mut out = Vec::with_capacity(sub.replay.len() + 2);
     let ready = json!({
-        "type": "subscription.ready", "session_id": sub.session_id, "cursor": sub.ready.cursor,
+        "type": EventKind::SubscriptionReady.as_str(), "session_id": sub.session_id, "cursor": sub.ready.cursor,
         "current_turn_id": sub.ready.current_turn_id, "is_live": sub.ready.is_live,
         "server_time_ms": now_ms(),
     });
@@ -61,17 +62,16 @@ fn prelude(sub: &Subscription) -> Vec<(usize, Frame)> {
         usize::MAX,
         Frame {
             seq: 0,
-            bytes: control(ready, "subscription.ready"),
+            bytes: control(ready, EventKind::SubscriptionReady.as_str()),
         },
     ));
     if let Some((from, to)) = sub.gap {
-        let gap =
-            json!({"type": "stream.gap", "session_id": sub.session_id, "from": from, "to": to});
+        let gap = json!({"type": EventKind::StreamGap.as_str(), "session_id": sub.session_id, "from": from, "to": to});
         out.push((
             usize::MAX,
             Frame {
                 seq: 0,
-                bytes: control(gap, "stream.gap"),
+                bytes: control(gap, EventKind::StreamGap.as_str()),
             },
         ));
     }
@@ -216,13 +216,13 @@ impl SseBody {
                 }
             };
             if let Some((from, to)) = page.gap {
-                let gap = json!({"type": "stream.gap", "session_id": self.sessions[i],
+                let gap = json!({"type": EventKind::StreamGap.as_str(), "session_id": self.sessions[i],
                     "from": from, "to": to});
                 self.queue.push_back((
                     usize::MAX,
                     Frame {
                         seq: 0,
-                        bytes: control(gap, "stream.gap"),
+                        bytes: control(gap, EventKind::StreamGap.as_str()),
                     },
                 ));
             }
@@ -282,7 +282,7 @@ impl Stream for SseBody {
         let mut ended = 0;
         if this.queue.is_empty() {
             // Live frames once everything queued is written, one chunk's worth per poll: the
-            // rest stays in the live queue, where it counts against its cap (§4.6). A
+            // rest stays in the live queue, where it counts against its cap. A
             // subscription still replaying leaves its live frames there until its replay is
             // complete.
             let last = &mut this.last;
@@ -375,7 +375,7 @@ pub fn body_stream(
     .boxed()
 }
 
-/// Whether the request came through a proxy that may buffer (§4.1 pad rule).
+/// Whether the request came through a proxy that may buffer (the pad rule).
 pub fn wants_pad(h: &axum::http::HeaderMap) -> bool {
     ["cf-ray", "cf-connecting-ip", "x-forwarded-for", "via"]
         .iter()

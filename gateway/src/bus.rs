@@ -1,5 +1,5 @@
 //! The event bus: per-session monotonic `seq`, the envelope, fan-out to SSE sinks, and the
-//! durable journal (decision G2).
+//! durable journal (docs/decisions.md, G2).
 //!
 //! `publish` assigns the seq, formats the frame once and queues the journal write under the
 //! session's lock, so journal order is seq order. The store thread offers the frame to every
@@ -18,8 +18,10 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use vis_companion_api::events::{Event, EventKind};
 use vis_companion_api::live::{self, LiveTx, PushError};
 use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
+use vis_companion_api::wire::{JournalEntry, StoredJson, StreamGap};
 use vis_companion_api::{Frame, Ready, Subscription};
 
 mod lost;
@@ -29,22 +31,6 @@ pub use lost::{Lost, LostSeqs};
 /// A store row written together with an event, given the event's seq.
 pub type SeqRow =
     Box<dyn FnOnce(&rusqlite::Connection, i64) -> crate::store::StoreResult<()> + Send>;
-
-/// Events that consume a seq but are never stored or replayed.
-pub const LIVE_ONLY: &[&str] = &[
-    "activity",
-    "turn.queued",
-    "turn.queued.updated",
-    "turn.queued.deleted",
-    "turn.queued.drained",
-    "session.model_updated",
-    "egress.decision",
-    "notification",
-];
-
-pub fn is_live_only(kind: &str) -> bool {
-    LIVE_ONLY.contains(&kind)
-}
 
 struct Sink {
     tx: LiveTx,
@@ -132,63 +118,39 @@ impl Bus {
     }
 
     /// Publishes one event; returns its seq (0 if the session has no channel).
-    pub fn publish(&self, sid: &str, kind: &str, payload: Map<String, Value>) -> i64 {
-        self.publish_value(sid, kind, payload, Row::None)
-    }
-
-    /// [`Bus::publish`], plus a row that needs the event's seq, written by the same store
-    /// job as the event (one store wake-up and one transaction for both). The row must keep
-    /// the seq: the session's high-water on load is read from `sessions.last_seq` and the
-    /// egress rows (`rows::get_session`), and is not bumped separately for such events.
-    #[cfg(test)]
-    pub fn publish_with_row(
-        &self,
-        sid: &str,
-        kind: &str,
-        payload: Map<String, Value>,
-        row: Option<SeqRow>,
-    ) -> i64 {
-        self.publish_value(sid, kind, payload, row.map_or(Row::None, Row::KeepsSeq))
+    pub fn publish(&self, sid: &str, event: Event) -> i64 {
+        self.publish_value(sid, event, Row::None)
     }
 
     /// [`Bus::publish`], with `row` written in the same transaction as the event: both are
     /// stored, or neither (a turn's terminal and its record).
-    pub fn publish_together(
-        &self,
-        sid: &str,
-        kind: &str,
-        payload: Map<String, Value>,
-        row: SeqRow,
-    ) -> i64 {
-        self.publish_value(sid, kind, payload, Row::Alongside(row))
+    pub fn publish_together(&self, sid: &str, event: Event, row: SeqRow) -> i64 {
+        self.publish_value(sid, event, Row::Alongside(row))
     }
 
-    fn publish_value(&self, sid: &str, kind: &str, payload: Map<String, Value>, row: Row) -> i64 {
+    fn publish_value(&self, sid: &str, event: Event, row: Row) -> i64 {
+        let kind = event.kind();
         self.publish_core(sid, kind, row, |seq| {
-            let mut ev = payload;
+            let mut ev = event.into_members();
             ev.insert("schema".into(), Value::from(1));
             ev.insert("seq".into(), Value::from(seq));
             ev.insert("ts".into(), Value::from(now_ms()));
             ev.insert("session_id".into(), Value::from(sid));
-            ev.insert("type".into(), Value::from(kind));
+            ev.insert("type".into(), Value::from(kind.as_str()));
             Value::Object(ev).to_string()
         })
     }
 
-    /// [`Bus::publish_with_row`] for a payload already serialized: `members` is the text of
-    /// a JSON object's members after its `{` (closing `}` included, e.g. `"a":1}`), and must
-    /// not contain the envelope's own keys (`schema`, `seq`, `ts`, `session_id`, `type`).
-    /// The hot path of egress decisions: no `Value` tree is built.
-    pub fn publish_members_with_row(
-        &self,
-        sid: &str,
-        kind: &str,
-        members: &str,
-        row: Option<SeqRow>,
-    ) -> i64 {
+    /// Publishes an `egress.decision` already serialized, with the row that keeps its seq:
+    /// `members` is the text of a JSON object's members after its `{` (closing `}`
+    /// included, e.g. `"a":1}`), and must not contain the envelope's own keys (`schema`,
+    /// `seq`, `ts`, `session_id`, `type`). The hot path of egress decisions: the record is
+    /// serialized once by the caller and no `Value` tree is built.
+    pub fn publish_egress(&self, sid: &str, members: &str, row: Option<SeqRow>) -> i64 {
         let row = row.map_or(Row::None, Row::KeepsSeq);
+        let kind = EventKind::EgressDecision;
         self.publish_core(sid, kind, row, |seq| {
-            let (sid, kind) = (Value::from(sid), Value::from(kind));
+            let (sid, kind) = (Value::from(sid), Value::from(kind.as_str()));
             let sep = if members.starts_with('}') { "" } else { "," };
             format!(
                 "{{\"schema\":1,\"seq\":{seq},\"ts\":{},\"session_id\":{sid},\"type\":{kind}{sep}{members}",
@@ -203,14 +165,14 @@ impl Bus {
     fn publish_core(
         &self,
         sid: &str,
-        kind: &str,
+        kind: EventKind,
         row: Row,
         data: impl FnOnce(i64) -> String,
     ) -> i64 {
         let Some(chan) = self.channel(sid) else {
             tracing::warn!(
                 session = sid,
-                kind,
+                kind = kind.as_str(),
                 "event for a session without a channel dropped"
             );
             return 0;
@@ -221,12 +183,12 @@ impl Bus {
         let data = data(seq);
         let frame = Frame {
             seq,
-            bytes: format_frame(Some(seq), kind, &data),
+            bytes: format_frame(Some(seq), kind.as_str(), &data),
         };
         let live = chan.clone();
-        let stored = !is_live_only(kind);
+        let stored = !kind.is_live_only();
         let seq_kept = matches!(row, Row::KeepsSeq(_));
-        let (sid_owned, kind_owned, retain) = (sid.to_string(), kind.to_string(), self.retain);
+        let (sid_owned, retain) = (sid.to_string(), self.retain);
         let lost = self.lost.clone();
         self.store.submit("event", move |c| {
             let out = crate::store::atomically(c, |c| {
@@ -234,7 +196,7 @@ impl Bus {
                     c,
                     &sid_owned,
                     seq,
-                    &kind_owned,
+                    kind.as_str(),
                     stored.then_some(data.as_str()),
                     retain,
                     seq_kept,
@@ -256,7 +218,7 @@ impl Bus {
                 if written && crate::store::committed() {
                     deliver(&live, frame);
                 } else {
-                    lost.record(&sid_owned, seq, &kind_owned, &data);
+                    lost.record(&sid_owned, seq, kind, &data);
                 }
             });
             out
@@ -344,8 +306,8 @@ impl Bus {
         }))
     }
 
-    /// Stored events after `cursor` as JSON, preceded by a `stream.gap` object if needed.
-    pub async fn since(&self, sid: &str, cursor: i64) -> Vec<Value> {
+    /// Stored events after `cursor` as stored, preceded by a `stream.gap` entry if needed.
+    pub async fn since(&self, sid: &str, cursor: i64) -> Vec<JournalEntry> {
         let sid_owned = sid.to_string();
         let (trimmed, rows) = self
             .store
@@ -354,11 +316,16 @@ impl Bus {
             .unwrap_or_default();
         let mut out = Vec::with_capacity(rows.len() + 1);
         if cursor < trimmed {
-            out.push(serde_json::json!({"type": "stream.gap", "session_id": sid, "from": cursor + 1, "to": trimmed}));
+            out.push(JournalEntry::Gap(StreamGap {
+                kind: EventKind::StreamGap.as_str().into(),
+                session_id: sid.to_string(),
+                from: cursor + 1,
+                to: trimmed,
+            }));
         }
         out.extend(
             rows.into_iter()
-                .filter_map(|(_, _, d)| serde_json::from_str(&d).ok()),
+                .filter_map(|(_, _, d)| StoredJson::parse(d).map(JournalEntry::Event)),
         );
         out
     }
@@ -384,7 +351,7 @@ fn deliver(chan: &Mutex<Channel>, frame: Frame) {
     });
 }
 
-/// Convenience for building payload maps.
+/// The members of a JSON object (an empty map for anything else).
 pub fn payload(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,

@@ -1,4 +1,4 @@
-//! SSE streams and their polling fallbacks (C18–C21, §4).
+//! SSE streams and their polling fallbacks.
 
 use super::path::Path;
 use super::Q;
@@ -6,6 +6,7 @@ use crate::engine::Cursor;
 use crate::error::{ApiError, ApiResult};
 use crate::serve::ConnKill;
 use crate::sse::{body_stream, wants_pad};
+use crate::wire::EventsSince;
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -48,7 +49,7 @@ fn sse_response(
 }
 
 /// The connection's kill switch; with `X-Vis-Client-Pid`, also fired once that local process
-/// is gone (checked every second, §4.1).
+/// is gone (checked every second).
 fn kill_token(kill: Option<Extension<ConnKill>>, headers: &HeaderMap) -> CancellationToken {
     let token = kill.map(|Extension(k)| k.0).unwrap_or_default();
     let pid = headers
@@ -154,15 +155,15 @@ pub async fn since(
     Path(sid): Path<String>,
     q: Q,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EventsSince>> {
     let cursor = q
         .get("cursor")
         .and_then(|c| c.trim().parse().ok())
         .or_else(|| last_event_id(&headers))
         .unwrap_or(0);
-    Ok(Json(
-        json!({"events": st.engine.events_since(&sid, cursor).await?}),
-    ))
+    Ok(Json(EventsSince {
+        events: st.engine.events_since(&sid, cursor).await?,
+    }))
 }
 
 pub async fn seq(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {

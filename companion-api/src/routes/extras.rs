@@ -2,12 +2,13 @@
 
 use super::Q;
 use crate::error::{ApiError, ApiResult};
+use crate::wire::{ExtensionsListing, ReloadAnswer, SandboxEnv};
 use crate::AppState;
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
-pub async fn extensions(State(st): State<AppState>, q: Q) -> ApiResult<Json<Value>> {
+pub async fn extensions(State(st): State<AppState>, q: Q) -> ApiResult<Json<ExtensionsListing>> {
     Ok(Json(st.engine.extensions(q.get("root").cloned()).await?))
 }
 
@@ -17,7 +18,7 @@ pub async fn reload_extensions(
     State(st): State<AppState>,
     q: Q,
     body: crate::body::JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ReloadAnswer>> {
     let root = q
         .get("root")
         .cloned()
@@ -34,7 +35,7 @@ pub async fn reload_extensions(
 pub async fn sandbox_env(
     State(st): State<AppState>,
     body: crate::body::JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SandboxEnv>> {
     let text = |k: &str| -> ApiResult<Option<String>> {
         match body.0.get(k) {
             None | Some(Value::Null) => Ok(None),

@@ -1,4 +1,4 @@
-//! Health, capabilities, status and metrics (§5.4–5.6).
+//! Health, capabilities, status and metrics.
 
 use crate::metrics::{self, Family, Kind, Sample};
 use crate::middleware::auth::token_matches;

@@ -1,15 +1,19 @@
-//! Human-input forms and live views (C23–C29).
+//! Human-input forms and live views.
 
 use super::path::Path;
 use super::{int_param, Q};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
+use crate::wire::*;
 use crate::AppState;
 use axum::extract::State;
 use axum::Json;
 use serde_json::Value;
 
-pub async fn list(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn list(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Json<HumanInputList>> {
     Ok(Json(st.engine.human_input(&sid).await?))
 }
 
@@ -17,7 +21,7 @@ pub async fn submit(
     State(st): State<AppState>,
     Path((sid, rid)): Path<(String, String)>,
     body: JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<HumanInputSubmitted>> {
     let Some(Value::Object(values)) = body.0.get("values").cloned() else {
         return Err(ApiError::bad_request(
             "bad-request",
@@ -32,14 +36,14 @@ pub async fn submit(
 pub async fn cancel(
     State(st): State<AppState>,
     Path((sid, rid)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<HumanInputCancelled>> {
     Ok(Json(st.engine.human_input_cancel(&sid, &rid).await?))
 }
 
 pub async fn live_list(
     State(st): State<AppState>,
     Path(sid): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<LiveViews>> {
     Ok(Json(st.engine.live_views(&sid).await?))
 }
 
@@ -47,7 +51,7 @@ pub async fn live_log(
     State(st): State<AppState>,
     Path((sid, vid, nid)): Path<(String, String, String)>,
     q: Q,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<LiveLog>> {
     let bad = || ApiError::bad_request("invalid-window", "from and limit must be integers");
     let from = int_param(&q, "from")
         .map_err(|_| bad())?
@@ -66,7 +70,7 @@ pub async fn live_focus(
     State(st): State<AppState>,
     Path((sid, vid)): Path<(String, String)>,
     body: JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<LiveFocused>> {
     Ok(Json(st.engine.live_focus(&sid, &vid, body.0).await?))
 }
 
@@ -74,7 +78,7 @@ pub async fn live_interrupt(
     State(st): State<AppState>,
     Path((sid, vid)): Path<(String, String)>,
     body: JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<LiveInterrupted>> {
     let note = body
         .0
         .get("note")

@@ -1,4 +1,4 @@
-//! The route table (§3). Each file holds one area's handlers.
+//! The route table. Each file holds one area's handlers.
 
 mod events;
 mod extras;

@@ -112,7 +112,7 @@ pub async fn delete_project(
 const NO_VOICE: &str = "no voice transcription engine is configured on this gateway";
 const NO_SPEECH: &str = "no speech synthesis engine is configured on this gateway";
 
-/// The string-`error` body these routes use (spec Q16).
+/// The string-`error` body these routes use (the app reads it as a plain message).
 fn refusal(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({"error": message, "reasons": []}))).into_response()
 }

@@ -67,7 +67,7 @@ pub async fn patch_session(
     State(st): State<AppState>,
     Path(sid): Path<String>,
     body: JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<crate::wire::SessionRecord>> {
     let patch = parse_patch(&object(&body, "{title?, is_favorite?}")?)?;
     st.engine.patch_session(&sid, patch).await?;
     Ok(Json(st.engine.get_session(&sid, false).await?))

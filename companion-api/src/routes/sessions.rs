@@ -1,10 +1,11 @@
-//! Session routes (C5–C8, C30, egress, release, delete).
+//! Session routes: list, create, read, delete, release, transcript, model, slashes, egress.
 
 use super::path::Path;
 use super::{int_param, Q};
 use crate::body::JsonBody;
 use crate::engine::{CreateSession, SessionListQuery};
 use crate::error::{ApiError, ApiResult};
+use crate::wire::{EgressPage, SessionModel, SessionRecord, SlashPalette, Transcript};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -72,7 +73,8 @@ pub async fn list(State(st): State<AppState>, q: Q, headers: HeaderMap) -> ApiRe
         root: q.get("root").cloned(),
         dirty,
     };
-    let body = st.engine.list_sessions(query).await?;
+    let list = st.engine.list_sessions(query).await?;
+    let body = serde_json::to_value(&list).map_err(|e| ApiError::engine(e.to_string()))?;
     let tag = etag(&body);
     let matches = headers
         .get(header::IF_NONE_MATCH)
@@ -90,15 +92,15 @@ pub async fn list(State(st): State<AppState>, q: Q, headers: HeaderMap) -> ApiRe
 
 pub async fn create(State(st): State<AppState>, body: JsonBody) -> ApiResult<Response> {
     let req: CreateSession = body.parse();
-    let v = st.engine.create_session(req).await?;
-    Ok((StatusCode::CREATED, Json(v)).into_response())
+    let created = st.engine.create_session(req).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
 pub async fn get_one(
     State(st): State<AppState>,
     Path(sid): Path<String>,
     q: Q,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SessionRecord>> {
     let include_queued = q
         .get("include")
         .is_some_and(|s| s.split(',').any(|p| p.trim() == "queued"));
@@ -118,7 +120,7 @@ pub async fn transcript(
     State(st): State<AppState>,
     Path(sid): Path<String>,
     q: Q,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Transcript>> {
     let bad = || ApiError::bad_request("invalid-window", "limit and offset must be integers");
     let limit = int_param(&q, "limit").map_err(|_| bad())?;
     let offset = int_param(&q, "offset").map_err(|_| bad())?;
@@ -132,14 +134,17 @@ pub async fn transcript(
     ))
 }
 
-pub async fn model(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
+pub async fn model(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Json<SessionModel>> {
     Ok(Json(st.engine.model(&sid).await?))
 }
 
 pub async fn slashes(
     State(st): State<AppState>,
     Path(sid): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SlashPalette>> {
     Ok(Json(st.engine.slashes(&sid).await?))
 }
 
@@ -147,7 +152,7 @@ pub async fn egress(
     State(st): State<AppState>,
     Path(sid): Path<String>,
     q: Q,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EgressPage>> {
     let bad = || ApiError::bad_request("invalid-window", "limit and before must be integers");
     let limit = int_param(&q, "limit").map_err(|_| bad())?.unwrap_or(100);
     if limit < 1 {

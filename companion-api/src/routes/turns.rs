@@ -1,10 +1,11 @@
-//! Turn routes (C9–C17, C22).
+//! Turn routes: submit, list, read, edit, delete, cancel, the queue, trace.
 
 use super::path::Path;
 use super::Q;
 use crate::body::JsonBody;
 use crate::engine::SubmitTurn;
 use crate::error::{ApiError, ApiResult};
+use crate::wire::{Trace, TurnAttachments, TurnList, TurnRecord};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -43,7 +44,7 @@ pub async fn list(
     State(st): State<AppState>,
     Path(sid): Path<String>,
     q: Q,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TurnList>> {
     let queued = q.get("status").is_some_and(|s| s == "queued");
     Ok(Json(st.engine.list_turns(&sid, queued).await?))
 }
@@ -51,14 +52,14 @@ pub async fn list(
 pub async fn get_one(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TurnRecord>> {
     Ok(Json(st.engine.get_turn(&sid, &tid).await?))
 }
 
 pub async fn attachments(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TurnAttachments>> {
     Ok(Json(st.engine.turn_attachments(&sid, &tid).await?))
 }
 
@@ -66,7 +67,7 @@ pub async fn edit(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
     body: JsonBody,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TurnRecord>> {
     let request = body.0.get("request").cloned();
     Ok(Json(st.engine.edit_turn(&sid, &tid, request).await?))
 }
@@ -122,6 +123,6 @@ pub async fn drain_queue(
 pub async fn trace(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Trace>> {
     Ok(Json(st.engine.trace(&sid, &tid).await?))
 }

@@ -6,6 +6,7 @@
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use tokio::sync::Notify;
+use vis_companion_api::events::EventKind;
 
 /// The seqs of one session lost since the watcher last looked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,8 +17,6 @@ pub struct Lost {
     /// Turns whose terminal event was among them.
     pub terminals: Vec<String>,
 }
-
-const TERMINALS: [&str; 3] = ["turn.completed", "turn.failed", "turn.cancelled"];
 
 /// The `turn_id` of an event's JSON.
 fn turn_id(data: &str) -> Option<String> {
@@ -37,9 +36,9 @@ pub struct LostSeqs {
 impl LostSeqs {
     /// Records a lost event (`kind`, its JSON `data`) and wakes the watcher. Runs on the
     /// store thread, so it only parses the JSON of a lost terminal.
-    pub fn record(&self, sid: &str, seq: i64, kind: &str, data: &str) {
+    pub fn record(&self, sid: &str, seq: i64, kind: EventKind, data: &str) {
         crate::metrics::event_lost();
-        let terminal = TERMINALS.contains(&kind).then(|| turn_id(data)).flatten();
+        let terminal = kind.is_turn_terminal().then(|| turn_id(data)).flatten();
         let first = {
             let mut map = self.by_session.lock();
             let new = !map.contains_key(sid);

@@ -24,8 +24,8 @@ async fn a_live_stream_gets_an_event_only_once_the_store_has_committed_it() {
         .await
         .expect("subscription");
     let hold = crate::store::test_support::hold(&store);
-    bus.publish("s", "x.one", Map::new());
-    bus.publish("s", "x.two", Map::new());
+    bus.publish("s", ev());
+    bus.publish("s", ev());
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert_eq!(
         drain(&mut sub.live),
@@ -47,7 +47,7 @@ async fn a_live_stream_gets_an_event_only_once_the_store_has_committed_it() {
 async fn an_event_published_before_a_subscription_comes_once_in_its_replay_not_live() {
     let (bus, store, _dir) = fixture();
     let hold = crate::store::test_support::hold(&store);
-    bus.publish("s", "x.one", Map::new());
+    bus.publish("s", ev());
     let subscribing = {
         let bus = bus.clone();
         tokio::spawn(async move { bus.subscribe("s", 0, None, CancellationToken::new()).await })
@@ -59,7 +59,7 @@ async fn an_event_published_before_a_subscription_comes_once_in_its_replay_not_l
         sub.replay.iter().map(|f| f.seq).collect::<Vec<_>>(),
         vec![1]
     );
-    bus.publish("s", "x.two", Map::new());
+    bus.publish("s", ev());
     store.flush().await;
     assert_eq!(drain(&mut sub.live), vec![2], "seq 1 is not repeated live");
 }
@@ -83,16 +83,10 @@ async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
         .await
         .expect("session");
     let kept: SeqRow = Box::new(|c, seq| rows::insert_egress(c, "s", seq, "{}"));
-    assert_eq!(
-        bus.publish_with_row("s", "egress.decision", Map::new(), Some(kept)),
-        1
-    );
+    assert_eq!(bus.publish_egress("s", "}", Some(kept)), 1);
     let failing: SeqRow =
         Box::new(|_, _| Err(crate::store::StoreError::Other("the row failed".into())));
-    assert_eq!(
-        bus.publish_with_row("s", "egress.decision", Map::new(), Some(failing)),
-        2
-    );
+    assert_eq!(bus.publish_egress("s", "}", Some(failing)), 2);
     let high = store
         .call(|c| Ok(rows::get_session(c, "s")?.map(|r| r.last_seq)))
         .await
@@ -132,8 +126,18 @@ pub(crate) async fn free_disk(store: &Store) {
 }
 
 /// An event too large for the pages the database has.
-fn big() -> Map<String, Value> {
-    payload(serde_json::json!({"text": "x".repeat(64 * 1024)}))
+/// A stored event.
+fn ev() -> Event {
+    Event::QueueResumed(vis_companion_api::events::QueueResumed { is_auto: false })
+}
+
+/// A stored event of about 64 KiB.
+fn big() -> Event {
+    Event::ChunkSlash(vis_companion_api::events::SlashChunk {
+        turn_id: "t".into(),
+        iteration: 1,
+        detail: "x".repeat(64 * 1024),
+    })
 }
 
 #[tokio::test]
@@ -143,14 +147,14 @@ async fn a_frame_whose_write_fails_reaches_no_live_stream_and_its_seq_is_reporte
         .subscribe("s", 0, None, CancellationToken::new())
         .await
         .expect("subscription");
-    bus.publish("s", "x.one", Map::new());
+    bus.publish("s", ev());
     store.flush().await;
     fill_disk(&store).await;
-    bus.publish("s", "x.big", big());
-    bus.publish("s", "x.big", big());
+    bus.publish("s", big());
+    bus.publish("s", big());
     store.flush().await;
     free_disk(&store).await;
-    bus.publish("s", "x.four", Map::new());
+    bus.publish("s", ev());
     store.flush().await;
     assert_eq!(
         drain(&mut sub.live),
@@ -193,10 +197,10 @@ async fn a_tail_cursor_never_points_past_what_is_stored() {
         })
         .await
         .expect("session");
-    bus.publish("s", "x.one", Map::new());
+    bus.publish("s", ev());
     store.flush().await;
     fill_disk(&store).await;
-    assert_eq!(bus.publish("s", "x.big", big()), 2);
+    assert_eq!(bus.publish("s", big()), 2);
     store.flush().await;
     for cursor in [-1, 7] {
         let sub = bus
@@ -217,7 +221,7 @@ async fn a_replay_longer_than_a_page_is_read_in_pages_and_arrives_whole_and_in_o
     let bus = Arc::new(Bus::new(store.clone(), 10_000));
     bus.open("s", 0);
     for _ in 0..600 {
-        bus.publish("s", "x.e", Map::new());
+        bus.publish("s", ev());
     }
     store.flush().await;
     let sub = bus
@@ -246,7 +250,7 @@ async fn a_replay_longer_than_a_page_is_read_in_pages_and_arrives_whole_and_in_o
 async fn a_page_of_big_events_stops_at_the_byte_limit() {
     let (bus, store, _dir) = fixture();
     for _ in 0..4 {
-        bus.publish("s", "x.big", big());
+        bus.publish("s", big());
     }
     store.flush().await;
     let sub = bus
@@ -279,7 +283,7 @@ async fn events_trimmed_while_a_client_reads_its_replay_are_announced_as_a_gap()
     let bus = Arc::new(Bus::new(store.clone(), 300));
     bus.open("s", 0);
     for _ in 0..300 {
-        bus.publish("s", "x.e", Map::new());
+        bus.publish("s", ev());
     }
     store.flush().await;
     let sub = bus
@@ -288,7 +292,7 @@ async fn events_trimmed_while_a_client_reads_its_replay_are_announced_as_a_gap()
         .expect("subscription");
     let after = sub.replay.last().expect("a page").seq;
     for _ in 0..300 {
-        bus.publish("s", "x.e", Map::new());
+        bus.publish("s", ev());
     }
     store.flush().await;
     let page = sub

@@ -213,7 +213,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         }
     }
 
-    wait_for_stop(&gw.stop).await;
+    wait_for_stop(&gw.shutdown.requested()).await;
     tracing::info!("stopping: cancelling running turns");
     gw.shutdown(Duration::from_secs(8)).await;
     shutdown.cancel();

@@ -5,11 +5,12 @@ use super::{now_ms, Gateway};
 use crate::store::rows::{self, SessionRow};
 use async_trait::async_trait;
 use axum::http::StatusCode;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use vis_companion_api::records::*;
+use vis_companion_api::wire::*;
 use vis_companion_api::{
     ApiError, ApiResult, CreateSession, Cursor, Engine, SessionListQuery, Stats, SubmitTurn,
     Subscription,
@@ -80,7 +81,7 @@ impl Engine for Api {
 
     async fn stats(&self) -> Stats {
         let g = &self.0;
-        let loaded = g.loaded();
+        let loaded = g.sessions.all();
         let (mut running, mut queued) = (0, 0);
         for (_, s) in &loaded {
             let l = live_of(&s.lock());
@@ -102,7 +103,7 @@ impl Engine for Api {
         }
     }
 
-    async fn create_session(&self, req: CreateSession) -> ApiResult<Value> {
+    async fn create_session(&self, req: CreateSession) -> ApiResult<SessionCreated> {
         let g = &self.0;
         let root = match req.root.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
             None => g.default_root.clone(),
@@ -143,31 +144,35 @@ impl Engine for Api {
             .call(move |c| rows::put_session(c, &r))
             .await
             .map_err(store_err)?;
-        g.session(&row.id).await?;
+        g.sessions.get(&row.id).await?;
         tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
-        Ok(
-            json!({"id": row.id, "channel": row.channel, "title": row.title, "external_id": row.external_id, "workspace_id": row.workspace_id}),
-        )
+        Ok(SessionCreated {
+            id: row.id,
+            channel: row.channel,
+            title: row.title,
+            external_id: row.external_id,
+            workspace_id: row.workspace_id,
+        })
     }
 
-    async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<Value> {
+    async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<SessionList> {
         self.0.list_sessions(q).await
     }
 
-    async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<Value> {
-        let shared = self.0.session(sid).await?;
+    async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<SessionRecord> {
+        let shared = self.0.sessions.get(sid).await?;
         let st = shared.lock();
         let mut soul = self.0.soul(&st.row, &live_of(&st));
         if include_queued {
-            soul["queued_turns"] = Value::Array(st.queue.iter().map(|q| q.record()).collect());
+            soul.queued_turns = Some(st.queue.iter().map(|q| q.record()).collect());
         }
         Ok(soul)
     }
 
     async fn delete_session(&self, sid: &str) {
         let g = &self.0;
-        // Cancel a running turn first and give it a moment to land its terminal (§10 Q6).
-        if let Ok(shared) = g.session(sid).await {
+        // Cancel a running turn first and give it a moment to land its terminal.
+        if let Ok(shared) = g.sessions.get(sid).await {
             if let Some(r) = &shared.lock().running {
                 r.cancel.cancel();
             }
@@ -178,7 +183,7 @@ impl Engine for Api {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }
-        g.forget(sid);
+        g.sessions.forget(sid);
         if let Some(sb) = g.sandbox.get() {
             sb.tokens.revoke(sid);
         }
@@ -195,43 +200,53 @@ impl Engine for Api {
         sid: &str,
         limit: Option<usize>,
         offset: Option<usize>,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Transcript> {
         if uuid::Uuid::parse_str(sid).is_err() {
             return Err(ApiError::session_not_found(sid));
         }
         self.0.transcript(sid, limit, offset).await
     }
 
-    async fn model(&self, sid: &str) -> ApiResult<Value> {
-        let shared = self.0.session(sid).await?;
-        let pref = shared.lock().row.model_pref.clone();
-        Ok(json!({"model": pref}))
+    async fn model(&self, sid: &str) -> ApiResult<SessionModel> {
+        let shared = self.0.sessions.get(sid).await?;
+        let model = shared.lock().row.model_pref.clone();
+        Ok(SessionModel { model })
     }
 
-    async fn submit_turn(&self, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)> {
+    async fn submit_turn(&self, sid: &str, req: SubmitTurn) -> ApiResult<(bool, TurnRecord)> {
         self.0.submit(sid, req).await
     }
 
-    async fn list_turns(&self, sid: &str, queued_only: bool) -> ApiResult<Value> {
+    async fn list_turns(&self, sid: &str, queued_only: bool) -> ApiResult<TurnList> {
         if queued_only {
-            let shared = self.0.session(sid).await?;
+            let shared = self.0.sessions.get(sid).await?;
             let st = shared.lock();
-            return Ok(json!({"turns": st.queue.iter().map(|q| q.record()).collect::<Vec<_>>()}));
+            let turns = st.queue.iter().map(|q| q.record()).collect();
+            return Ok(TurnList { turns });
         }
         let turns = self.0.all_turns(sid).await?;
-        Ok(json!({"turns": turns.iter().map(|t| t.record()).collect::<Vec<_>>()}))
+        Ok(TurnList {
+            turns: turns.iter().map(|t| t.record()).collect(),
+        })
     }
 
-    async fn get_turn(&self, sid: &str, tid: &str) -> ApiResult<Value> {
+    async fn get_turn(&self, sid: &str, tid: &str) -> ApiResult<TurnRecord> {
         self.0.turn_record(sid, tid).await
     }
 
-    async fn turn_attachments(&self, sid: &str, tid: &str) -> ApiResult<Value> {
+    async fn turn_attachments(&self, sid: &str, tid: &str) -> ApiResult<TurnAttachments> {
         let t = self.0.turn(sid, tid).await?;
-        Ok(json!({"attachments": t.attachments}))
+        Ok(TurnAttachments {
+            attachments: t.attachments,
+        })
     }
 
-    async fn edit_turn(&self, sid: &str, tid: &str, request: Option<Value>) -> ApiResult<Value> {
+    async fn edit_turn(
+        &self,
+        sid: &str,
+        tid: &str,
+        request: Option<Value>,
+    ) -> ApiResult<TurnRecord> {
         self.0.edit(sid, tid, request).await
     }
 
@@ -247,25 +262,25 @@ impl Engine for Api {
         self.0.cancel_current(sid, key).await
     }
 
-    async fn resume_queue(&self, sid: &str) -> ApiResult<Option<Value>> {
+    async fn resume_queue(&self, sid: &str) -> ApiResult<Option<TurnRecord>> {
         self.0.resume_queue(sid).await
     }
 
-    async fn drain_queue(&self, sid: &str) -> ApiResult<Option<Value>> {
+    async fn drain_queue(&self, sid: &str) -> ApiResult<Option<TurnRecord>> {
         self.0.drain_queue(sid).await
     }
 
-    async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Value> {
+    async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Trace> {
         if uuid::Uuid::parse_str(sid).is_err() {
             return Err(ApiError::session_not_found(sid));
         }
         let turns = self.0.all_turns(sid).await.unwrap_or_default();
-        let its = turns
+        let iterations = turns
             .into_iter()
             .find(|t| t.engine_turn_id == engine_tid)
             .map(|t| t.iterations)
             .unwrap_or_default();
-        Ok(json!({"iterations": its}))
+        Ok(Trace { iterations })
     }
 
     async fn subscribe(
@@ -274,7 +289,7 @@ impl Engine for Api {
         cursor: Cursor,
         kick: CancellationToken,
     ) -> ApiResult<Subscription> {
-        let shared = self.0.session(sid).await?;
+        let shared = self.0.sessions.get(sid).await?;
         let running = shared
             .lock()
             .running
@@ -288,8 +303,8 @@ impl Engine for Api {
             .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
-    async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<Value>> {
-        if self.0.session(sid).await.is_err() {
+    async fn events_since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<JournalEntry>> {
+        if self.0.sessions.get(sid).await.is_err() {
             return if uuid::Uuid::parse_str(sid).is_ok() {
                 Ok(vec![])
             } else {
@@ -300,8 +315,8 @@ impl Engine for Api {
     }
 
     async fn seq(&self, sid: &str) -> ApiResult<i64> {
-        // C21: 404 only for an unparsable sid; a valid unknown one has seen nothing yet.
-        if self.0.session(sid).await.is_err() {
+        // 404 only for an unparsable sid; a valid unknown one has seen nothing yet.
+        if self.0.sessions.get(sid).await.is_err() {
             return if uuid::Uuid::parse_str(sid).is_ok() {
                 Ok(0)
             } else {
@@ -314,8 +329,8 @@ impl Engine for Api {
             .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
-    async fn human_input(&self, sid: &str) -> ApiResult<Value> {
-        self.0.session(sid).await?;
+    async fn human_input(&self, sid: &str) -> ApiResult<HumanInputList> {
+        self.0.sessions.get(sid).await?;
         Ok(self.0.human_input.list(sid))
     }
 
@@ -324,8 +339,8 @@ impl Engine for Api {
         sid: &str,
         rid: &str,
         values: Map<String, Value>,
-    ) -> ApiResult<Value> {
-        self.0.session(sid).await?;
+    ) -> ApiResult<HumanInputSubmitted> {
+        self.0.sessions.get(sid).await?;
         self.0
             .human_input
             .submit(sid, rid, values)
@@ -333,16 +348,16 @@ impl Engine for Api {
             .map_err(|e| hi_error(e, rid))
     }
 
-    async fn human_input_cancel(&self, sid: &str, rid: &str) -> ApiResult<Value> {
-        self.0.session(sid).await?;
+    async fn human_input_cancel(&self, sid: &str, rid: &str) -> ApiResult<HumanInputCancelled> {
+        self.0.sessions.get(sid).await?;
         self.0
             .human_input
             .cancel(sid, rid)
             .map_err(|e| hi_error(e, rid))
     }
 
-    async fn live_views(&self, sid: &str) -> ApiResult<Value> {
-        self.0.session(sid).await?;
+    async fn live_views(&self, sid: &str) -> ApiResult<LiveViews> {
+        self.0.sessions.get(sid).await?;
         Ok(self.0.human_input.live_views(sid))
     }
 
@@ -353,7 +368,7 @@ impl Engine for Api {
         nid: &str,
         from: usize,
         limit: usize,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<LiveLog> {
         if uuid::Uuid::parse_str(vid).is_err() {
             return Err(live_view_not_found(vid));
         }
@@ -363,7 +378,7 @@ impl Engine for Api {
             .map_err(|e| hi_error(e, vid))
     }
 
-    async fn live_focus(&self, sid: &str, vid: &str, body: Value) -> ApiResult<Value> {
+    async fn live_focus(&self, sid: &str, vid: &str, body: Value) -> ApiResult<LiveFocused> {
         if uuid::Uuid::parse_str(vid).is_err() {
             return Err(live_view_not_found(vid));
         }
@@ -373,7 +388,12 @@ impl Engine for Api {
             .map_err(|e| hi_error(e, vid))
     }
 
-    async fn live_interrupt(&self, sid: &str, vid: &str, note: Option<String>) -> ApiResult<Value> {
+    async fn live_interrupt(
+        &self,
+        sid: &str,
+        vid: &str,
+        note: Option<String>,
+    ) -> ApiResult<LiveInterrupted> {
         if uuid::Uuid::parse_str(vid).is_err() {
             return Err(live_view_not_found(vid));
         }
@@ -383,43 +403,25 @@ impl Engine for Api {
             .map_err(|e| hi_error(e, vid))
     }
 
-    async fn slashes(&self, sid: &str) -> ApiResult<Value> {
-        let shared = self.0.session(sid).await?;
+    async fn slashes(&self, sid: &str) -> ApiResult<SlashPalette> {
+        let shared = self.0.sessions.get(sid).await?;
         let root = std::path::PathBuf::from(shared.lock().row.root.clone());
         Ok(self.0.slash_palette(&root).await)
     }
 
-    async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<Value> {
-        self.0.session(sid).await?;
-        let id = sid.to_string();
-        let mut rows = self
-            .0
-            .store
-            .call(move |c| rows::egress_page(c, &id, before, limit))
-            .await
-            .map_err(store_err)?;
-        let has_more = rows.len() > limit;
-        rows.truncate(limit);
-        let next_before = if has_more {
-            rows.last().map(|(s, _)| *s)
-        } else {
-            None
-        };
-        let decisions: Vec<Value> = rows
-            .into_iter()
-            .filter_map(|(_, d)| serde_json::from_str(&d).ok())
-            .collect();
-        Ok(json!({"decisions": decisions, "has_more": has_more, "next_before": next_before}))
+    async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<EgressPage> {
+        self.0.sessions.get(sid).await?;
+        self.0.egress.page(sid, limit, before).await
     }
 
-    async fn extensions(&self, root: Option<String>) -> ApiResult<Value> {
+    async fn extensions(&self, root: Option<String>) -> ApiResult<ExtensionsListing> {
         let root = root
             .filter(|r| !r.trim().is_empty())
             .map(std::path::PathBuf::from);
-        Ok(self.0.extensions.list(root.as_deref()).await)
+        self.0.extensions_listing(root.as_deref()).await
     }
 
-    async fn reload_extensions(&self, root: Option<String>) -> ApiResult<Value> {
+    async fn reload_extensions(&self, root: Option<String>) -> ApiResult<ReloadAnswer> {
         let root = root
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| self.0.default_root.clone());
@@ -430,26 +432,15 @@ impl Engine for Api {
             ));
         }
         let (status, title) = match self.0.reload_all(&root).await {
-            Ok(t) => ("ok", t),
-            Err(t) => ("error", t),
+            Ok(t) => (ReloadStatus::Ok, t),
+            Err(t) => (ReloadStatus::Error, t),
         };
-        let extensions = self.0.extensions.list(Some(&root)).await;
-        Ok(json!({"status": status, "title": title, "extensions": extensions}))
-    }
-
-    async fn router(&self) -> ApiResult<Value> {
-        let r = self.0.providers.read();
-        let providers: Vec<Value> = r
-            .clients
-            .iter()
-            .map(|(id, c)| {
-                let cfg = c.config();
-                json!({"id": id, "label": id, "base_url": cfg.base_url, "models": r.models.get(id).cloned().unwrap_or_default(),
-                    "is_default": r.default.as_deref() == Some(id), "default_model": cfg.default_model, "is_fallback": false,
-                    "fallback_model": null, "status": if cfg.api_key.is_some() { "configured" } else { "no-credentials" }, "limits": null})
-            })
-            .collect();
-        Ok(json!({"providers": providers}))
+        let extensions = self.0.extensions_listing(Some(&root)).await?;
+        Ok(ReloadAnswer {
+            status,
+            title,
+            extensions,
+        })
     }
 
     async fn sandbox_env(
@@ -457,7 +448,7 @@ impl Engine for Api {
         session_id: Option<String>,
         root: Option<String>,
         title: Option<String>,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<SandboxEnv> {
         let g = &self.0;
         let Some(sandbox) = g.sandbox.get() else {
             return Err(ApiError::new(
@@ -477,10 +468,10 @@ impl Engine for Api {
                         ..Default::default()
                     })
                     .await?;
-                created["id"].as_str().unwrap_or_default().to_string()
+                created.id
             }
         };
-        let shared = g.session(&sid).await?;
+        let shared = g.sessions.get(&sid).await?;
         let root = std::path::PathBuf::from(shared.lock().row.root.clone());
         let cfg = g
             .project_config(&root)
@@ -493,11 +484,15 @@ impl Engine for Api {
         let jail = sandbox
             .jail_prefix(&root, &cfg)
             .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "jail-unavailable", e))?
-            .map(|p| json!({"argv_prefix": p}));
+            .map(|argv_prefix| JailPrefix { argv_prefix });
         tracing::info!(session = %sid, root = %root.display(), jailed = jail.is_some(), "exec: child environment handed out");
-        Ok(
-            json!({"session_id": sid, "cwd": root, "env": env, "proxy_port": sandbox.port(), "jail": jail}),
-        )
+        Ok(SandboxEnv {
+            session_id: sid,
+            cwd: root.to_string_lossy().into_owned(),
+            env,
+            proxy_port: sandbox.port(),
+            jail,
+        })
     }
 
     async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
@@ -604,10 +599,10 @@ impl Engine for Api {
 
     fn request_stop(&self) {
         // Stop after 25 ms, so the `{stopping:true}` answer is written first.
-        let stop = self.0.stop.clone();
+        let gw = self.0.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-            stop.cancel();
+            gw.shutdown.request();
         });
     }
 }

@@ -1,4 +1,4 @@
-//! Delta coalescing for streamed text (§4.8): a delta goes out when a sentence closes in
+//! Delta coalescing for streamed text: a delta goes out when a sentence closes in
 //! the new tail, after 2 s without one, or at the end; the first non-blank text opens the
 //! block and emits at once. `cumulative` carries the full text so far, capped.
 

@@ -1,6 +1,6 @@
-//! Wiring of the Python extension host into the gateway: extension state in the store (E6),
-//! notifications and activity on the session stream (Q13), Symbols as turn tools (E9) with op
-//! hooks around every tool, and network filters for the proxy (P6).
+//! Wiring of the Python extension host into the gateway: extension state in the store (docs/decisions.md, E6),
+//! notifications and activity on the session stream (a live-only `notification` event), Symbols as turn tools (docs/decisions.md, E9) with op
+//! hooks around every tool, and network filters for the proxy (docs/decisions.md, P6).
 
 use crate::bus::{payload, Bus};
 use crate::extensions::{ExtensionHost, HostEvents, SessionCtx, StateStore, ToolDef};
@@ -9,6 +9,7 @@ use crate::tools::{Tool, ToolCtx, ToolOutput};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use vis_companion_api::events::{Event, Notification};
 use vis_providers::ToolSpec;
 
 /// `vis.state` in the gateway's database.
@@ -53,7 +54,7 @@ impl StateStore for SqliteState {
 }
 
 /// `vis.notify` → a live `notification` event; `publish_activity` → a live `activity` update
-/// carrying the running tool call's block id and display fields (§6.8).
+/// carrying the running tool call's block id and display fields.
 pub struct BusEvents {
     pub bus: Arc<Bus>,
     pub presentations: Arc<super::presentation::Presentations>,
@@ -66,11 +67,14 @@ impl HostEvents for BusEvents {
             let now = crate::engine::now_ms();
             self.bus.publish(
                 sid,
-                "notification",
-                payload(
-                    json!({"id": uuid::Uuid::new_v4().to_string(), "text": text, "level": level,
-                    "created_at": now, "until": now + 3000, "extension": extension}),
-                ),
+                Event::Notification(Notification {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    text: text.to_string(),
+                    level: level.to_string(),
+                    created_at: now,
+                    until: now + 3000,
+                    extension: extension.to_string(),
+                }),
             );
         }
     }
@@ -79,7 +83,7 @@ impl HostEvents for BusEvents {
         let Some(sid) = session_id else { return false };
         match self.presentations.publish(sid, extension, presentation) {
             Some(update) => {
-                self.bus.publish(sid, "activity", payload(update));
+                self.bus.publish(sid, Event::Activity(payload(update)));
                 true
             }
             None => false,
@@ -158,7 +162,7 @@ impl Tool for Hooked {
     }
 }
 
-/// `apropos(pattern)` over the session's catalogue (E9).
+/// `apropos(pattern)` over the session's catalogue (docs/decisions.md, E9).
 pub struct Apropos {
     pub host: ExtensionHost,
     pub session: SessionCtx,
@@ -192,7 +196,7 @@ impl Tool for Apropos {
     }
 }
 
-/// `doc(name)`: the documentation and contract of one symbol (E9).
+/// `doc(name)`: the documentation and contract of one symbol (docs/decisions.md, E9).
 pub struct Doc {
     pub host: ExtensionHost,
     pub session: SessionCtx,

@@ -3,18 +3,22 @@
 use super::runner::{self, Outcome, Progress, RunCtx};
 use super::turn::{error_block, preview, Status, Turn};
 use super::{now_ms, Gateway, Running, SessionState};
-use crate::bus::payload;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use vis_companion_api::events::{
+    BlockCompleted, ContextUpdated, Event, QueuePaused, QueueResumed, TitleUpdated, TurnQueued,
+    TurnQueuedDeleted, TurnRef, TurnSettled, TurnStarted,
+};
+use vis_companion_api::wire::TurnRecord;
 use vis_companion_api::{ApiError, ApiResult, SubmitTurn};
 use vis_providers::ChatMessage;
 
 /// How long a cancelled worker gets to land its terminal before the gateway lands it.
-const CANCEL_BACKSTOP: Duration = Duration::from_secs(30);
+pub(super) const CANCEL_BACKSTOP: Duration = Duration::from_secs(30);
 
 /// A turn to launch once the session lock is released.
 pub struct Launch {
@@ -31,19 +35,23 @@ pub enum Terminal {
 }
 
 /// How long a started turn may wait for an execution permit before it fails
-/// (`VIS_TURN_START_TIMEOUT_MS`, default 60 s: "no worker activity 60 s", §6.6).
+/// (`VIS_TURN_START_TIMEOUT_MS`, default 60 s: "no worker activity 60 s").
 fn start_timeout() -> Duration {
     crate::config::env_ms("VIS_TURN_START_TIMEOUT_MS", Duration::from_secs(60))
 }
 
 /// How long a model turn may stay silent after its first output, outside tool calls,
-/// before it is force-failed (`VIS_TURN_SILENCE_MS`, default 6 min, §6.6).
+/// before it is force-failed (`VIS_TURN_SILENCE_MS`, default 6 min).
 fn silence_timeout() -> Duration {
     crate::config::env_ms("VIS_TURN_SILENCE_MS", Duration::from_secs(6 * 60))
 }
 
 impl Gateway {
-    pub async fn submit(self: &Arc<Self>, sid: &str, req: SubmitTurn) -> ApiResult<(bool, Value)> {
+    pub async fn submit(
+        self: &Arc<Self>,
+        sid: &str,
+        req: SubmitTurn,
+    ) -> ApiResult<(bool, TurnRecord)> {
         let request = match &req.request {
             Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
             _ => {
@@ -54,7 +62,7 @@ impl Gateway {
             }
         };
         let attachments = super::companion::attachments::check(&req)?;
-        let shared = self.session(sid).await?;
+        let shared = self.sessions.get(sid).await?;
         let replay = req
             .idempotency_key
             .as_ref()
@@ -86,7 +94,7 @@ impl Gateway {
             let mut t = Turn {
                 tid: tid.clone(),
                 sid: sid.to_string(),
-                ord: self.next_ord(),
+                ord: self.sessions.next_ord(),
                 engine_turn_id: uuid::Uuid::new_v4().to_string(),
                 status: Status::Queued,
                 request,
@@ -115,30 +123,27 @@ impl Gateway {
             if st.running.is_some() {
                 t.queued_at = Some(now);
                 self.save_turn(&t);
-                let mut ev = json!({"turn_id": t.tid, "request": t.request, "request_preview": preview(&t.request)});
-                if let Some(k) = &t.idempotency_key {
-                    ev["idempotency_key"] = json!(k);
-                }
-                if let Some(d) = &t.display_request {
-                    ev["display_request"] = json!(d);
-                }
-                record = t.record();
+                let ev = TurnQueued {
+                    turn_id: t.tid.clone(),
+                    request: t.request.clone(),
+                    request_preview: preview(&t.request),
+                    idempotency_key: t.idempotency_key.clone(),
+                    display_request: t.display_request.clone(),
+                };
+                record = Some(t.record());
                 st.queue.push_back(t);
-                self.bus.publish(sid, "turn.queued", payload(ev));
+                self.bus.publish(sid, Event::TurnQueued(ev));
                 launch = None;
             } else {
                 let l = self.start_locked(&mut st, t, false);
-                record = st
-                    .running
-                    .as_ref()
-                    .map(|r| r.turn.record())
-                    .unwrap_or(Value::Null);
+                record = st.running.as_ref().map(|r| r.turn.record());
                 launch = Some(l);
             }
         }
         if let Some(l) = launch {
             self.spawn(l);
         }
+        let record = record.ok_or_else(|| ApiError::engine("the turn did not start"))?;
         Ok((false, record))
     }
 
@@ -175,18 +180,19 @@ impl Gateway {
         };
         self.save_row(row);
         self.save_turn(&t);
-        let mut ev = json!({"turn_id": t.tid, "request": t.display_request.clone().unwrap_or_else(|| t.request.clone()),
-            "display_request": t.display_request, "started_at": now});
-        if is_queued {
-            ev["is_queued"] = json!(true);
-        }
-        if let Some(k) = &t.idempotency_key {
-            ev["idempotency_key"] = json!(k);
-        }
-        if !t.attachments.is_empty() {
-            ev["attachments"] = json!(t.attachments);
-        }
-        let seq = self.bus.publish(&t.sid, "turn.started", payload(ev));
+        let ev = TurnStarted {
+            turn_id: t.tid.clone(),
+            request: t
+                .display_request
+                .clone()
+                .unwrap_or_else(|| t.request.clone()),
+            display_request: t.display_request.clone(),
+            started_at: now,
+            is_queued: is_queued.then_some(true),
+            idempotency_key: t.idempotency_key.clone(),
+            attachments: (!t.attachments.is_empty()).then(|| t.attachments.clone()),
+        };
+        let seq = self.bus.publish(&t.sid, Event::TurnStarted(ev));
         tracing::info!(session = %t.sid, turn = %t.tid, seq, queued = is_queued, "turn started");
         if let Some(title) = title {
             self.publish_title(&t.sid, &title);
@@ -211,18 +217,16 @@ impl Gateway {
 
     /// `session.title_updated` on the session, and a copy on every other open session.
     pub fn publish_title(&self, sid: &str, title: &str) {
-        self.bus.publish(
-            sid,
-            "session.title_updated",
-            payload(json!({"title": title})),
-        );
+        let update = |titled_session_id: Option<String>| {
+            Event::SessionTitleUpdated(TitleUpdated {
+                titled_session_id,
+                title: title.to_string(),
+            })
+        };
+        self.bus.publish(sid, update(None));
         for other in self.bus.open_sessions() {
             if other != sid {
-                self.bus.publish(
-                    &other,
-                    "session.title_updated",
-                    payload(json!({"titled_session_id": sid, "title": title})),
-                );
+                self.bus.publish(&other, update(Some(sid.to_string())));
             }
         }
     }
@@ -233,7 +237,7 @@ impl Gateway {
     }
 
     async fn work(self: Arc<Self>, l: Launch) {
-        // The start watchdog (§6.6): a turn that gets no execution permit in time fails.
+        // The start watchdog: a turn that gets no execution permit in time fails.
         let limit = start_timeout();
         let permit = tokio::select! {
             p = tokio::time::timeout(limit, self.permits.clone().acquire_owned()) => match p {
@@ -273,7 +277,7 @@ impl Gateway {
     }
 
     async fn execute(self: &Arc<Self>, l: &Launch) -> Terminal {
-        let Ok(shared) = self.session(&l.sid).await else {
+        let Ok(shared) = self.sessions.get(&l.sid).await else {
             return Terminal::Cancelled;
         };
         let (request, model, root, attachments, pinned) = {
@@ -396,7 +400,7 @@ impl Gateway {
 
     /// Lands the terminal of `tid` exactly once, then applies the queue policy.
     pub fn finish(self: &Arc<Self>, sid: &str, tid: &str, terminal: Terminal) {
-        let Some(shared) = self.loaded_session(sid) else {
+        let Some(shared) = self.sessions.loaded(sid) else {
             return;
         };
         let launch = {
@@ -427,8 +431,11 @@ impl Gateway {
         for id in &progress.open_blocks {
             self.bus.publish(
                 &t.sid,
-                "content.block.completed",
-                payload(json!({"turn_id": t.tid, "block_id": id})),
+                Event::ContentBlockCompleted(BlockCompleted {
+                    turn_id: t.tid.clone(),
+                    block_id: id.clone(),
+                    iteration: None,
+                }),
             );
         }
         t.iterations = progress.iterations;
@@ -443,19 +450,28 @@ impl Gateway {
         let (kind, status) = match terminal {
             Terminal::Completed { content } => {
                 t.content = content;
-                ("turn.completed", Status::Completed)
+                (
+                    Event::TurnCompleted as fn(TurnSettled) -> Event,
+                    Status::Completed,
+                )
             }
             Terminal::Failed { code, message } => {
                 t.content.push(error_block(&t.tid, &code, &message));
                 t.error = Some(message);
                 self.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
-                ("turn.failed", Status::Failed)
+                (
+                    Event::TurnFailed as fn(TurnSettled) -> Event,
+                    Status::Failed,
+                )
             }
             Terminal::Cancelled => {
                 t.content.push(json!({"id": format!("{}:notice", t.tid), "type": "notice", "code": "turn_cancelled",
                     "message": "The turn was cancelled."}));
                 self.counters.turns_failed.fetch_add(1, Ordering::Relaxed);
-                ("turn.cancelled", Status::Cancelled)
+                (
+                    Event::TurnCancelled as fn(TurnSettled) -> Event,
+                    Status::Cancelled,
+                )
             }
         };
         t.status = status;
@@ -468,29 +484,35 @@ impl Gateway {
         self.counters
             .tokens_out
             .fetch_add(t.tokens.output, Ordering::Relaxed);
-        let mut ev = json!({"turn_id": t.tid, "status": status.as_str()});
-        if let Some(k) = &t.idempotency_key {
-            ev["idempotency_key"] = json!(k);
-        }
+        let mut ev = TurnSettled {
+            turn_id: t.tid.clone(),
+            status: status.wire(),
+            idempotency_key: t.idempotency_key.clone(),
+            content: None,
+            error: None,
+        };
         match status {
             Status::Completed => {
-                ev["content"] = json!(t
-                    .content
-                    .iter()
-                    .filter(|b| matches!(b["type"].as_str(), Some("prose" | "speech")))
-                    .collect::<Vec<_>>());
+                ev.content = Some(
+                    t.content
+                        .iter()
+                        .filter(|b| matches!(b["type"].as_str(), Some("prose" | "speech")))
+                        .cloned()
+                        .collect(),
+                );
             }
             Status::Failed => {
-                ev["content"] = json!(t.content);
-                ev["error"] = json!(t.error);
+                ev.content = Some(t.content.clone());
+                ev.error = Some(t.error.clone());
             }
             _ => {}
         }
+        let ev = kind(ev);
         // The terminal and the settled record are stored together or not at all, so a turn
         // whose terminal was lost is still stored as running (storage.rs fails it again).
         match self.turn_row(&t) {
-            Some(row) => self.bus.publish_together(&t.sid, kind, payload(ev), row),
-            None => self.bus.publish(&t.sid, kind, payload(ev)),
+            Some(row) => self.bus.publish_together(&t.sid, ev, row),
+            None => self.bus.publish(&t.sid, ev),
         };
         tracing::info!(
             session = %t.sid,
@@ -502,8 +524,10 @@ impl Gateway {
         );
         self.bus.publish(
             &t.sid,
-            "context.updated",
-            payload(json!({"turn_id": t.tid, "utilization": t.utilization})),
+            Event::ContextUpdated(ContextUpdated {
+                turn_id: t.tid.clone(),
+                utilization: t.utilization,
+            }),
         );
         st.row.last_status = if status == Status::Suspended {
             "suspended".into()
@@ -516,11 +540,11 @@ impl Gateway {
         launch
     }
 
-    /// §6.7: success drains (clearing a pause), failure pauses a backlog, cancel sweeps the
+    /// Queue policy after a terminal: success drains (clearing a pause), failure pauses a backlog, cancel sweeps the
     /// turns queued before it and sets the cancel floor.
     fn queue_policy(self: &Arc<Self>, st: &mut SessionState, t: &Turn) -> Option<Launch> {
         let sid = t.sid.clone();
-        if self.stopping.load(Ordering::Relaxed) {
+        if self.shutdown.is_stopping() {
             // A gateway stop is not a user cancel: queued turns stay stored for the next start.
             return None;
         }
@@ -530,8 +554,10 @@ impl Gateway {
                     st.row.queue_paused = true;
                     self.bus.publish(
                         &sid,
-                        "queue.paused",
-                        payload(json!({"reason": "turn_failed", "held": st.queue.len()})),
+                        Event::QueuePaused(QueuePaused {
+                            reason: "turn_failed".into(),
+                            held: st.queue.len(),
+                        }),
                     );
                 }
                 None
@@ -553,10 +579,11 @@ impl Gateway {
                     });
                     self.bus.publish(
                         &sid,
-                        "turn.queued.deleted",
-                        payload(
-                            json!({"turn_id": q.tid, "request": q.request, "reason": "cancelled"}),
-                        ),
+                        Event::TurnQueuedDeleted(TurnQueuedDeleted {
+                            turn_id: q.tid,
+                            request: Some(q.request),
+                            reason: Some("cancelled".into()),
+                        }),
                     );
                 }
                 st.row.cancel_floor = Some(floor);
@@ -570,7 +597,7 @@ impl Gateway {
                 if st.row.queue_paused {
                     st.row.queue_paused = false;
                     self.bus
-                        .publish(&sid, "queue.resumed", payload(json!({"is_auto": true})));
+                        .publish(&sid, Event::QueueResumed(QueueResumed { is_auto: true }));
                 }
                 self.drain_locked(st, false)
             }
@@ -578,7 +605,11 @@ impl Gateway {
     }
 
     /// Starts the oldest drainable queued turn if the session is idle.
-    fn drain_locked(self: &Arc<Self>, st: &mut SessionState, force: bool) -> Option<Launch> {
+    pub(super) fn drain_locked(
+        self: &Arc<Self>,
+        st: &mut SessionState,
+        force: bool,
+    ) -> Option<Launch> {
         if st.running.is_some() {
             return None;
         }
@@ -590,293 +621,10 @@ impl Gateway {
         let t = st.queue.remove(idx)?;
         self.bus.publish(
             &t.sid,
-            "turn.queued.drained",
-            payload(json!({"turn_id": t.tid})),
+            Event::TurnQueuedDrained(TurnRef {
+                turn_id: t.tid.clone(),
+            }),
         );
         Some(self.start_locked(st, t, true))
     }
-
-    pub async fn cancel(self: &Arc<Self>, sid: &str, tid: &str) -> ApiResult<()> {
-        let shared = self.session(sid).await?;
-        {
-            let mut st = shared.lock();
-            if let Some(r) = st.running.as_mut().filter(|r| r.turn.tid == tid) {
-                self.fire_cancel(sid, r);
-                return Ok(());
-            }
-            if st.queue.iter().any(|q| q.tid == tid) {
-                return Err(not_running(tid, "queued"));
-            }
-        }
-        let status = self.stored_status(sid, tid).await?;
-        Err(not_running(tid, &status))
-    }
-
-    pub async fn cancel_current(
-        self: &Arc<Self>,
-        sid: &str,
-        key: Option<String>,
-    ) -> ApiResult<String> {
-        let shared = self.session(sid).await?;
-        let mut st = shared.lock();
-        let Some(r) = st.running.as_mut() else {
-            return Err(ApiError::conflict(
-                "no-running-turn",
-                "no turn is running in this session",
-            ));
-        };
-        let tid = r.turn.tid.clone();
-        if key.is_none() || r.turn.idempotency_key != key {
-            return Err(ApiError::conflict(
-                "not-owner",
-                "the idempotency key does not match the running turn",
-            )
-            .with("turn_id", tid));
-        }
-        self.fire_cancel(sid, r);
-        Ok(tid)
-    }
-
-    fn fire_cancel(self: &Arc<Self>, sid: &str, r: &mut Running) {
-        if r.turn.cancelling_at.is_none() {
-            r.turn.cancelling_at = Some(now_ms());
-        }
-        r.cancel.cancel();
-        let (gw, sid, tid) = (self.clone(), sid.to_string(), r.turn.tid.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(CANCEL_BACKSTOP).await;
-            gw.finish(&sid, &tid, Terminal::Cancelled);
-        });
-    }
-
-    async fn stored_status(&self, sid: &str, tid: &str) -> ApiResult<String> {
-        let rec = self.stored_turn(sid, tid).await?;
-        Ok(rec.status.as_str().to_string())
-    }
-
-    pub async fn stored_turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
-        let (s, t) = (sid.to_string(), tid.to_string());
-        let rec = self
-            .store
-            .call(move |c| crate::store::rows::turn_of(c, &s, &t))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
-        rec.and_then(|r| serde_json::from_str::<Turn>(&r).ok())
-            .ok_or_else(|| ApiError::turn_not_found(tid))
-    }
-
-    /// The freshest record of a turn: running or queued in memory, else the store.
-    pub async fn turn_record(&self, sid: &str, tid: &str) -> ApiResult<Value> {
-        Ok(self.turn(sid, tid).await?.record())
-    }
-
-    pub async fn turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
-        let shared = self.session(sid).await?;
-        {
-            let st = shared.lock();
-            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
-                let mut t = r.turn.clone();
-                t.iterations = r.progress.lock().iterations.clone();
-                return Ok(t);
-            }
-            if let Some(q) = st.queue.iter().find(|q| q.tid == tid) {
-                return Ok(q.clone());
-            }
-        }
-        self.stored_turn(sid, tid).await
-    }
-
-    pub async fn edit(
-        self: &Arc<Self>,
-        sid: &str,
-        tid: &str,
-        request: Option<Value>,
-    ) -> ApiResult<Value> {
-        let shared = self.session(sid).await?;
-        {
-            let mut st = shared.lock();
-            if let Some(q) = st.queue.iter_mut().find(|q| q.tid == tid) {
-                let Some(Value::String(text)) =
-                    request.filter(|r| r.as_str().is_some_and(|s| !s.trim().is_empty()))
-                else {
-                    return Err(ApiError::conflict(
-                        "invalid-request",
-                        "request must be a non-blank string",
-                    ));
-                };
-                q.request = text;
-                q.display_request = None;
-                let t = q.clone();
-                self.save_turn(&t);
-                self.bus.publish(sid, "turn.queued.updated", payload(json!({"turn_id": t.tid, "request": t.request, "request_preview": preview(&t.request)})));
-                return Ok(t.record());
-            }
-            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
-                return Err(not_queued(tid, r.turn.status.as_str()));
-            }
-        }
-        let status = self.stored_status(sid, tid).await?;
-        Err(not_queued(tid, &status))
-    }
-
-    pub async fn delete_queued(self: &Arc<Self>, sid: &str, tid: &str) -> ApiResult<()> {
-        let shared = self.session(sid).await?;
-        {
-            let mut st = shared.lock();
-            if let Some(i) = st.queue.iter().position(|q| q.tid == tid) {
-                if let Some(k) = st.queue.remove(i).and_then(|q| q.idempotency_key) {
-                    st.keys.remove(&k);
-                }
-                let t = tid.to_string();
-                self.store.submit("turn-delete", move |c| {
-                    crate::store::rows::delete_turn(c, &t)
-                });
-                self.bus
-                    .publish(sid, "turn.queued.deleted", payload(json!({"turn_id": tid})));
-                return Ok(());
-            }
-            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
-                return Err(not_queued(tid, r.turn.status.as_str()));
-            }
-        }
-        let status = self.stored_status(sid, tid).await?;
-        Err(not_queued(tid, &status))
-    }
-
-    pub async fn resume_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<Value>> {
-        let shared = self.session(sid).await?;
-        let (launch, record) = {
-            let mut st = shared.lock();
-            if !st.row.queue_paused {
-                return Ok(None);
-            }
-            st.row.queue_paused = false;
-            st.row.cancel_floor = None;
-            self.bus
-                .publish(sid, "queue.resumed", payload(json!({"is_auto": false})));
-            let l = self.drain_locked(&mut st, true);
-            self.save_row(&st.row);
-            let rec = match &l {
-                Some(_) => st.running.as_ref().map(|r| r.turn.record()),
-                None => st.queue.front().map(|q| q.record()),
-            };
-            (l, rec)
-        };
-        if let Some(l) = launch {
-            self.spawn(l);
-        }
-        Ok(record)
-    }
-
-    pub async fn drain_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<Value>> {
-        let shared = self.session(sid).await?;
-        let (launch, record) = {
-            let mut st = shared.lock();
-            if st.row.queue_paused {
-                return Ok(None);
-            }
-            let l = self.drain_locked(&mut st, false);
-            let rec = l
-                .as_ref()
-                .and_then(|_| st.running.as_ref().map(|r| r.turn.record()));
-            (l, rec)
-        };
-        if let Some(l) = launch {
-            self.spawn(l);
-        }
-        Ok(record)
-    }
-
-    /// Decision G3: every turn still stored as running gets `turn.failed` (interrupted).
-    pub async fn recover(self: &Arc<Self>) -> anyhow::Result<usize> {
-        let records = self
-            .store
-            .call(|c| crate::store::rows::turns_with_status(c, "streaming"))
-            .await?;
-        let mut n = 0;
-        for rec in records {
-            let Ok(t) = serde_json::from_str::<Turn>(&rec) else {
-                continue;
-            };
-            let Ok(shared) = self.session(&t.sid).await else {
-                continue;
-            };
-            let (sid, tid) = (t.sid.clone(), t.tid.clone());
-            let open_blocks = self
-                .store
-                .call(move |c| crate::store::rows::open_blocks(c, &sid, &tid))
-                .await
-                .unwrap_or_default();
-            self.close_dangling_human_input(&t.sid).await;
-            let launch = {
-                let mut st = shared.lock();
-                let run = Running {
-                    turn: t.clone(),
-                    cancel: CancellationToken::new(),
-                    started_seq: 0,
-                    progress: Arc::new(Mutex::new(Progress {
-                        iterations: t.iterations.clone(),
-                        open_blocks,
-                        ..Default::default()
-                    })),
-                };
-                let terminal = Terminal::Failed {
-                    code: "interrupted".into(),
-                    message: "the gateway stopped while this turn was running".into(),
-                };
-                self.land(&mut st, run, terminal)
-            };
-            if let Some(l) = launch {
-                self.spawn(l);
-            }
-            n += 1;
-        }
-        Ok(n)
-    }
-}
-
-impl Gateway {
-    /// Forms and live views the journal shows open when the gateway stopped can never be
-    /// answered or updated (the extension call that owned them died with the process): each
-    /// gets its closing event with reason `interrupted`, so no client keeps showing it.
-    async fn close_dangling_human_input(&self, sid: &str) {
-        let owned = sid.to_string();
-        let dangling = self
-            .store
-            .call(move |c| crate::store::rows::dangling_human_input(c, &owned))
-            .await
-            .unwrap_or_default();
-        for (is_view, id) in dangling {
-            if is_view {
-                let result = json!({"view_id": id, "is_completed": false, "reason": "interrupted",
-                    "is_from_human": false});
-                self.bus.publish(
-                    sid,
-                    "human_input.live.close",
-                    payload(json!({"view_id": id, "result": result})),
-                );
-            } else {
-                self.bus.publish(
-                    sid,
-                    "human_input.close",
-                    payload(json!({"request_id": id, "reason": "interrupted"})),
-                );
-            }
-        }
-    }
-}
-
-fn not_running(tid: &str, status: &str) -> ApiError {
-    ApiError::conflict(
-        "not-running",
-        format!("turn {tid} is not running ({status})"),
-    )
-    .with("turn_id", tid)
-    .with("turn_status", status)
-}
-
-fn not_queued(tid: &str, status: &str) -> ApiError {
-    ApiError::conflict("not-queued", format!("turn {tid} is not queued ({status})"))
-        .with("turn_id", tid)
-        .with("turn_status", status)
 }

@@ -8,11 +8,16 @@
 mod api;
 mod coalesce;
 pub mod companion;
+pub mod egress;
 pub mod ext;
 pub mod human_input;
 mod lifecycle;
 pub mod presentation;
+mod queue;
+mod recovery;
 pub mod runner;
+pub mod sessions;
+pub mod shutdown;
 mod slash;
 mod storage;
 pub mod turn;
@@ -32,12 +37,11 @@ use parking_lot::{Mutex, RwLock};
 use runner::Progress;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use turn::Turn;
-use vis_companion_api::{ApiError, ApiResult};
 
 /// The largest turn request the advertised attachment caps allow: 8 files of 25 MiB, base64
 /// encoded (4/3), plus 1 MiB for the rest of the body.
@@ -83,20 +87,20 @@ pub struct Gateway {
     /// The Python extension host (workers, catalog, hooks, filters).
     pub extensions: ExtensionHost,
     pub extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
-    sessions: Mutex<HashMap<String, Arc<Mutex<SessionState>>>>,
+    /// The loaded sessions and the turn order.
+    pub sessions: sessions::Sessions,
     permits: Arc<Semaphore>,
     pub concurrency: usize,
     pub counters: Counters,
-    next_ord: AtomicI64,
-    /// Fired by `POST /v1/admin/stop`.
-    pub stop: CancellationToken,
-    /// Set while the gateway shuts down: terminals land, queues stay as they are.
-    pub stopping: std::sync::atomic::AtomicBool,
+    /// The stop request and the stopping state.
+    pub shutdown: shutdown::Shutdown,
+    /// The stored egress decisions of each session.
+    pub egress: egress::EgressLog,
     /// The egress proxy and child runner, once started.
     pub sandbox: std::sync::OnceLock<Arc<crate::sandbox::Sandbox>>,
-    /// Pending `vis.ask` forms, live views, secrets and extension shells (§6.9).
+    /// Pending `vis.ask` forms, live views, secrets and extension shells.
     pub human_input: Arc<human_input::HumanInput>,
-    /// The running tool call of each session and what its extension last presented (§6.8).
+    /// The running tool call of each session and what its extension last presented.
     pub presentations: Arc<presentation::Presentations>,
     /// The model's Python sandbox runtime of each session (`python_execution`).
     pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
@@ -143,6 +147,8 @@ impl Gateway {
             human_input.clone(),
         );
         let home_dir_for_mcp = home.dir.clone();
+        let sessions = sessions::Sessions::new(store.clone(), bus.clone(), max_ord + 1);
+        let egress = egress::EgressLog::new(store.clone());
         let gw = Arc::new(Gateway {
             store,
             bus,
@@ -152,13 +158,12 @@ impl Gateway {
             providers: RwLock::new(providers),
             extensions,
             extra_tools: RwLock::new(Vec::new()),
-            sessions: Mutex::new(HashMap::new()),
+            sessions,
             permits: Arc::new(Semaphore::new(concurrency)),
             concurrency,
             counters: Counters::default(),
-            next_ord: AtomicI64::new(max_ord + 1),
-            stop: CancellationToken::new(),
-            stopping: std::sync::atomic::AtomicBool::new(false),
+            shutdown: shutdown::Shutdown::default(),
+            egress,
             sandbox: std::sync::OnceLock::new(),
             human_input,
             presentations,
@@ -190,10 +195,6 @@ impl Gateway {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())
-    }
-
-    pub fn next_ord(&self) -> i64 {
-        self.next_ord.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The extension host's view of a session.
@@ -307,71 +308,6 @@ impl Gateway {
         }
     }
 
-    /// A session already in memory (no store read).
-    pub fn loaded_session(&self, sid: &str) -> Option<Shared> {
-        self.sessions.lock().get(sid).cloned()
-    }
-
-    pub fn loaded(&self) -> Vec<(String, Shared)> {
-        self.sessions
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-
-    /// The session's state, loading it from the store on first use.
-    pub async fn session(&self, sid: &str) -> ApiResult<Shared> {
-        if let Some(s) = self.sessions.lock().get(sid) {
-            return Ok(s.clone());
-        }
-        let id = sid.to_string();
-        let loaded = self
-            .store
-            .call(move |c| {
-                let Some(row) = rows::get_session(c, &id)? else {
-                    return Ok(None);
-                };
-                Ok(Some((row, rows::turns_of(c, &id)?)))
-            })
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
-        let Some((row, records)) = loaded else {
-            return Err(ApiError::session_not_found(sid));
-        };
-        let mut keys = HashMap::new();
-        let mut queue = VecDeque::new();
-        for rec in records {
-            let Ok(t) = serde_json::from_str::<Turn>(&rec) else {
-                continue;
-            };
-            if let Some(k) = &t.idempotency_key {
-                keys.insert(k.clone(), t.tid.clone());
-            }
-            if t.status == turn::Status::Queued {
-                queue.push_back(t);
-            }
-        }
-        let mut map = self.sessions.lock();
-        if let Some(s) = map.get(sid) {
-            return Ok(s.clone());
-        }
-        self.bus.open(sid, row.last_seq);
-        let st = Arc::new(Mutex::new(SessionState {
-            row,
-            running: None,
-            queue,
-            keys,
-        }));
-        map.insert(sid.to_string(), st.clone());
-        Ok(st)
-    }
-
-    pub fn forget(&self, sid: &str) {
-        self.sessions.lock().remove(sid);
-        self.bus.close(sid);
-    }
-
     /// Persists the session row (queued behind earlier writes).
     pub fn save_row(&self, row: &SessionRow) {
         let row = row.clone();
@@ -396,23 +332,16 @@ impl Gateway {
         });
     }
 
-    pub fn running_count(&self) -> usize {
-        self.loaded()
-            .iter()
-            .filter(|(_, s)| s.lock().running.is_some())
-            .count()
-    }
-
     /// Cancels every running turn and waits (bounded) for their terminals.
     pub async fn shutdown(&self, wait: std::time::Duration) {
-        self.stopping.store(true, Ordering::Relaxed);
-        for (_, s) in self.loaded() {
+        self.shutdown.begin();
+        for (_, s) in self.sessions.all() {
             if let Some(r) = &s.lock().running {
                 r.cancel.cancel();
             }
         }
         let deadline = tokio::time::Instant::now() + wait;
-        while self.running_count() > 0 && tokio::time::Instant::now() < deadline {
+        while self.sessions.running_count() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         self.model_sandboxes.stop_all();

@@ -1,4 +1,4 @@
-//! Tool-call presentation (companion-api §6.8) from extension activity: what
+//! Tool-call presentation from extension activity: what
 //! `vis.publish_activity` and an `Activity.render` callback publish while a tool runs becomes
 //! the display fields of that call's block — live on an `activity` update while it runs, and
 //! on its `block.output` (so the stored transcript renders like the live card).
@@ -57,7 +57,7 @@ impl Presentations {
     }
 }
 
-/// The §6.8 display fields of a presentation (`{headline, summary, content, sections?}`).
+/// The display fields of a presentation (`{headline, summary, content, sections?}`).
 pub fn display_fields(p: &Value) -> Map<String, Value> {
     let mut m = Map::new();
     let text = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();

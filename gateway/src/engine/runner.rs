@@ -1,17 +1,22 @@
 //! The model loop of one turn: call the provider, stream text into coalesced content
 //! blocks, run the tool calls it asks for, repeat until it answers without tools
-//! (decision G6). Every phase is published as a §4.7 event.
+//! (docs/decisions.md, G6). Every phase is published as a session event.
 
 use super::coalesce::{Coalescer, Out};
 use super::turn::{prose_block, Tokens};
 use super::Gateway;
+use crate::bus::payload;
 use crate::tools::{Tool, ToolCtx, ToolOutput};
 use futures::StreamExt;
 use parking_lot::Mutex;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use vis_companion_api::events::{
+    BlockCompleted, BlockDelta, BlockPreview, BlockStartedData, Event, EventKind,
+    IterationCompleted, IterationError, IterationErrorData, ProviderFallback, ProviderRetry,
+};
 use vis_providers::{
     ChatMessage, ChatRequest, Client, ProviderError, RetryInfo, StreamEvent, ToolCall,
 };
@@ -55,7 +60,7 @@ impl Drop for ToolPhase<'_> {
 }
 
 /// Resolves once the turn has produced output and then stayed silent for `limit` outside
-/// a tool call (§6.6: "output, then 6 min silence in a non-tool phase"); never before the
+/// a tool call ("output, then 6 min silence in a non-tool phase"); never before the
 /// first output.
 pub async fn silence(progress: &Mutex<Progress>, limit: Duration) {
     loop {
@@ -90,16 +95,16 @@ pub struct RunCtx {
 }
 
 impl RunCtx {
-    pub fn emit(&self, kind: &str, v: Value) -> i64 {
-        let mut m = match v {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        m.entry("turn_id").or_insert_with(|| json!(self.tid));
-        if kind != "activity" {
+    /// Publishes an event of the running turn (display records get its `turn_id`); any
+    /// event but an activity line counts as output for the silence watchdog.
+    pub fn emit(&self, mut event: Event) -> i64 {
+        if let Event::Activity(m) | Event::BlockStarted(m) | Event::BlockOutput(m) = &mut event {
+            m.entry("turn_id").or_insert_with(|| json!(self.tid));
+        }
+        if event.kind() != EventKind::Activity {
             self.progress.lock().last_output = Some(Instant::now());
         }
-        self.gw.bus.publish(&self.sid, kind, m)
+        self.gw.bus.publish(&self.sid, event)
     }
 }
 
@@ -117,11 +122,15 @@ async fn stream_once(
     let retry_ctx = (ctx.gw.bus.clone(), ctx.sid.clone(), ctx.tid.clone());
     let on_retry = move |r: RetryInfo| {
         let (bus, sid, tid) = &retry_ctx;
-        let m = crate::bus::payload(
-            json!({"turn_id": tid, "iteration": iteration, "attempt": r.attempt,
-            "max_retries": r.max_retries, "delay_ms": r.delay_ms, "error": r.error}),
-        );
-        bus.publish(sid, "provider.retry", m);
+        let retry = ProviderRetry {
+            turn_id: tid.clone(),
+            iteration,
+            attempt: r.attempt,
+            max_retries: r.max_retries,
+            delay_ms: r.delay_ms,
+            error: r.error,
+        };
+        bus.publish(sid, Event::ProviderRetry(retry));
     };
     let mut stream = client.stream(req, ctx.cancel.clone(), &on_retry).await?;
     let mut reasoning = Coalescer::default();
@@ -142,17 +151,21 @@ async fn stream_once(
             } else {
                 json!({"id": id, "type": "prose", "markdown": ""})
             };
-            ctx.emit(
-                "content.block.started",
-                json!({"block": block, "iteration": iteration}),
-            );
+            ctx.emit(Event::ContentBlockStarted(BlockStartedData {
+                turn_id: ctx.tid.clone(),
+                block,
+                iteration,
+            }));
             ctx.progress.lock().open_blocks.push(id.to_string());
         }
-        ctx.emit(
-            "content.block.delta",
-            json!({"block_id": id, "field": field, "text": text,
-            "cumulative": cumulative, "iteration": iteration}),
-        );
+        ctx.emit(Event::ContentBlockDelta(BlockDelta {
+            turn_id: ctx.tid.clone(),
+            block_id: id.to_string(),
+            field: field.to_string(),
+            text: text.to_string(),
+            cumulative: cumulative.to_string(),
+            iteration,
+        }));
     };
     while let Some(ev) = stream.next().await {
         let now = Instant::now();
@@ -177,9 +190,15 @@ async fn stream_once(
                 }
                 calls[index].id = id.clone();
                 calls[index].name = name.clone();
-                ctx.emit("block.preview", json!({"block_id": format!("{}:tool:{iteration}:{index}", ctx.tid),
-                    "code": format!("{name}(…)"), "display_code": name, "op": name, "tool_call_id": id,
-                    "iteration": iteration}));
+                ctx.emit(Event::BlockPreview(BlockPreview {
+                    turn_id: ctx.tid.clone(),
+                    block_id: format!("{}:tool:{iteration}:{index}", ctx.tid),
+                    code: format!("{name}(…)"),
+                    display_code: name.clone(),
+                    op: name.clone(),
+                    tool_call_id: id.clone(),
+                    iteration,
+                }));
             }
             StreamEvent::ToolCallDelta {
                 index,
@@ -253,9 +272,9 @@ async fn run_tool(
         display["presenter"] = json!(p);
         activity["presenter"] = json!(p);
     }
-    ctx.emit("block.started", display.clone());
+    ctx.emit(Event::BlockStarted(payload(display.clone())));
     ctx.gw.presentations.start(&ctx.sid, &block_id, &call.name);
-    ctx.emit("activity", activity);
+    ctx.emit(Event::Activity(payload(activity)));
     let t0 = Instant::now();
     let phase = ToolPhase::enter(&ctx.progress);
     let out = match tool {
@@ -296,7 +315,7 @@ async fn run_tool(
     if let Some(p) = ctx.gw.presentations.finish(&ctx.sid, &block_id) {
         m.extend(super::presentation::display_fields(&p));
     }
-    ctx.emit("block.output", form.clone());
+    ctx.emit(Event::BlockOutput(payload(form.clone())));
     (form, out)
 }
 
@@ -331,11 +350,10 @@ pub async fn run(
         } else {
             "tool-result"
         };
-        ctx.emit(
-            "activity",
+        ctx.emit(Event::Activity(payload(
             json!({"activity": "provider-call", "iteration": iteration, "reason": reason,
             "phrase": "Vis is calling the provider"}),
-        );
+        )));
         let mut req = ChatRequest {
             model: model.clone(),
             system: Some(system.clone()),
@@ -361,13 +379,23 @@ pub async fn run(
                     _ => ("provider_error", "transport"),
                 };
                 let status = if let ProviderError::Http { status, .. } = &e {
-                    json!(status)
+                    Some(*status)
                 } else {
-                    Value::Null
+                    None
                 };
                 let msg = cut(&e.to_string(), ERROR_CAP);
-                ctx.emit("iteration.error", json!({"iteration": iteration, "error": msg, "thinking": "",
-                    "error_data": {"type": code, "message": msg, "status": status, "cause_class": cause}}));
+                ctx.emit(Event::IterationError(IterationError {
+                    turn_id: ctx.tid.clone(),
+                    iteration,
+                    error: msg.clone(),
+                    thinking: String::new(),
+                    error_data: IterationErrorData {
+                        kind: code.to_string(),
+                        message: msg.clone(),
+                        status,
+                        cause_class: cause.to_string(),
+                    },
+                }));
                 return Outcome::Failed { code, message: msg };
             }
         };
@@ -402,17 +430,21 @@ pub async fn run(
                 .await
         };
         let produced = json!(produced);
-        ctx.emit(
-            "iteration.completed",
-            json!({"iteration": iteration, "done": done, "thinking": thinking,
-            "assistant_prose": prose, "attachments": produced}),
-        );
+        ctx.emit(Event::IterationCompleted(IterationCompleted {
+            turn_id: ctx.tid.clone(),
+            iteration,
+            done,
+            thinking: thinking.clone(),
+            assistant_prose: prose.clone(),
+            attachments: produced.clone(),
+        }));
         let open = std::mem::take(&mut ctx.progress.lock().open_blocks);
-        for id in open {
-            ctx.emit(
-                "content.block.completed",
-                json!({"block_id": id, "iteration": iteration}),
-            );
+        for block_id in open {
+            ctx.emit(Event::ContentBlockCompleted(BlockCompleted {
+                turn_id: ctx.tid.clone(),
+                block_id,
+                iteration: Some(iteration),
+            }));
         }
         {
             let mut p = ctx.progress.lock();
@@ -468,11 +500,12 @@ pub async fn run_with_fallback(
             },
             Some((fb, fb_model)),
         ) if untouched && !ctx.cancel.is_cancelled() => {
-            ctx.emit(
-                "chunk.provider-fallback",
-                json!({"detail": format!("{message}; retrying on {}/{fb_model}", fb.config().id),
-                    "provider": fb.config().id, "model": fb_model}),
-            );
+            ctx.emit(Event::ChunkProviderFallback(ProviderFallback {
+                turn_id: ctx.tid.clone(),
+                detail: format!("{message}; retrying on {}/{fb_model}", fb.config().id),
+                provider: fb.config().id.clone(),
+                model: fb_model.clone(),
+            }));
             run(ctx, fb, fb_model, messages, tools, prompts).await
         }
         (outcome, _) => outcome,

@@ -1,13 +1,14 @@
-//! Slash commands (`/name args`): run locally, without a provider (§6.11, decision E8).
+//! Slash commands (`/name args`): run locally, without a provider (docs/decisions.md, E8).
 //! Built-ins first, then the sandbox's, then the extensions' of the session's project.
 
 use super::lifecycle::Terminal;
 use super::turn::prose_block;
 use super::Gateway;
-use crate::bus::payload;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
+use vis_companion_api::events::{Event, SlashChunk};
+use vis_companion_api::wire::{ExtensionsListing, SlashCommand, SlashPalette};
 
 /// The built-in commands and their one-line docs.
 pub const BUILTINS: &[(&str, &str)] = &[
@@ -82,19 +83,26 @@ impl Gateway {
         self.slash_names(root).await.iter().any(|(n, _)| n == name)
     }
 
-    pub async fn slash_palette(&self, root: &Path) -> Value {
-        let mut cmds: Vec<Value> = self
+    pub async fn slash_palette(&self, root: &Path) -> SlashPalette {
+        let mut commands: Vec<SlashCommand> = self
             .slash_names(root)
             .await
             .into_iter()
-            .map(|(n, d)| json!({"name": format!("/{n}"), "doc": d}))
+            .map(|(n, doc)| SlashCommand {
+                name: format!("/{n}"),
+                doc,
+            })
             .collect();
         for (n, d) in CLIENT_NATIVE {
-            if !cmds.iter().any(|c| c["name"] == format!("/{n}")) {
-                cmds.push(json!({"name": format!("/{n}"), "doc": d}));
+            let name = format!("/{n}");
+            if !commands.iter().any(|c| c.name == name) {
+                commands.push(SlashCommand {
+                    name,
+                    doc: d.to_string(),
+                });
             }
         }
-        json!({"commands": cmds})
+        SlashPalette { commands }
     }
 
     pub(super) async fn run_slash(
@@ -113,8 +121,11 @@ impl Gateway {
         let detail = format!("/{name} {args}");
         self.bus.publish(
             sid,
-            "chunk.slash",
-            payload(json!({"turn_id": tid, "iteration": 1, "detail": detail.trim_end()})),
+            Event::ChunkSlash(SlashChunk {
+                turn_id: tid.to_string(),
+                iteration: 1,
+                detail: detail.trim_end().to_string(),
+            }),
         );
         let project = Path::new(root);
         // An extension command's `data` (kept in the transcript besides its Markdown).
@@ -134,7 +145,8 @@ impl Gateway {
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self
-                    .loaded_session(sid)
+                    .sessions
+                    .loaded(sid)
                     .map(|s| s.lock().row.channel.clone());
                 let out = self
                     .extensions
@@ -186,7 +198,7 @@ impl Gateway {
         }
         let form = json!({"tag": "user-slash", "code": request, "op": format!("slash/{name}"),
             "result": outcome});
-        let Some(shared) = self.loaded_session(sid) else {
+        let Some(shared) = self.sessions.loaded(sid) else {
             return;
         };
         let st = shared.lock();
@@ -230,6 +242,17 @@ impl Gateway {
     }
 
     /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).
+    /// The extensions listing of `GET /v1/extensions` (global, plus `project`'s).
+    pub async fn extensions_listing(
+        &self,
+        project: Option<&Path>,
+    ) -> vis_companion_api::ApiResult<ExtensionsListing> {
+        let listing = self.extensions.list(project).await;
+        serde_json::from_value(listing).map_err(|e| {
+            vis_companion_api::ApiError::engine(format!("the extensions listing is malformed: {e}"))
+        })
+    }
+
     pub async fn reload_all(&self, root: &Path) -> Result<String, String> {
         let config = self.reload_config(root).await;
         let report = self.extensions.reload(Some(root)).await;
@@ -240,7 +263,7 @@ impl Gateway {
         };
         let text = format!("Reloaded — {part}; {}", report.summary());
         // Any failure — configuration or an extension file — makes the reply an error
-        // (extension-api.md §9); what did load is still active, last good versions included.
+        // (a failed file is reported); what did load is still active, last good versions included.
         if config.is_err() || !report.failures.is_empty() {
             Err(text)
         } else {

@@ -99,7 +99,7 @@ impl Gateway {
 
     /// Stops the session's running turn if it was running when the events were lost.
     fn stop_for_lost(&self, sid: &str, lost: &Lost) {
-        let Some(shared) = self.loaded_session(sid) else {
+        let Some(shared) = self.sessions.loaded(sid) else {
             return;
         };
         let mut st = shared.lock();
@@ -146,7 +146,7 @@ impl Gateway {
             }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = self.stop.cancelled() => return false,
+                _ = self.shutdown.wait() => return false,
             }
             wait = (wait * 2).min(RETRY_MAX);
         }
@@ -167,7 +167,7 @@ impl Gateway {
             });
             tids
         };
-        let shared = self.loaded_session(sid);
+        let shared = self.sessions.loaded(sid);
         for tid in &stopped {
             let Some(shared) = &shared else { break };
             let launch = {
@@ -201,7 +201,7 @@ impl Gateway {
         if turn.status.is_terminal() {
             return;
         }
-        let Ok(shared) = self.session(sid).await else {
+        let Ok(shared) = self.sessions.get(sid).await else {
             return;
         };
         let launch = {

@@ -1,7 +1,10 @@
-//! The turn model and its wire shapes: TurnRecord (§6.3) and TranscriptRow (§6.4).
+//! The turn model and its wire shapes: the turn record and the transcript row.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use vis_companion_api::wire::{
+    AttachmentPreview, TranscriptRow, TurnCost, TurnOutcome, TurnRecord, TurnStatus, TurnTokens,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -32,6 +35,17 @@ impl Status {
             Status::Completed | Status::Suspended => "success",
             Status::Failed => "error",
             Status::Cancelled => "interrupted",
+        }
+    }
+    /// The same state as the wire's type.
+    pub fn wire(self) -> TurnStatus {
+        match self {
+            Status::Queued => TurnStatus::Queued,
+            Status::Streaming => TurnStatus::Streaming,
+            Status::Completed => TurnStatus::Completed,
+            Status::Failed => TurnStatus::Failed,
+            Status::Cancelled => TurnStatus::Cancelled,
+            Status::Suspended => TurnStatus::Suspended,
         }
     }
     pub fn is_terminal(self) -> bool {
@@ -98,7 +112,7 @@ pub fn preview(text: &str) -> String {
     out
 }
 
-fn attachment_previews(atts: &[Value]) -> Vec<Value> {
+fn attachment_previews(atts: &[Value]) -> Vec<AttachmentPreview> {
     atts.iter()
         .map(|a| {
             let size = a
@@ -111,8 +125,12 @@ fn attachment_previews(atts: &[Value]) -> Vec<Value> {
                         .map(|b| b.len() * 3 / 4)
                 })
                 .unwrap_or(0);
-            json!({"filename": a.get("filename"), "media_type": a.get("media_type"), "size": size,
-                   "size_label": size_label(size)})
+            AttachmentPreview {
+                filename: a.get("filename").cloned(),
+                media_type: a.get("media_type").cloned(),
+                size,
+                size_label: size_label(size),
+            }
         })
         .collect()
 }
@@ -128,83 +146,89 @@ fn size_label(n: usize) -> String {
 }
 
 impl Turn {
-    /// The TurnRecord wire shape (inline base64 attachments stripped).
-    pub fn record(&self) -> Value {
-        let mut r = json!({
-            "id": self.tid, "turn_id": self.tid, "session_id": self.sid, "role": "assistant",
-            "status": self.status.as_str(), "request": self.request, "created_at": self.created_at,
-            "content": self.content, "request_preview": preview(&self.request),
-        });
-        let m = r.as_object_mut().expect("json! object");
-        let mut opt = |k: &str, v: Value| {
-            if !v.is_null() {
-                m.insert(k.to_string(), v);
-            }
-        };
-        opt("started_at", json!(self.started_at));
-        opt("queued_at", json!(self.queued_at));
-        opt("idempotency_key", json!(self.idempotency_key));
-        opt("model", json!(self.model));
-        opt(
-            "reasoning_default",
-            self.reasoning_default.clone().unwrap_or(Value::Null),
-        );
-        opt("display_request", json!(self.display_request));
-        opt("cancelling_at", json!(self.cancelling_at));
-        if !self.attachments.is_empty() {
-            m.insert(
-                "attachment_previews".into(),
-                Value::Array(attachment_previews(&self.attachments)),
-            );
-        }
-        if self.status.is_terminal() {
+    /// The turn record as the routes answer it (inline base64 attachments left out).
+    pub fn record(&self) -> TurnRecord {
+        let outcome = self.status.is_terminal().then(|| {
             let t = &self.tokens;
-            for (k, v) in [
-                ("engine_turn_id", json!(self.engine_turn_id)),
-                ("provider", json!(self.provider)),
-                ("llm_selected", json!(self.model)),
-                ("llm_actual", json!(self.model)),
-                ("is_llm_fallback", json!(false)),
-                ("llm_routing_trace", json!([])),
-                (
-                    "tokens",
-                    json!({"input": t.input, "input_regular": t.input.saturating_sub(t.cached + t.cache_write),
-                    "cache_created": t.cache_write, "cached": t.cached, "output": t.output, "reasoning": t.reasoning}),
-                ),
-                (
-                    "cost",
-                    json!({"total_cost": 0.0, "model": self.model, "provider": self.provider}),
-                ),
-                ("confidence", Value::Null),
-                ("eval", Value::Null),
-                ("iteration_count", json!(self.iterations.len())),
-                ("duration_ms", json!(self.duration_ms)),
-                ("utilization", json!(self.utilization)),
-                ("error", json!(self.error)),
-                ("completed_at", json!(self.completed_at)),
-                ("is_needs_input", json!(self.status == Status::Suspended)),
-            ] {
-                m.insert(k.to_string(), v);
+            TurnOutcome {
+                engine_turn_id: self.engine_turn_id.clone(),
+                provider: self.provider.clone(),
+                llm_selected: self.model.clone(),
+                llm_actual: self.model.clone(),
+                is_llm_fallback: false,
+                llm_routing_trace: Vec::new(),
+                tokens: TurnTokens {
+                    input: t.input,
+                    input_regular: t.input.saturating_sub(t.cached + t.cache_write),
+                    cache_created: t.cache_write,
+                    cached: t.cached,
+                    output: t.output,
+                    reasoning: t.reasoning,
+                },
+                cost: TurnCost {
+                    total_cost: 0.0,
+                    model: self.model.clone(),
+                    provider: self.provider.clone(),
+                },
+                confidence: None,
+                eval: None,
+                iteration_count: self.iterations.len(),
+                duration_ms: self.duration_ms,
+                utilization: self.utilization,
+                error: self.error.clone(),
+                completed_at: self.completed_at,
+                is_needs_input: self.status == Status::Suspended,
             }
+        });
+        TurnRecord {
+            id: self.tid.clone(),
+            turn_id: self.tid.clone(),
+            session_id: self.sid.clone(),
+            role: "assistant".into(),
+            status: self.status.wire(),
+            request: self.request.clone(),
+            created_at: self.created_at,
+            content: self.content.clone(),
+            request_preview: preview(&self.request),
+            started_at: self.started_at,
+            queued_at: self.queued_at,
+            idempotency_key: self.idempotency_key.clone(),
+            model: self.model.clone(),
+            reasoning_default: self.reasoning_default.clone().filter(|v| !v.is_null()),
+            display_request: self.display_request.clone(),
+            cancelling_at: self.cancelling_at,
+            attachment_previews: (!self.attachments.is_empty())
+                .then(|| attachment_previews(&self.attachments)),
+            outcome,
         }
-        r
     }
 
-    /// The TranscriptRow wire shape (engine id and raw status).
-    pub fn transcript_row(&self) -> Value {
+    /// The transcript row (engine id and raw status).
+    pub fn transcript_row(&self) -> TranscriptRow {
         let t = &self.tokens;
-        let mut row = json!({
-            "id": self.engine_turn_id, "user_request": self.display_request.clone().unwrap_or_else(|| self.request.clone()),
-            "status": self.status.raw(), "content": self.content, "iterations": self.iterations,
-            "created_at": self.created_at, "duration_ms": self.duration_ms, "iteration_count": self.iterations.len(),
-            "input_tokens": t.input, "input_regular_tokens": t.input.saturating_sub(t.cached),
-            "input_cache_write_tokens": t.cache_write, "input_cache_read_tokens": t.cached, "output_tokens": t.output,
-            "output_reasoning_tokens": t.reasoning, "total_cost": 0.0, "model": self.model, "provider": self.provider,
-        });
-        if !self.attachments.is_empty() {
-            row["attachments"] = json!(self.attachments);
+        TranscriptRow {
+            id: self.engine_turn_id.clone(),
+            user_request: self
+                .display_request
+                .clone()
+                .unwrap_or_else(|| self.request.clone()),
+            status: self.status.raw().into(),
+            content: self.content.clone(),
+            iterations: self.iterations.clone(),
+            created_at: self.created_at,
+            duration_ms: self.duration_ms,
+            iteration_count: self.iterations.len(),
+            input_tokens: t.input,
+            input_regular_tokens: t.input.saturating_sub(t.cached),
+            input_cache_write_tokens: t.cache_write,
+            input_cache_read_tokens: t.cached,
+            output_tokens: t.output,
+            output_reasoning_tokens: t.reasoning,
+            total_cost: 0.0,
+            model: self.model.clone(),
+            provider: self.provider.clone(),
+            attachments: self.attachments.clone(),
         }
-        row
     }
 }
 

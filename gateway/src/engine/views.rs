@@ -1,10 +1,14 @@
-//! Read models: the Soul (§6.1), the session list (§6.2), turn history and the transcript (§6.4).
+//! Read models: the session record, the session list, turn history and the transcript.
 
 use super::turn::{Status, Turn};
 use super::{now_ms, Gateway, SessionState};
 use crate::store::rows::{self, SessionRow};
-use serde_json::{json, Value};
+use serde::Serialize;
 use std::collections::HashMap;
+use vis_companion_api::wire::{
+    Overview, ProjectOverview, SessionList, SessionRecord, SessionStatus, Transcript,
+    TranscriptRow, Workspace,
+};
 use vis_companion_api::{ApiError, ApiResult, SessionListQuery};
 
 /// Live facts of a loaded session.
@@ -37,44 +41,56 @@ fn transcript_page_max_bytes() -> usize {
 }
 
 impl Gateway {
-    pub fn soul(&self, row: &SessionRow, live: &Live) -> Value {
+    pub fn soul(&self, row: &SessionRow, live: &Live) -> SessionRecord {
         let model = self.providers.read().pick(None).map(|(_, m)| m);
         let status = if live.running.is_some() {
-            "running"
+            SessionStatus::Running
         } else if row.last_status == "suspended" {
-            "suspended"
+            SessionStatus::Suspended
         } else {
-            "idle"
+            SessionStatus::Idle
         };
-        let mut s = json!({
-            "id": row.id, "channel": row.channel, "title": row.title, "external_id": row.external_id, "owner_id": row.owner_id,
-            "model": model, "created_at": row.created_at, "modified_at": row.modified_at, "last_active_at": row.last_active_at,
-            "turn_count": row.turn_count, "project_id": super::companion::project_id(&row.root), "project_name": label(&row.root), "project_position": null,
-            "favorite_rank": row.favorite_rank, "status": status, "live": live.running.is_some(), "is_awaiting_input": self.human_input.is_awaiting(&row.id),
-            "current_turn_id": live.running.as_ref().map(|r| &r.0), "server_time_ms": now_ms(),
-        });
-        let m = s.as_object_mut().expect("json! object");
-        if let Some(p) = &row.model_pref {
-            m.insert("model_pref".into(), p.clone());
+        SessionRecord {
+            id: row.id.clone(),
+            channel: row.channel.clone(),
+            title: row.title.clone(),
+            external_id: row.external_id.clone(),
+            owner_id: row.owner_id.clone(),
+            model,
+            created_at: row.created_at,
+            modified_at: row.modified_at,
+            last_active_at: row.last_active_at,
+            turn_count: row.turn_count,
+            project_id: super::companion::project_id(&row.root),
+            project_name: label(&row.root),
+            project_position: None,
+            favorite_rank: row.favorite_rank,
+            status,
+            live: live.running.is_some(),
+            is_awaiting_input: self.human_input.is_awaiting(&row.id),
+            current_turn_id: live.running.as_ref().map(|r| r.0.clone()),
+            server_time_ms: now_ms(),
+            model_pref: row.model_pref.clone(),
+            running_request: live
+                .running
+                .as_ref()
+                .map(|(_, req, _)| super::turn::preview(req)),
+            running_started_at: live.running.as_ref().map(|r| r.2),
+            first_request: row.first_request.clone(),
+            workspace: None,
+            queued_turns: None,
         }
-        if let Some((_, req, at)) = &live.running {
-            m.insert("running_request".into(), json!(super::turn::preview(req)));
-            m.insert("running_started_at".into(), json!(at));
-        }
-        if let Some(f) = &row.first_request {
-            m.insert("first_request".into(), json!(f));
-        }
-        s
     }
 
     fn live_map(&self) -> HashMap<String, Live> {
-        self.loaded()
+        self.sessions
+            .all()
             .into_iter()
             .map(|(k, s)| (k, live_of(&s.lock())))
             .collect()
     }
 
-    pub async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<Value> {
+    pub async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<SessionList> {
         let rows = self
             .store
             .call(rows::all_sessions)
@@ -123,12 +139,17 @@ impl Gateway {
         };
         let end = q.limit.map(|l| (start + l).min(total)).unwrap_or(total);
         let empty = Live::default();
-        let soul_of = |r: &SessionRow| {
-            let mut s = self.soul(r, live.get(&r.id).unwrap_or(&empty));
-            s["workspace"] = json!({"root": r.root, "repo_root": repo_root(&r.root), "label": label(&r.root), "fork_ms": null, "is_draft": false});
-            s
+        let soul_of = |r: &SessionRow| SessionRecord {
+            workspace: Some(Workspace {
+                root: r.root.clone(),
+                repo_root: repo_root(&r.root),
+                label: label(&r.root),
+                fork_ms: None,
+                is_draft: false,
+            }),
+            ..self.soul(r, live.get(&r.id).unwrap_or(&empty))
         };
-        let page: Vec<Value> = listed[start..end]
+        let sessions = listed[start..end]
             .iter()
             .map(|(_, _, r)| soul_of(r))
             .collect();
@@ -140,23 +161,28 @@ impl Gateway {
         } else {
             None
         };
-        let after = q.after.as_ref().map(|(b, k, i)| format!("{b}:{k}:{i}"));
-        let mut body = json!({
-            "sessions": page, "awaiting": [], "root": q.root, "total": total, "limit": q.limit,
-            "after": after, "next_cursor": next_cursor, "has_more": has_more,
-        });
-        if q.after.is_none() {
-            body["overview"] = overview(
+        let overview = q.after.is_none().then(|| {
+            overview(
                 &listed.iter().map(|(_, _, r)| *r).collect::<Vec<_>>(),
                 &live,
-            );
-        }
-        Ok(body)
+            )
+        });
+        Ok(SessionList {
+            sessions,
+            awaiting: Vec::new(),
+            root: q.root,
+            total,
+            limit: q.limit,
+            after: q.after.as_ref().map(|(b, k, i)| format!("{b}:{k}:{i}")),
+            next_cursor,
+            has_more,
+            overview,
+        })
     }
 
     /// Every turn of a session, oldest first, with the live overlay.
     pub async fn all_turns(&self, sid: &str) -> ApiResult<Vec<Turn>> {
-        let shared = self.session(sid).await?;
+        let shared = self.sessions.get(sid).await?;
         let id = sid.to_string();
         let recs = self
             .store
@@ -184,27 +210,39 @@ impl Gateway {
         sid: &str,
         limit: Option<usize>,
         offset: Option<usize>,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<Transcript> {
         let turns = match self.all_turns(sid).await {
             Ok(t) => t,
             Err(e) if e.kind == "session-not-found" => vec![],
             Err(e) => return Err(e),
         };
-        let rows: Vec<Value> = turns
+        let rows: Vec<TranscriptRow> = turns
             .iter()
             .filter(|t| t.status != Status::Queued)
             .map(Turn::transcript_row)
             .collect();
-        Ok(window(rows, limit, offset, transcript_page_max_bytes()))
+        let total = rows.len();
+        let (turns, offset) = window(rows, limit, offset, transcript_page_max_bytes());
+        Ok(Transcript {
+            has_more: offset > 0,
+            turns,
+            total,
+            offset,
+        })
     }
 }
 
-/// The transcript window (§6.4): positions in the oldest-first list, filled newest-first and
-/// cut after the row that crosses the byte cap.
-pub fn window(rows: Vec<Value>, limit: Option<usize>, offset: Option<usize>, cap: usize) -> Value {
+/// The transcript window: positions in the oldest-first list, filled newest-first and cut
+/// after the row that crosses the byte cap. Returns the page and its offset.
+pub fn window<T: Serialize + Clone>(
+    rows: Vec<T>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+    cap: usize,
+) -> (Vec<T>, usize) {
     let total = rows.len();
     if limit.is_none() && offset.is_none() {
-        return json!({"turns": rows, "total": total, "offset": 0, "has_more": false});
+        return (rows, 0);
     }
     let limit = limit.unwrap_or(total);
     let offset = offset.unwrap_or(total.saturating_sub(limit)).min(total);
@@ -212,14 +250,13 @@ pub fn window(rows: Vec<Value>, limit: Option<usize>, offset: Option<usize>, cap
     let mut bytes = 0;
     let mut first = end;
     while first > offset {
-        bytes += rows[first - 1].to_string().len();
+        bytes += serde_json::to_string(&rows[first - 1]).map_or(0, |s| s.len());
         first -= 1;
         if bytes > cap {
             break;
         }
     }
-    let page: Vec<Value> = rows[first..end].to_vec();
-    json!({"turns": page, "total": total, "offset": first, "has_more": first > 0})
+    (rows[first..end].to_vec(), first)
 }
 
 fn repo_root(root: &str) -> Option<String> {
@@ -239,7 +276,7 @@ fn label(root: &str) -> String {
         .unwrap_or_else(|| root.to_string())
 }
 
-fn overview(rows: &[&SessionRow], live: &HashMap<String, Live>) -> Value {
+fn overview(rows: &[&SessionRow], live: &HashMap<String, Live>) -> Overview {
     let mut projects: std::collections::BTreeMap<&str, (usize, usize, i64)> = Default::default();
     let mut live_count = 0;
     for r in rows {
@@ -250,15 +287,25 @@ fn overview(rows: &[&SessionRow], live: &HashMap<String, Live>) -> Value {
         e.1 += is_live as usize;
         e.2 = e.2.max(r.modified_at.unwrap_or(r.created_at));
     }
-    let list: Vec<Value> = projects
-        .iter()
-        .map(|(root, (n, l, last))| {
-            json!({"root": root, "project_id": super::companion::project_id(root), "name": label(root), "session_count": n,
-            "live_count": l, "awaiting_count": 0, "last_activity_ms": last})
-        })
-        .collect();
-    json!({"projects": list, "project_count": projects.len(), "session_count": rows.len(), "live_count": live_count,
-        "awaiting_count": 0, "server_time_ms": now_ms()})
+    Overview {
+        project_count: projects.len(),
+        projects: projects
+            .iter()
+            .map(|(root, (n, l, last))| ProjectOverview {
+                root: root.to_string(),
+                project_id: super::companion::project_id(root),
+                name: label(root),
+                session_count: *n,
+                live_count: *l,
+                awaiting_count: 0,
+                last_activity_ms: *last,
+            })
+            .collect(),
+        session_count: rows.len(),
+        live_count,
+        awaiting_count: 0,
+        server_time_ms: now_ms(),
+    }
 }
 
 #[cfg(test)]
@@ -274,25 +321,22 @@ mod tests {
 
     #[test]
     fn no_parameters_return_everything() {
-        let w = window(rows(3), None, None, 1000);
-        assert_eq!(w["turns"].as_array().unwrap().len(), 3);
-        assert_eq!(w["has_more"], false);
+        let (page, offset) = window(rows(3), None, None, 1000);
+        assert_eq!(page.len(), 3);
+        assert_eq!(offset, 0, "nothing before the page");
     }
 
     #[test]
     fn a_limit_alone_returns_the_newest_rows() {
-        let w = window(rows(10), Some(4), None, 1 << 20);
-        assert_eq!(w["offset"], 6);
-        assert_eq!(w["turns"][0]["id"], 6);
-        assert_eq!(w["has_more"], true);
+        let (page, offset) = window(rows(10), Some(4), None, 1 << 20);
+        assert_eq!(offset, 6);
+        assert_eq!(page[0]["id"], 6);
     }
 
     #[test]
     fn the_byte_cap_keeps_the_crossing_row_and_raises_the_offset() {
-        let w = window(rows(10), Some(10), Some(0), 250);
-        let page = w["turns"].as_array().unwrap();
+        let (page, offset) = window(rows(10), Some(10), Some(0), 250);
         assert_eq!(page.len(), 3);
-        assert_eq!(w["offset"], 7);
-        assert_eq!(w["has_more"], true);
+        assert_eq!(offset, 7);
     }
 }

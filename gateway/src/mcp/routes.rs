@@ -137,7 +137,7 @@ impl McpRoutes {
     async fn probe_session(&self) -> ApiResult<String> {
         let known = self.0.mcp.probe.lock().clone();
         if let Some(sid) = known {
-            if self.0.session(&sid).await.is_ok() {
+            if self.0.sessions.get(&sid).await.is_ok() {
                 return Ok(sid);
             }
         }
@@ -148,7 +148,7 @@ impl McpRoutes {
                 ..Default::default()
             })
             .await?;
-        let sid = created["id"].as_str().unwrap_or_default().to_string();
+        let sid = created.id;
         *self.0.mcp.probe.lock() = Some(sid.clone());
         Ok(sid)
     }

@@ -123,10 +123,11 @@ impl SessionHost {
     fn activity(&self, op: &str, label: &str) {
         self.bus.publish(
             &self.session.id,
-            "activity",
-            payload(json!({"activity": "tool", "op": op, "label": label,
+            vis_companion_api::events::Event::Activity(payload(
+                json!({"activity": "tool", "op": op, "label": label,
                 "phrase": format!("Vis is running {label}"), "block_id": self.block_id,
-                "turn_id": self.turn_id, "parent_op": super::TOOL_NAME})),
+                "turn_id": self.turn_id, "parent_op": super::TOOL_NAME}),
+            )),
         );
     }
 

@@ -110,8 +110,7 @@ impl EgressSink {
             }
             Ok(())
         });
-        self.bus
-            .publish_members_with_row(session_id, "egress.decision", &members, Some(row))
+        self.bus.publish_egress(session_id, &members, Some(row))
     }
 }
 

@@ -4,6 +4,7 @@ use super::StoreResult;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use vis_companion_api::events::EventKind;
 
 /// A stored session.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -283,18 +284,22 @@ pub fn egress_page(
 pub fn open_blocks(c: &Connection, sid: &str, tid: &str) -> StoreResult<Vec<String>> {
     let mut st = c.prepare_cached(
         "SELECT type, COALESCE(json_extract(data, '$.block.id'), json_extract(data, '$.block_id')) FROM events \
-         WHERE sid = ?1 AND type IN ('content.block.started', 'content.block.completed') \
+         WHERE sid = ?1 AND type IN (?3, ?4) \
          AND json_extract(data, '$.turn_id') = ?2 ORDER BY seq",
     )?;
+    let (started, completed) = (
+        EventKind::ContentBlockStarted.as_str(),
+        EventKind::ContentBlockCompleted.as_str(),
+    );
     let rows = st
-        .query_map(params![sid, tid], |r| {
+        .query_map(params![sid, tid, started, completed], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut open: Vec<String> = Vec::new();
     for (kind, id) in rows {
         let Some(id) = id else { continue };
-        if kind == "content.block.started" {
+        if kind == started {
             open.push(id);
         } else {
             open.retain(|o| *o != id);
@@ -309,22 +314,28 @@ pub fn open_blocks(c: &Connection, sid: &str, tid: &str) -> StoreResult<Vec<Stri
 pub fn dangling_human_input(c: &Connection, sid: &str) -> StoreResult<Vec<(bool, String)>> {
     let mut st = c.prepare_cached(
         "SELECT type, COALESCE(json_extract(data, '$.request.id'), json_extract(data, '$.request_id'), \
-         json_extract(data, '$.view_id')) FROM events WHERE sid = ?1 AND type IN \
-         ('human_input.request', 'human_input.close', 'human_input.live.open', 'human_input.live.close') \
+         json_extract(data, '$.view_id')) FROM events WHERE sid = ?1 AND type IN (?2, ?3, ?4, ?5) \
          ORDER BY seq",
     )?;
+    let kinds = [
+        EventKind::HumanInputRequest,
+        EventKind::HumanInputClose,
+        EventKind::HumanInputLiveOpen,
+        EventKind::HumanInputLiveClose,
+    ]
+    .map(EventKind::as_str);
     let rows = st
-        .query_map(params![sid], |r| {
+        .query_map(params![sid, kinds[0], kinds[1], kinds[2], kinds[3]], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     let mut open: Vec<(bool, String)> = Vec::new();
     for (kind, id) in rows {
         let Some(id) = id else { continue };
-        match kind.as_str() {
-            "human_input.request" => open.push((false, id)),
-            "human_input.live.open" => open.push((true, id)),
-            "human_input.close" => open.retain(|o| *o != (false, id.clone())),
+        match EventKind::parse(&kind) {
+            Some(EventKind::HumanInputRequest) => open.push((false, id)),
+            Some(EventKind::HumanInputLiveOpen) => open.push((true, id)),
+            Some(EventKind::HumanInputClose) => open.retain(|o| *o != (false, id.clone())),
             _ => open.retain(|o| *o != (true, id.clone())),
         }
     }

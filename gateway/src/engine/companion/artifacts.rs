@@ -206,7 +206,7 @@ impl Gateway {
     }
 
     pub async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList> {
-        self.session(sid).await?;
+        self.sessions.get(sid).await?;
         let s = sid.to_string();
         let artifacts = self
             .store
@@ -229,7 +229,7 @@ impl Gateway {
         sid: &str,
         iid: &str,
     ) -> ApiResult<IterationAttachments> {
-        self.session(sid).await?;
+        self.sessions.get(sid).await?;
         let (s, i) = (sid.to_string(), iid.to_string());
         let attachments = self
             .store
@@ -251,7 +251,7 @@ impl Gateway {
         iid: &str,
         index: i64,
     ) -> ApiResult<StoredBytes> {
-        self.session(sid).await?;
+        self.sessions.get(sid).await?;
         let (s, i) = (sid.to_string(), iid.to_string());
         let row = self
             .store

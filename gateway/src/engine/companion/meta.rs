@@ -2,12 +2,12 @@
 //! deletion and forks.
 
 use super::store_err;
-use crate::bus::payload;
 use crate::engine::turn::{Status, Turn};
 use crate::engine::{now_ms, Gateway};
 use crate::store::rows::{self, SessionRow};
 use serde_json::json;
 use std::sync::Arc;
+use vis_companion_api::events::{Event, FavoriteUpdated, ModelUpdated};
 use vis_companion_api::records::{
     ForkPoint, ForkPoints, ModelAnswer, ModelPref, ProjectDeleted, SessionPatch,
 };
@@ -19,7 +19,7 @@ impl Gateway {
     /// is_favorite}`, each also copied to every other open session with the changed
     /// session's id, as titles are.
     pub async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
-        let shared = self.session(sid).await?;
+        let shared = self.sessions.get(sid).await?;
         // The next star rank: one past the largest stored or loaded one.
         let next_rank = if patch.is_favorite == Some(true) {
             let stored: i64 = self
@@ -34,7 +34,8 @@ impl Gateway {
                 .await
                 .map_err(store_err)?;
             let loaded = self
-                .loaded()
+                .sessions
+                .all()
                 .iter()
                 .filter_map(|(_, s)| s.lock().row.favorite_rank)
                 .max()
@@ -81,15 +82,21 @@ impl Gateway {
             }
         }
         if star_changed {
-            let body = json!({"favorite_rank": row.favorite_rank, "is_favorite": row.favorite_rank.is_some()});
+            let body = FavoriteUpdated {
+                favorite_rank: row.favorite_rank,
+                is_favorite: row.favorite_rank.is_some(),
+                favorite_session_id: None,
+            };
             self.bus
-                .publish(sid, "session.favorite_updated", payload(body.clone()));
+                .publish(sid, Event::SessionFavoriteUpdated(body.clone()));
             for other in self.bus.open_sessions() {
                 if other != sid {
-                    let mut copy = body.clone();
-                    copy["favorite_session_id"] = json!(sid);
+                    let copy = FavoriteUpdated {
+                        favorite_session_id: Some(sid.to_string()),
+                        ..body.clone()
+                    };
                     self.bus
-                        .publish(&other, "session.favorite_updated", payload(copy));
+                        .publish(&other, Event::SessionFavoriteUpdated(copy));
                 }
             }
         }
@@ -120,7 +127,7 @@ impl Gateway {
                 .with("provider_id", p.provider.clone()));
             }
         }
-        let shared = self.session(sid).await?;
+        let shared = self.sessions.get(sid).await?;
         let row = {
             let mut st = shared.lock();
             st.row.model_pref = pref
@@ -138,8 +145,11 @@ impl Gateway {
             .unwrap_or_default();
         self.bus.publish(
             sid,
-            "session.model_updated",
-            payload(json!({"provider": provider, "model": model, "reason": "pinned"})),
+            Event::SessionModelUpdated(ModelUpdated {
+                provider,
+                model,
+                reason: "pinned".into(),
+            }),
         );
         Ok(ModelAnswer { model: pref })
     }
@@ -254,7 +264,7 @@ impl Gateway {
                     + 1
             }
         };
-        let source = self.session(sid).await?.lock().row.clone();
+        let source = self.sessions.get(sid).await?.lock().row.clone();
         let title = format!(
             "Fork · {}",
             source.title.clone().unwrap_or_else(|| "Untitled".into())
@@ -267,14 +277,14 @@ impl Gateway {
                 ..Default::default()
             })
             .await?;
-        let new_sid = created["id"].as_str().unwrap_or_default().to_string();
-        let shared = self.session(&new_sid).await?;
+        let new_sid = created.id;
+        let shared = self.sessions.get(&new_sid).await?;
         let mut copies = Vec::new();
         for t in &turns[..end] {
             let mut c = t.clone();
             c.tid = uuid::Uuid::new_v4().to_string();
             c.sid = new_sid.clone();
-            c.ord = self.next_ord();
+            c.ord = self.sessions.next_ord();
             c.engine_turn_id = uuid::Uuid::new_v4().to_string();
             c.idempotency_key = None;
             if c.status == Status::Streaming || c.status == Status::Queued {

@@ -202,7 +202,7 @@ impl Gateway {
 
     pub async fn transcript_markdown(&self, sid: &str) -> ApiResult<String> {
         let turns = self.all_turns(sid).await?;
-        let row = self.session(sid).await?.lock().row.clone();
+        let row = self.sessions.get(sid).await?.lock().row.clone();
         let title = row
             .title
             .clone()

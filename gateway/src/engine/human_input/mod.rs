@@ -1,4 +1,4 @@
-//! Human input (companion-api §6.9, C23–C29): `vis.ask` forms, `vis.live` views, the
+//! Human input: `vis.ask` forms, `vis.live` views, the
 //! per-session secret store behind `vis-secret:` handles, and the extension shell doors.
 //!
 //! The extension host reaches this module through [`HumanDoors`]; the HTTP routes through
@@ -23,10 +23,11 @@ mod live;
 mod shells;
 #[cfg(test)]
 mod tests;
+mod tree;
 mod validate;
 
 use super::{now_ms, Gateway};
-use crate::bus::{payload, Bus};
+use crate::bus::Bus;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
 use live::View;
@@ -38,8 +39,10 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use validate::{field_name, field_type, flatten_fields, is_blank, validate};
+use vis_companion_api::events::{Event, HumanInputClose, HumanInputRequest};
+use vis_companion_api::wire::{HumanInputCancelled, HumanInputList, HumanInputSubmitted};
 
-/// Default form timeout (§6.9).
+/// Default form timeout.
 pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
 /// Settled request ids remembered per session (a late submit answers `is_accepted:false`).
 const SETTLED_KEPT: usize = 512;
@@ -139,14 +142,14 @@ impl HumanInput {
     // -- forms ------------------------------------------------------------------------
 
     /// `GET …/human-input`: pending requests, oldest first.
-    pub fn list(&self, sid: &str) -> Value {
+    pub fn list(&self, sid: &str) -> HumanInputList {
         let requests: Vec<Value> = self
             .sessions
             .lock()
             .get(sid)
             .map(|s| s.pending.iter().map(|p| p.view.clone()).collect())
             .unwrap_or_default();
-        json!({ "requests": requests })
+        HumanInputList { requests }
     }
 
     fn find(&self, sid: &str, rid: &str) -> Result<Arc<Pending>, Option<String>> {
@@ -196,24 +199,33 @@ impl HumanInput {
         }
         self.bus.publish(
             sid,
-            "human_input.close",
-            payload(json!({"request_id": rid, "reason": reason})),
+            Event::HumanInputClose(HumanInputClose {
+                request_id: rid.to_string(),
+                reason: reason.to_string(),
+            }),
         );
         true
     }
 
-    /// C24. `Err(RequestNotFound)` for an id this session never had pending.
+    /// Submits a form's values. `Err(RequestNotFound)` for an id this session never had pending.
     pub async fn submit(
         &self,
         sid: &str,
         rid: &str,
         values: Map<String, Value>,
-    ) -> Result<Value, HiError> {
+    ) -> Result<HumanInputSubmitted, HiError> {
+        let answer = |is_accepted: bool| HumanInputSubmitted {
+            is_accepted,
+            request_id: rid.to_string(),
+            ..Default::default()
+        };
         let p = match self.find(sid, rid) {
             Ok(p) => p,
             Err(Some(reason)) => {
-                return Ok(json!({"is_accepted": false, "request_id": rid,
-                    "reason": format!("the request is already settled ({reason})")}))
+                return Ok(HumanInputSubmitted {
+                    reason: Some(format!("the request is already settled ({reason})")),
+                    ..answer(false)
+                })
             }
             Err(None) => return Err(HiError::RequestNotFound),
         };
@@ -245,29 +257,38 @@ impl HumanInput {
             }
         }
         if !errors.is_empty() {
-            return Ok(json!({"is_accepted": false, "request_id": rid, "errors": errors}));
+            return Ok(HumanInputSubmitted {
+                errors: Some(errors),
+                ..answer(false)
+            });
         }
-        let answer = self.hide_secrets(sid, &p.fields, coerced);
-        if self.settle(sid, rid, "submitted", Some(answer)) {
-            Ok(json!({"is_accepted": true, "request_id": rid}))
+        let values = self.hide_secrets(sid, &p.fields, coerced);
+        if self.settle(sid, rid, "submitted", Some(values)) {
+            Ok(answer(true))
         } else {
-            Ok(json!({"is_accepted": false, "request_id": rid,
-                "reason": "the request is already settled"}))
+            Ok(HumanInputSubmitted {
+                reason: Some("the request is already settled".into()),
+                ..answer(false)
+            })
         }
     }
 
-    /// C25.
-    pub fn cancel(&self, sid: &str, rid: &str) -> Result<Value, HiError> {
+    /// Cancels a pending form (when its extension allows it).
+    pub fn cancel(&self, sid: &str, rid: &str) -> Result<HumanInputCancelled, HiError> {
+        let answer = |is_cancelled| HumanInputCancelled {
+            is_cancelled,
+            request_id: rid.to_string(),
+        };
         let p = match self.find(sid, rid) {
             Ok(p) => p,
-            Err(Some(_)) => return Ok(json!({"is_cancelled": false, "request_id": rid})),
+            Err(Some(_)) => return Ok(answer(false)),
             Err(None) => return Err(HiError::RequestNotFound),
         };
         if !p.is_cancellable {
             return Err(HiError::NotCancellable);
         }
         let done = self.settle(sid, rid, "cancelled", None);
-        Ok(json!({"is_cancelled": done, "request_id": rid}))
+        Ok(answer(done))
     }
 
     /// Password and OTP answers become `vis-secret:<uuid>` handles.
@@ -372,8 +393,7 @@ impl HumanInput {
         self.with(&sid, |s| s.pending.push(pending));
         self.bus.publish(
             &sid,
-            "human_input.request",
-            payload(json!({ "request": view })),
+            Event::HumanInputRequest(HumanInputRequest { request: view }),
         );
         // A human is answering: the worker call does not time out meanwhile.
         let _hold = worker.hold();
@@ -410,7 +430,7 @@ impl HumanInput {
     /// or its call was abandoned (turn cancelled: `cancelled`).
     fn gone_reason(&self, sid: &str) -> &'static str {
         match self.gateway() {
-            Some(gw) if gw.loaded().iter().any(|(k, _)| k == sid) => "cancelled",
+            Some(gw) if gw.sessions.all().iter().any(|(k, _)| k == sid) => "cancelled",
             _ => "undeliverable",
         }
     }

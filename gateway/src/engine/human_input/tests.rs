@@ -1,8 +1,8 @@
 //! Unit tests of human input: field coercion, forms and their settlement, live views,
 //! background shells and session disposal.
 
-use super::live::{coalesce_into, MERGED_APPEND_MAX};
 use super::shells::spawn_proc;
+use super::tree::{coalesce_into, MERGED_APPEND_MAX};
 use super::validate::check_field;
 use super::*;
 use crate::extensions::HumanDoors;
@@ -149,7 +149,8 @@ fn ask_payload(extra: Value) -> Value {
 
 async fn pending_id(hi: &HumanInput) -> String {
     for _ in 0..200 {
-        if let Some(id) = hi.list("s")["requests"][0]["id"].as_str() {
+        let list = hi.list("s");
+        if let Some(id) = list.requests.first().and_then(|r| r["id"].as_str()) {
             return id.to_string();
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -166,18 +167,16 @@ async fn a_submit_is_validated_then_settles_the_form_with_secret_handles() {
         tokio::spawn(async move { h.ask(&session(), "ext", ask_payload(json!({})), w).await });
     let rid = pending_id(&hi).await;
     assert!(hi.is_awaiting("s"));
-    assert_eq!(
-        hi.list("s")["requests"][0]["timeout_ms"],
-        DEFAULT_TIMEOUT_MS
-    );
+    assert_eq!(hi.list("s").requests[0]["timeout_ms"], DEFAULT_TIMEOUT_MS);
     let r = hi.submit("s", &rid, Map::new()).await.expect("known");
-    assert_eq!(r["is_accepted"], false);
-    assert_eq!(r["errors"]["name"], "is required");
+    assert!(!r.is_accepted);
+    assert_eq!(r.errors.as_ref().expect("errors")["name"], "is required");
     let bad = json!({"name": "bad"}).as_object().cloned().unwrap();
     let r = hi.submit("s", &rid, bad).await.expect("known");
     assert_eq!(
-        r["errors"]["name"], "is bad",
-        "the custom validator ran: {r}"
+        r.errors.as_ref().expect("errors")["name"],
+        "is bad",
+        "the custom validator ran: {r:?}"
     );
     assert!(hi.is_awaiting("s"), "the form stays pending");
     let good = json!({"name": "Ann", "pw": "hunter2"})
@@ -185,7 +184,7 @@ async fn a_submit_is_validated_then_settles_the_form_with_secret_handles() {
         .cloned()
         .unwrap();
     let r = hi.submit("s", &rid, good.clone()).await.expect("known");
-    assert_eq!(r["is_accepted"], true);
+    assert!(r.is_accepted);
     let answer = door.await.expect("join").expect("answer");
     assert_eq!(answer["status"], "submitted");
     assert_eq!(answer["values"]["name"], "Ann");
@@ -196,7 +195,7 @@ async fn a_submit_is_validated_then_settles_the_form_with_secret_handles() {
     assert_eq!(hi.reveal(Some("s"), handle), None);
     assert!(!hi.is_awaiting("s"));
     let late = hi.submit("s", &rid, good).await.expect("remembered");
-    assert_eq!(late["is_accepted"], false);
+    assert!(!late.is_accepted);
     assert_eq!(
         hi.submit("s", "nope", Map::new()).await,
         Err(HiError::RequestNotFound)
@@ -231,15 +230,12 @@ async fn cancel_timeout_and_a_vanished_worker_settle_with_their_reasons() {
             .await
     });
     let rid = pending_id(&hi).await;
-    assert_eq!(hi.cancel("s", &rid).expect("ok")["is_cancelled"], true);
+    assert!(hi.cancel("s", &rid).expect("ok").is_cancelled);
     assert_eq!(
         door.await.expect("join").expect("answer")["reason"],
         "cancelled"
     );
-    assert_eq!(
-        hi.cancel("s", &rid).expect("settled")["is_cancelled"],
-        false
-    );
+    assert!(!hi.cancel("s", &rid).expect("settled").is_cancelled);
     // The worker goes away (no gateway bound: the session counts as gone).
     let w = worker();
     let (h, w2) = (hi.clone(), w.clone());
@@ -315,8 +311,8 @@ async fn live_patches_within_the_window_publish_once_and_logs_stay_readable() {
         "one coalesced patch event"
     );
     let log = hi.live_log("s", &vid, "out", 1, 2).expect("log");
-    assert_eq!(log["total"], 5);
-    assert_eq!(log["lines"], json!(["line 1", "line 2"]));
+    assert_eq!(log.total, 5);
+    assert_eq!(log.lines, ["line 1", "line 2"]);
     let bad = hi
         .live_door(
             Some(&session()),
@@ -333,17 +329,18 @@ async fn live_patches_within_the_window_publish_once_and_logs_stay_readable() {
         .expect("row");
     assert_eq!(
         hi.live_focus("s", &vid, &json!({"node_id": "t", "item_ids": ["r1"]}))
-            .expect("focus")["focused_ids"],
-        json!(["r1"])
+            .expect("focus")
+            .focused_ids,
+        ["r1"]
     );
     assert!(matches!(
         hi.live_focus("s", &vid, &json!({"node_id": "t", "item_ids": ["zz"]})),
         Err(HiError::InvalidFocus(_))
     ));
-    assert_eq!(
+    assert!(
         hi.live_interrupt("s", &vid, Some("stop".into()))
-            .expect("ok")["is_interrupted"],
-        true
+            .expect("ok")
+            .is_interrupted
     );
     let env = json!({"op": "patch", "view_id": vid,
         "ops": [{"op": "append", "node_id": "out", "lines": ["more"]}]});
@@ -361,9 +358,11 @@ async fn live_patches_within_the_window_publish_once_and_logs_stay_readable() {
     )
     .await
     .expect("close");
-    assert_eq!(hi.live_views("s")["views"], json!([]));
+    assert_eq!(hi.live_views("s").views, Vec::<serde_json::Value>::new());
     assert_eq!(
-        hi.live_log("s", &vid, "out", 0, 10).expect("after close")["total"],
+        hi.live_log("s", &vid, "out", 0, 10)
+            .expect("after close")
+            .total,
         5
     );
 }
@@ -460,5 +459,5 @@ async fn disposing_a_session_settles_its_forms_and_closes_its_views() {
         "close + live.close"
     );
     assert!(!hi.is_awaiting("s"));
-    assert_eq!(hi.live_views("s")["views"], json!([]));
+    assert_eq!(hi.live_views("s").views, Vec::<serde_json::Value>::new());
 }

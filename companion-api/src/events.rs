@@ -1,0 +1,590 @@
+//! The session stream's events: one [`Event`] per kind, carrying its data, and the
+//! [`EventKind`] list that knows each kind's wire name and whether it is live-only.
+//!
+//! An event's data serializes to the members of its JSON object; the bus adds the envelope
+//! (`schema`, `seq`, `ts`, `session_id`, `type`). Fields that carry content whose shape is
+//! decided elsewhere (content blocks, a tool call's display record, a form, a view's nodes)
+//! stay JSON inside the typed payload.
+
+use crate::wire::TurnStatus;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Every kind of event a session stream carries, including the stream's own control frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    TurnQueued,
+    TurnQueuedUpdated,
+    TurnQueuedDeleted,
+    TurnQueuedDrained,
+    TurnStarted,
+    TurnCompleted,
+    TurnFailed,
+    TurnCancelled,
+    ContextUpdated,
+    QueuePaused,
+    QueueResumed,
+    SessionTitleUpdated,
+    SessionFavoriteUpdated,
+    SessionModelUpdated,
+    ContentBlockStarted,
+    ContentBlockDelta,
+    ContentBlockCompleted,
+    BlockPreview,
+    BlockStarted,
+    BlockOutput,
+    Activity,
+    IterationError,
+    IterationCompleted,
+    ProviderRetry,
+    ChunkProviderFallback,
+    ChunkSlash,
+    HumanInputRequest,
+    HumanInputClose,
+    HumanInputLiveOpen,
+    HumanInputLivePatch,
+    HumanInputLiveClose,
+    Notification,
+    EgressDecision,
+    /// Control frame: the subscription is registered (never stored).
+    SubscriptionReady,
+    /// Control frame: stored events were trimmed (never stored).
+    StreamGap,
+}
+
+impl EventKind {
+    /// The `type` on the wire.
+    pub const fn as_str(self) -> &'static str {
+        use EventKind::*;
+        match self {
+            TurnQueued => "turn.queued",
+            TurnQueuedUpdated => "turn.queued.updated",
+            TurnQueuedDeleted => "turn.queued.deleted",
+            TurnQueuedDrained => "turn.queued.drained",
+            TurnStarted => "turn.started",
+            TurnCompleted => "turn.completed",
+            TurnFailed => "turn.failed",
+            TurnCancelled => "turn.cancelled",
+            ContextUpdated => "context.updated",
+            QueuePaused => "queue.paused",
+            QueueResumed => "queue.resumed",
+            SessionTitleUpdated => "session.title_updated",
+            SessionFavoriteUpdated => "session.favorite_updated",
+            SessionModelUpdated => "session.model_updated",
+            ContentBlockStarted => "content.block.started",
+            ContentBlockDelta => "content.block.delta",
+            ContentBlockCompleted => "content.block.completed",
+            BlockPreview => "block.preview",
+            BlockStarted => "block.started",
+            BlockOutput => "block.output",
+            Activity => "activity",
+            IterationError => "iteration.error",
+            IterationCompleted => "iteration.completed",
+            ProviderRetry => "provider.retry",
+            ChunkProviderFallback => "chunk.provider-fallback",
+            ChunkSlash => "chunk.slash",
+            HumanInputRequest => "human_input.request",
+            HumanInputClose => "human_input.close",
+            HumanInputLiveOpen => "human_input.live.open",
+            HumanInputLivePatch => "human_input.live.patch",
+            HumanInputLiveClose => "human_input.live.close",
+            Notification => "notification",
+            EgressDecision => "egress.decision",
+            SubscriptionReady => "subscription.ready",
+            StreamGap => "stream.gap",
+        }
+    }
+
+    /// Consumes a seq but is never stored or replayed (the egress decision keeps its own
+    /// row, served by the egress route).
+    pub const fn is_live_only(self) -> bool {
+        use EventKind::*;
+        matches!(
+            self,
+            Activity
+                | TurnQueued
+                | TurnQueuedUpdated
+                | TurnQueuedDeleted
+                | TurnQueuedDrained
+                | SessionModelUpdated
+                | EgressDecision
+                | Notification
+                | SubscriptionReady
+                | StreamGap
+        )
+    }
+}
+
+impl EventKind {
+    /// Every kind.
+    pub const ALL: [EventKind; 35] = {
+        use EventKind::*;
+        [
+            TurnQueued,
+            TurnQueuedUpdated,
+            TurnQueuedDeleted,
+            TurnQueuedDrained,
+            TurnStarted,
+            TurnCompleted,
+            TurnFailed,
+            TurnCancelled,
+            ContextUpdated,
+            QueuePaused,
+            QueueResumed,
+            SessionTitleUpdated,
+            SessionFavoriteUpdated,
+            SessionModelUpdated,
+            ContentBlockStarted,
+            ContentBlockDelta,
+            ContentBlockCompleted,
+            BlockPreview,
+            BlockStarted,
+            BlockOutput,
+            Activity,
+            IterationError,
+            IterationCompleted,
+            ProviderRetry,
+            ChunkProviderFallback,
+            ChunkSlash,
+            HumanInputRequest,
+            HumanInputClose,
+            HumanInputLiveOpen,
+            HumanInputLivePatch,
+            HumanInputLiveClose,
+            Notification,
+            EgressDecision,
+            SubscriptionReady,
+            StreamGap,
+        ]
+    };
+
+    /// The kind a stored `type` names.
+    pub fn parse(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// A turn's terminal event.
+    pub const fn is_turn_terminal(self) -> bool {
+        matches!(
+            self,
+            EventKind::TurnCompleted | EventKind::TurnFailed | EventKind::TurnCancelled
+        )
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// JSON members whose shape belongs to the producer (a tool call's display record, an
+/// activity line).
+pub type Fields = Map<String, Value>;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnQueued {
+    pub turn_id: String,
+    pub request: String,
+    pub request_preview: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub display_request: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnQueuedUpdated {
+    pub turn_id: String,
+    pub request: String,
+    pub request_preview: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnQueuedDeleted {
+    pub turn_id: String,
+    /// With `reason`, when a cancel cleared the queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnRef {
+    pub turn_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnStarted {
+    pub turn_id: String,
+    /// What the person typed (the display request when there is one).
+    pub request: String,
+    pub display_request: Option<String>,
+    pub started_at: i64,
+    /// Only `true`, when the turn came off the queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub is_queued: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<Vec<Value>>,
+}
+
+/// A turn's terminal event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnSettled {
+    pub turn_id: String,
+    pub status: TurnStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Completed: the prose and speech blocks; failed: every block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<Value>>,
+    /// Failed only (present, possibly `null`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Option<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextUpdated {
+    pub turn_id: String,
+    pub utilization: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueuePaused {
+    pub reason: String,
+    /// Turns held in the queue.
+    pub held: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueResumed {
+    pub is_auto: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TitleUpdated {
+    /// Set on the copies sent to the other sessions' streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub titled_session_id: Option<String>,
+    pub title: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FavoriteUpdated {
+    pub favorite_rank: Option<i64>,
+    pub is_favorite: bool,
+    /// Set on the copies sent to the other sessions' streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub favorite_session_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelUpdated {
+    pub provider: String,
+    pub model: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockStartedData {
+    pub turn_id: String,
+    /// The content block as it starts (empty text).
+    pub block: Value,
+    pub iteration: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockDelta {
+    pub turn_id: String,
+    pub block_id: String,
+    pub field: String,
+    pub text: String,
+    pub cumulative: String,
+    pub iteration: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockCompleted {
+    pub turn_id: String,
+    pub block_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iteration: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockPreview {
+    pub turn_id: String,
+    pub block_id: String,
+    pub code: String,
+    pub display_code: String,
+    pub op: String,
+    pub tool_call_id: String,
+    pub iteration: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationErrorData {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    pub status: Option<u16>,
+    pub cause_class: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationError {
+    pub turn_id: String,
+    pub iteration: usize,
+    pub error: String,
+    pub thinking: String,
+    pub error_data: IterationErrorData,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationCompleted {
+    pub turn_id: String,
+    pub iteration: usize,
+    pub done: bool,
+    pub thinking: String,
+    pub assistant_prose: String,
+    /// Files the iteration produced.
+    pub attachments: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProviderRetry {
+    pub turn_id: String,
+    pub iteration: usize,
+    pub attempt: u32,
+    pub max_retries: u32,
+    pub delay_ms: u64,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProviderFallback {
+    pub turn_id: String,
+    pub detail: String,
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlashChunk {
+    pub turn_id: String,
+    pub iteration: usize,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HumanInputRequest {
+    /// The form as the request list shows it.
+    pub request: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HumanInputClose {
+    pub request_id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveOpen {
+    pub view_id: String,
+    pub view: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LivePatchOps {
+    pub view_id: String,
+    pub seq: u64,
+    pub ops: Vec<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LivePatch {
+    pub view_id: String,
+    pub first_seq: u64,
+    pub patch: LivePatchOps,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveClose {
+    pub view_id: String,
+    pub result: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Notification {
+    pub id: String,
+    pub text: String,
+    pub level: String,
+    pub created_at: i64,
+    /// When the app stops showing it, epoch ms.
+    pub until: i64,
+    pub extension: String,
+}
+
+/// One event of a session stream, with its data. (Egress decisions take the bus's
+/// text fast path and are not built as values.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Event {
+    TurnQueued(TurnQueued),
+    TurnQueuedUpdated(TurnQueuedUpdated),
+    TurnQueuedDeleted(TurnQueuedDeleted),
+    TurnQueuedDrained(TurnRef),
+    TurnStarted(TurnStarted),
+    TurnCompleted(TurnSettled),
+    TurnFailed(TurnSettled),
+    TurnCancelled(TurnSettled),
+    ContextUpdated(ContextUpdated),
+    QueuePaused(QueuePaused),
+    QueueResumed(QueueResumed),
+    SessionTitleUpdated(TitleUpdated),
+    SessionFavoriteUpdated(FavoriteUpdated),
+    SessionModelUpdated(ModelUpdated),
+    ContentBlockStarted(BlockStartedData),
+    ContentBlockDelta(BlockDelta),
+    ContentBlockCompleted(BlockCompleted),
+    BlockPreview(BlockPreview),
+    /// A tool call's display record as it starts.
+    BlockStarted(Fields),
+    /// The same record with the call's result.
+    BlockOutput(Fields),
+    /// What Vis is doing right now (tool, provider call, extension presentation).
+    Activity(Fields),
+    IterationError(IterationError),
+    IterationCompleted(IterationCompleted),
+    ProviderRetry(ProviderRetry),
+    ChunkProviderFallback(ProviderFallback),
+    ChunkSlash(SlashChunk),
+    HumanInputRequest(HumanInputRequest),
+    HumanInputClose(HumanInputClose),
+    HumanInputLiveOpen(LiveOpen),
+    HumanInputLivePatch(LivePatch),
+    HumanInputLiveClose(LiveClose),
+    Notification(Notification),
+}
+
+impl Event {
+    pub fn kind(&self) -> EventKind {
+        use Event as E;
+        use EventKind as K;
+        match self {
+            E::TurnQueued(_) => K::TurnQueued,
+            E::TurnQueuedUpdated(_) => K::TurnQueuedUpdated,
+            E::TurnQueuedDeleted(_) => K::TurnQueuedDeleted,
+            E::TurnQueuedDrained(_) => K::TurnQueuedDrained,
+            E::TurnStarted(_) => K::TurnStarted,
+            E::TurnCompleted(_) => K::TurnCompleted,
+            E::TurnFailed(_) => K::TurnFailed,
+            E::TurnCancelled(_) => K::TurnCancelled,
+            E::ContextUpdated(_) => K::ContextUpdated,
+            E::QueuePaused(_) => K::QueuePaused,
+            E::QueueResumed(_) => K::QueueResumed,
+            E::SessionTitleUpdated(_) => K::SessionTitleUpdated,
+            E::SessionFavoriteUpdated(_) => K::SessionFavoriteUpdated,
+            E::SessionModelUpdated(_) => K::SessionModelUpdated,
+            E::ContentBlockStarted(_) => K::ContentBlockStarted,
+            E::ContentBlockDelta(_) => K::ContentBlockDelta,
+            E::ContentBlockCompleted(_) => K::ContentBlockCompleted,
+            E::BlockPreview(_) => K::BlockPreview,
+            E::BlockStarted(_) => K::BlockStarted,
+            E::BlockOutput(_) => K::BlockOutput,
+            E::Activity(_) => K::Activity,
+            E::IterationError(_) => K::IterationError,
+            E::IterationCompleted(_) => K::IterationCompleted,
+            E::ProviderRetry(_) => K::ProviderRetry,
+            E::ChunkProviderFallback(_) => K::ChunkProviderFallback,
+            E::ChunkSlash(_) => K::ChunkSlash,
+            E::HumanInputRequest(_) => K::HumanInputRequest,
+            E::HumanInputClose(_) => K::HumanInputClose,
+            E::HumanInputLiveOpen(_) => K::HumanInputLiveOpen,
+            E::HumanInputLivePatch(_) => K::HumanInputLivePatch,
+            E::HumanInputLiveClose(_) => K::HumanInputLiveClose,
+            E::Notification(_) => K::Notification,
+        }
+    }
+
+    pub fn is_live_only(&self) -> bool {
+        self.kind().is_live_only()
+    }
+
+    /// The event's members as a JSON object (the bus adds the envelope).
+    pub fn into_members(self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_only_kinds_are_the_ones_never_replayed() {
+        let live: Vec<&str> = [
+            EventKind::Activity,
+            EventKind::TurnQueued,
+            EventKind::TurnQueuedUpdated,
+            EventKind::TurnQueuedDeleted,
+            EventKind::TurnQueuedDrained,
+            EventKind::SessionModelUpdated,
+            EventKind::EgressDecision,
+            EventKind::Notification,
+        ]
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+        assert_eq!(
+            live,
+            [
+                "activity",
+                "turn.queued",
+                "turn.queued.updated",
+                "turn.queued.deleted",
+                "turn.queued.drained",
+                "session.model_updated",
+                "egress.decision",
+                "notification"
+            ]
+        );
+        assert!(live.iter().all(|k| !k.is_empty()));
+        assert!(!EventKind::TurnStarted.is_live_only());
+        assert!(!EventKind::BlockOutput.is_live_only());
+    }
+
+    #[test]
+    fn every_kind_parses_back_from_its_name_and_names_are_unique() {
+        for k in EventKind::ALL {
+            assert_eq!(EventKind::parse(k.as_str()), Some(k));
+        }
+        let mut names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), EventKind::ALL.len());
+        assert_eq!(EventKind::parse("x.unknown"), None);
+    }
+
+    #[test]
+    fn an_event_serializes_to_its_members_only() {
+        let e = Event::TurnFailed(TurnSettled {
+            turn_id: "t".into(),
+            status: TurnStatus::Failed,
+            idempotency_key: None,
+            content: Some(vec![]),
+            error: Some(None),
+        });
+        assert_eq!(e.kind().as_str(), "turn.failed");
+        assert_eq!(
+            Value::Object(e.into_members()),
+            serde_json::json!({"turn_id": "t", "status": "failed", "content": [], "error": null})
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! Restart recovery: a turn still stored as running when the gateway starts failed with the
+//! process, and so did the forms and live views its tools had open.
+
+use super::lifecycle::Terminal;
+use super::runner::Progress;
+use super::turn::Turn;
+use super::{Gateway, Running};
+use parking_lot::Mutex;
+use serde_json::json;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use vis_companion_api::events::{Event, HumanInputClose, LiveClose};
+
+impl Gateway {
+    /// Every turn still stored as running gets `turn.failed` (interrupted) (docs/decisions.md, G3).
+    pub async fn recover(self: &Arc<Self>) -> anyhow::Result<usize> {
+        let records = self
+            .store
+            .call(|c| crate::store::rows::turns_with_status(c, "streaming"))
+            .await?;
+        let mut n = 0;
+        for rec in records {
+            let Ok(t) = serde_json::from_str::<Turn>(&rec) else {
+                continue;
+            };
+            let Ok(shared) = self.sessions.get(&t.sid).await else {
+                continue;
+            };
+            let (sid, tid) = (t.sid.clone(), t.tid.clone());
+            let open_blocks = self
+                .store
+                .call(move |c| crate::store::rows::open_blocks(c, &sid, &tid))
+                .await
+                .unwrap_or_default();
+            self.close_dangling_human_input(&t.sid).await;
+            let launch = {
+                let mut st = shared.lock();
+                let run = Running {
+                    turn: t.clone(),
+                    cancel: CancellationToken::new(),
+                    started_seq: 0,
+                    progress: Arc::new(Mutex::new(Progress {
+                        iterations: t.iterations.clone(),
+                        open_blocks,
+                        ..Default::default()
+                    })),
+                };
+                let terminal = Terminal::Failed {
+                    code: "interrupted".into(),
+                    message: "the gateway stopped while this turn was running".into(),
+                };
+                self.land(&mut st, run, terminal)
+            };
+            if let Some(l) = launch {
+                self.spawn(l);
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl Gateway {
+    /// Forms and live views the journal shows open when the gateway stopped can never be
+    /// answered or updated (the extension call that owned them died with the process): each
+    /// gets its closing event with reason `interrupted`, so no client keeps showing it.
+    async fn close_dangling_human_input(&self, sid: &str) {
+        let owned = sid.to_string();
+        let dangling = self
+            .store
+            .call(move |c| crate::store::rows::dangling_human_input(c, &owned))
+            .await
+            .unwrap_or_default();
+        for (is_view, id) in dangling {
+            if is_view {
+                let result = json!({"view_id": id, "is_completed": false, "reason": "interrupted",
+                    "is_from_human": false});
+                self.bus.publish(
+                    sid,
+                    Event::HumanInputLiveClose(LiveClose {
+                        view_id: id,
+                        result,
+                    }),
+                );
+            } else {
+                self.bus.publish(
+                    sid,
+                    Event::HumanInputClose(HumanInputClose {
+                        request_id: id,
+                        reason: "interrupted".into(),
+                    }),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The loaded sessions: each session's state behind its own mutex, loaded from the store on
+//! first use (with its queued turns and idempotency keys), and the turn order counter.
+
+use super::turn::{self, Turn};
+use super::{SessionState, Shared};
+use crate::bus::Bus;
+use crate::store::rows;
+use crate::store::Store;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use vis_companion_api::{ApiError, ApiResult};
+
+pub struct Sessions {
+    store: Store,
+    bus: Arc<Bus>,
+    map: Mutex<HashMap<String, Shared>>,
+    next_ord: AtomicI64,
+}
+
+impl Sessions {
+    /// `next_ord`: the order the next turn gets (one past the highest stored).
+    pub fn new(store: Store, bus: Arc<Bus>, next_ord: i64) -> Sessions {
+        Sessions {
+            store,
+            bus,
+            map: Mutex::new(HashMap::new()),
+            next_ord: AtomicI64::new(next_ord),
+        }
+    }
+
+    /// The order of a new turn (increasing across sessions).
+    pub fn next_ord(&self) -> i64 {
+        self.next_ord.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A session already in memory (no store read).
+    pub fn loaded(&self, sid: &str) -> Option<Shared> {
+        self.map.lock().get(sid).cloned()
+    }
+
+    /// Every session in memory.
+    pub fn all(&self) -> Vec<(String, Shared)> {
+        self.map
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Sessions with a running turn.
+    pub fn running_count(&self) -> usize {
+        self.all()
+            .iter()
+            .filter(|(_, s)| s.lock().running.is_some())
+            .count()
+    }
+
+    /// The session's state, loading it from the store on first use (404 when unknown).
+    pub async fn get(&self, sid: &str) -> ApiResult<Shared> {
+        if let Some(s) = self.map.lock().get(sid) {
+            return Ok(s.clone());
+        }
+        let id = sid.to_string();
+        let loaded = self
+            .store
+            .call(move |c| {
+                let Some(row) = rows::get_session(c, &id)? else {
+                    return Ok(None);
+                };
+                Ok(Some((row, rows::turns_of(c, &id)?)))
+            })
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?;
+        let Some((row, records)) = loaded else {
+            return Err(ApiError::session_not_found(sid));
+        };
+        let mut keys = HashMap::new();
+        let mut queue = VecDeque::new();
+        for rec in records {
+            let Ok(t) = serde_json::from_str::<Turn>(&rec) else {
+                continue;
+            };
+            if let Some(k) = &t.idempotency_key {
+                keys.insert(k.clone(), t.tid.clone());
+            }
+            if t.status == turn::Status::Queued {
+                queue.push_back(t);
+            }
+        }
+        let mut map = self.map.lock();
+        if let Some(s) = map.get(sid) {
+            return Ok(s.clone());
+        }
+        self.bus.open(sid, row.last_seq);
+        let st = Arc::new(Mutex::new(SessionState {
+            row,
+            running: None,
+            queue,
+            keys,
+        }));
+        map.insert(sid.to_string(), st.clone());
+        Ok(st)
+    }
+
+    /// Drops a session from memory and closes its streams.
+    pub fn forget(&self, sid: &str) {
+        self.map.lock().remove(sid);
+        self.bus.close(sid);
+    }
+}
