@@ -5,7 +5,7 @@
 
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -217,7 +217,7 @@ pub fn load(home: &Path, project: &Path) -> Result<Config> {
         };
         let origin = path.display().to_string();
         let value: Value =
-            serde_yaml::from_str(&text).map_err(|e| anyhow!("config error in {origin}: {e}"))?;
+            serde_norway::from_str(&text).map_err(|e| anyhow!("config error in {origin}: {e}"))?;
         let value = if value.is_null() {
             Value::Mapping(Default::default())
         } else {
