@@ -31,11 +31,11 @@ pub struct ProviderEntry {
 #[serde(deny_unknown_fields)]
 pub struct JailSection {
     pub enabled: Option<bool>,
-    /// The egress policy (`egress-proxy.md` §4); validated by the proxy's policy compiler.
+    /// The egress policy (docs/decisions.md, P3 and the egress policy rules); validated by the proxy's policy compiler.
     pub network: Option<serde_json::Value>,
 }
 
-/// How the model's tools are offered (decision G6).
+/// How the model's tools are offered (docs/decisions.md, G6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelTools {

@@ -1,4 +1,4 @@
-//! The extension host runtime (decisions A4, E1–E10, P6).
+//! The extension host runtime (docs/decisions.md, A4, E1–E10, P6).
 //!
 //! Python extensions run in worker PROCESSES: the `vis-gateway` binary started as
 //! `vis-gateway worker` (see [`worker`]), embedding CPython. The gateway keeps ONE
@@ -32,6 +32,7 @@ pub mod lane;
 mod listing;
 mod load;
 pub mod logfile;
+mod pool;
 pub mod protocol;
 mod providers;
 mod reaper;
@@ -51,7 +52,7 @@ pub use self::traits::{DoorWorker, HostEvents, HumanDoors, StateStore};
 pub use self::traits::{MemoryState, NoHumanDoors};
 pub use self::types::{
     CatalogEntry, FilterInfo, HostConfig, LoadFailure, ProviderInfo, ReloadReport, SessionCtx,
-    SlashOutcome, ToolDef, ToolError, ToolResult, TurnExtras, Verdict,
+    SlashOutcome, ToolDef, ToolError, ToolResult, TurnExtras,
 };
 
 // The host's internals, for the modules that extend it (`use super::*`).
