@@ -48,7 +48,8 @@ pub struct Running {
     pub(super) lane_used_ns: AtomicU64,
 }
 
-/// [`Running::killed_for`] of a worker the client replaced (`sys.exit` in a filter).
+/// [`Running::killed_for`] of a worker the client replaced (`sys.exit` in a filter) or stopped
+/// when idle.
 pub(super) const RETIRED: u64 = u64::MAX;
 
 /// How many times one filter call may be sent (the first time and after being collateral).

@@ -58,6 +58,9 @@ impl WorkerClient {
         }
         let taken = self.current.lock().take();
         if let Some(r) = taken {
+            // A lane call that starts while this one stops is sent again to a fresh worker,
+            // never denied for the stop.
+            let _ = r.killed_for.lock().get_or_insert(RETIRED);
             self.shutdown(r).await;
         }
         true
