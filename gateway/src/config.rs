@@ -5,7 +5,7 @@
 
 use anyhow::{anyhow, Result};
 use serde::{Deserialize, Serialize};
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -31,11 +31,11 @@ pub struct ProviderEntry {
 #[serde(deny_unknown_fields)]
 pub struct JailSection {
     pub enabled: Option<bool>,
-    /// The egress policy (`egress-proxy.md` §4); validated by the proxy's policy compiler.
+    /// The egress policy (docs/decisions.md, P3 and the egress policy rules); validated by the proxy's policy compiler.
     pub network: Option<serde_json::Value>,
 }
 
-/// How the model's tools are offered (decision G6).
+/// How the model's tools are offered (docs/decisions.md, G6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelTools {
@@ -217,7 +217,7 @@ pub fn load(home: &Path, project: &Path) -> Result<Config> {
         };
         let origin = path.display().to_string();
         let value: Value =
-            serde_yaml::from_str(&text).map_err(|e| anyhow!("config error in {origin}: {e}"))?;
+            serde_norway::from_str(&text).map_err(|e| anyhow!("config error in {origin}: {e}"))?;
         let value = if value.is_null() {
             Value::Mapping(Default::default())
         } else {

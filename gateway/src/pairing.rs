@@ -1,4 +1,4 @@
-//! Pairing (§5.3): the `vis://gateway?…` link, host preference, and a terminal QR code.
+//! Pairing (docs/decisions.md, G5): the `vis://gateway?…` link, host preference, and a terminal QR code.
 
 use std::net::IpAddr;
 

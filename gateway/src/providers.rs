@@ -1,4 +1,4 @@
-//! The provider router: which configured LLM provider serves a turn (decisions G6, G7).
+//! The provider router: which configured LLM provider serves a turn (docs/decisions.md, G6, G7).
 //! Sources: `providers:` in the configuration, then `OPENAI_API_KEY` / `OPENAI_BASE_URL` and
 //! `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL` from the gateway's environment.
 

@@ -45,7 +45,7 @@ impl ToolOutput {
 #[async_trait]
 pub trait Tool: Send + Sync {
     fn spec(&self) -> ToolSpec;
-    /// Callable when named, but not offered to the model (E9 `is_hidden`).
+    /// Callable when named, but not offered to the model (`is_hidden`, docs/decisions.md E9).
     fn is_hidden(&self) -> bool {
         false
     }

@@ -1,4 +1,4 @@
-//! The kernel wall (decision P10) end to end: the real gateway, `vis-gateway exec` children
+//! The kernel wall (docs/decisions.md, P10) end to end: the real gateway, `vis-gateway exec` children
 //! and a local HTTP origin. With `jail.enabled: true` a direct connection to the origin fails
 //! and the proxied one works; without it the same direct connection works (so the test
 //! proves the wall, not a broken network). Needs `pasta` and `bwrap` (`scripts/install-deps`).

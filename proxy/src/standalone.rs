@@ -52,7 +52,7 @@ pub struct StandaloneFile {
 impl StandaloneFile {
     /// Parse YAML text; errors name the key path.
     pub fn from_yaml(text: &str) -> Result<Self, ProxyError> {
-        let de = serde_yaml::Deserializer::from_str(text);
+        let de = serde_norway::Deserializer::from_str(text);
         let f: StandaloneFile = serde_path_to_error::deserialize(de).map_err(|e| {
             let mut m = crate::policy::config::describe_path_error("", &e);
             let inner = e.inner().to_string();

@@ -1,4 +1,4 @@
-//! §2 generic answers and error bodies for malformed or hostile input.
+//! Generic answers and error bodies for malformed or hostile input.
 
 mod common;
 
@@ -284,7 +284,7 @@ async fn unparsable_ids_and_odd_shapes_get_documented_answers() {
         assert_eq!(s, StatusCode::NOT_FOUND, "{p}: {v}");
         error_type(&v);
     }
-    // Q14: a valid but unknown UUID gets an empty transcript page
+    // A valid but unknown UUID gets an empty transcript page
     let unknown = uuid::Uuid::new_v4();
     let (s, v) = gw.get(format!("/v1/sessions/{unknown}/transcript")).await;
     assert_eq!(s, StatusCode::OK, "{v}");

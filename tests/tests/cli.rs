@@ -1,4 +1,4 @@
-//! §5.3 / §5.7: the `status`, `stop` and `pair` sub-commands and `start --pair`.
+//! The `status`, `stop` and `pair` sub-commands and `start --pair`.
 
 mod common;
 

@@ -79,7 +79,7 @@ async fn https_is_intercepted_and_verified_upstream_against_the_operator_ca() {
     let pki = tempfile::tempdir().unwrap();
     let (ca, leaf, key) = test_pki(pki.path());
     let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
-    // A read-only rule makes the proxy look inside TLS (decision P5).
+    // A read-only rule makes the proxy look inside TLS (docs/decisions.md, P5).
     let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
                         "rules": [{"host": "localhost", "access": "read-only"}]});
     let gw = start_with_network(

@@ -1,5 +1,5 @@
-//! The environment of a sandbox child (decision P10, `egress-proxy.md` §12) and provider
-//! routing (decision P8): proxy and CA variables present, operator secrets absent, provider
+//! The environment of a sandbox child (docs/decisions.md, P10) and provider
+//! routing (docs/decisions.md, P8): proxy and CA variables present, operator secrets absent, provider
 //! keys replaced by phantoms that only the proxy can turn back into the real key.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Egress decisions reach the session (decision G4): live `egress.decision` events on the
+//! Egress decisions reach the session (docs/decisions.md, G4): live `egress.decision` events on the
 //! session's SSE stream, `GET /v1/sessions/:sid/egress` afterwards, never in a replay; and
 //! the `/sh` and `/net-probe` slash commands.
 

@@ -1,4 +1,4 @@
-//! A `vis.Provider` contributed by an extension serves model turns (decision G7): its
+//! A `vis.Provider` contributed by an extension serves model turns (docs/decisions.md, G7): its
 //! `get_token_fn` supplies the credential, its preset the endpoint and model.
 
 mod common;

@@ -813,7 +813,7 @@ async fn a_reload_that_meets_a_broken_extension_file_reports_it_with_an_error_st
         t.contains("1 failed") && t.contains("broken on purpose"),
         "the reply lists the failure: {t}"
     );
-    // extension-api.md §9: "/reload … status `error` if anything failed"; a slash error
+    // /reload says status `error` when anything failed (docs/decisions.md, E8); a slash error
     // ends its turn as `turn.failed` (a successful one as `turn.completed`).
     assert_eq!(terminal, "turn.failed", "{t}");
 }
@@ -1012,6 +1012,59 @@ async fn a_network_filter_sees_port_and_body_and_its_block_denies_while_none_all
         )),
         "{deny}"
     );
+}
+
+/// Whether a process is gone (no such pid, or a zombie nobody reaped yet).
+fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extension_worker_that_is_not_reading_dies_with_its_gateway_when_the_gateway_is_sigkilled(
+) {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    global_ext(&dirs, "sleepy.py", SLEEPY);
+    let mut gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm)).await;
+    llm.push(Script::tool_call("quick", json!({})));
+    llm.push(Script::text(&["ok"]));
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (evs, _) = gw.run_turn(&sid, "be quick").await;
+    assert_eq!(first_output(&evs)["result"], "quick-ok");
+    let mut workers = worker_pids_of(gw.pid(), "registration");
+    workers.extend(worker_pids_of(gw.pid(), &format!("session:{sid}")));
+    assert_eq!(
+        workers.len(),
+        2,
+        "a registration and a session worker: {workers:?}"
+    );
+
+    // A worker notices its closed input only while it reads it; a stopped one stands for a
+    // worker still starting up (writing files under the home) or otherwise not reading.
+    for p in &workers {
+        // SAFETY: SIGSTOP to a worker this test's gateway started.
+        unsafe { libc::kill(*p, libc::SIGSTOP) };
+    }
+    // No clean-up runs in a SIGKILLed gateway: the kernel must end its workers.
+    gw.kill9();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !workers.iter().all(|p| is_gone(*p)) {
+        let alive: Vec<_> = workers.iter().filter(|p| !is_gone(**p)).collect();
+        if Instant::now() > deadline {
+            for p in &alive {
+                // SAFETY: SIGKILL to a worker this test's gateway started (clean-up).
+                unsafe { libc::kill(**p, libc::SIGKILL) };
+            }
+            panic!("workers outlived their gateway: {alive:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

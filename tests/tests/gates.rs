@@ -1,4 +1,4 @@
-//! §2, §5: CORS, the protocol gate (426), the token gate (401), health, token file, lock.
+//! CORS, the protocol gate (426), the token gate (401), health, token file, lock.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! §5.4–5.6: status map figures, capabilities verdict, metrics series.
+//! Status map figures, capabilities verdict, metrics series.
 
 mod common;
 

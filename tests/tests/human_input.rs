@@ -1,4 +1,4 @@
-//! Human input end to end (companion-api §6.9, C23–C29): an extension slash command calls
+//! Human input end to end (docs/decisions.md, human input rules): an extension slash command calls
 //! `vis.ask` / `vis.live` / `vis.shell` in the session worker, and the HTTP routes and the
 //! session stream answer and observe it.
 

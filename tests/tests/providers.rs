@@ -1,4 +1,4 @@
-//! G6/G7: turns over the OpenAI and Anthropic dialects against the fixture LLM, tool calls.
+//! Turns (docs/decisions.md, G6, G7) over the OpenAI and Anthropic dialects against the fixture LLM, tool calls.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! §6.7 queue policy: FIFO drain, pause on failure, auto-resume on success, concurrency.
+//! Queue policy (docs/decisions.md, turn rules): FIFO drain, pause on failure, auto-resume on success, concurrency.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! §6.6 / G2 / G3: the stored log and turns survive restarts; an interrupted turn gets
+//! Restarts (docs/decisions.md, G2, G3): the stored log and turns survive restarts; an interrupted turn gets
 //! exactly one terminal (`turn.failed` with an `interrupted` error block).
 
 mod common;

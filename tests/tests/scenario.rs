@@ -1,4 +1,4 @@
-//! §8 first-session scenario, steps 1–12, 14 and 17, against the real binary.
+//! The Companion's first-session scenario, steps 1–12, 14 and 17, against the real binary.
 
 mod common;
 

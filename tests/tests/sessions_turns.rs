@@ -1,4 +1,4 @@
-//! §3.1 C5–C17, §6: sessions, turns, queue, cancel, slashes, no-provider.
+//! Sessions, turns, queue, cancel, slashes, no-provider.
 
 mod common;
 

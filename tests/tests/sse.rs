@@ -1,4 +1,4 @@
-//! §4: SSE framing, cursors, replay, retention gaps, slow subscribers, fan-out.
+//! SSE framing (docs/decisions.md, event stream rules): cursors, replay, retention gaps, slow subscribers, fan-out.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! §4.8 streaming blocks: opening rules, delta coalescing, the `cumulative` cap.
+//! Streaming blocks: opening rules, delta coalescing, the `cumulative` cap.
 
 mod common;
 

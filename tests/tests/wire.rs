@@ -1,4 +1,4 @@
-//! §2 wire conventions across the answers of a real session: snake_case keys, JSON content
+//! Wire conventions (docs/decisions.md, wire rules) across the answers of a real session: snake_case keys, JSON content
 //! type, epoch-ms numbers, `null`s emitted.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Native streaming clients for LLM provider wire dialects (decisions G6, G7).
+//! Native streaming clients for LLM provider wire dialects (docs/decisions.md, G6, G7).
 //!
 //! Two dialects are spoken: OpenAI chat completions (also used for every
 //! OpenAI-compatible endpoint such as ollama, llama.cpp or vLLM) and Anthropic
@@ -291,7 +291,7 @@ pub struct Usage {
 }
 
 /// Passed to the `on_retry` callback before each retry sleep
-/// (maps onto the `provider.retry` event, companion-api §4.7).
+/// (maps onto the `provider.retry` event, the Companion's event vocabulary).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryInfo {
     /// 1-based number of the retry about to happen.

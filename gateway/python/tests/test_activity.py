@@ -1,4 +1,4 @@
-"""Activity declarations, presentations, blocks and publish_activity (§2.4)."""
+"""Activity declarations, presentations, blocks and publish_activity."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The worked contract examples of extension-api.md §3.6–§3.8 and the seed page."""
+"""The worked contract examples of the Extension API reference and its seed page."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Module surface and declaration validation (§2, §12 'Module and declarations')."""
+"""Module surface and declaration validation."""
 
 import dataclasses
 import importlib

@@ -1,4 +1,4 @@
-"""``doc()`` text (§3.5), provider tool schemas (E9) and argument binding."""
+"""``doc()`` text, provider tool schemas (docs/decisions.md, E9) and argument binding."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""vis.ask forms (§8.6) and vis.live views (§8.7) through the bridge."""
+"""vis.ask forms and vis.live views through the bridge."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Host doors through the bridge: state, log, notify, shells, fs, secrets (§8, §10.2)."""
+"""Host doors through the bridge: state, log, notify, shells, fs, secrets."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Provider declarations and records (§7)."""
+"""Provider declarations and records."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""vis.register, the loader and the catalog (§2.1, §9)."""
+"""vis.register, the loader and the catalog (docs/decisions.md, E7)."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""The contract type vocabulary (§3.3) and how annotations are read (§3.4)."""
+"""The contract type vocabulary and how annotations are read (docs/decisions.md, E3)."""
 
 import functools
 import json

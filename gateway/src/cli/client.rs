@@ -1,5 +1,6 @@
 //! Sub-commands that talk to the running gateway of a home (found through its registry).
 
+use super::http;
 use crate::home::{pid_alive, Home, Registry};
 use crate::pairing;
 use anyhow::{bail, Result};
@@ -12,16 +13,6 @@ use std::time::{Duration, Instant};
 fn running(home: &Home) -> Option<Registry> {
     home.read_registry()
         .filter(|r| pid_alive(r.pid) && home.lock_held())
-}
-
-/// The address to dial for the gateway: its bind address, or loopback for a wildcard bind.
-fn dial_addr(reg: &Registry) -> String {
-    let host = reg.host.trim_matches(|c| c == '[' || c == ']');
-    match host.parse::<std::net::IpAddr>() {
-        Ok(ip) if !ip.is_unspecified() => std::net::SocketAddr::new(ip, reg.port).to_string(),
-        Ok(std::net::IpAddr::V6(_)) => format!("[::1]:{}", reg.port),
-        _ => format!("127.0.0.1:{}", reg.port),
-    }
 }
 
 pub fn status(home: Option<PathBuf>) -> Result<ExitCode> {
@@ -41,19 +32,11 @@ pub fn status(home: Option<PathBuf>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `GET /healthz` over a plain TCP socket (the gateway is local; no client stack needed).
+/// `GET /healthz` of the running gateway: its body.
 fn healthz(reg: &Registry) -> Result<String> {
-    use std::io::{Read, Write};
-    let addr = dial_addr(reg);
-    let mut s = std::net::TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Vis-Gateway-Secret: {}\r\nConnection: close\r\n\r\n", reg.token)?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or(out))
+    let headers = [("X-Vis-Gateway-Secret", reg.token.clone())];
+    let (_, body) = http::call(reg, "GET", "/healthz", &headers, "", Duration::from_secs(5))?;
+    Ok(body)
 }
 
 pub fn stop(home: Option<PathBuf>) -> Result<ExitCode> {
@@ -127,50 +110,15 @@ pub fn pair(home: Option<PathBuf>, args: PairArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One HTTP/1.1 request to the local gateway; returns `(status, body)`.
+/// One API request to the local gateway as the CLI client; returns `(status, body)`.
 fn request(reg: &Registry, method: &str, path: &str, body: &str) -> Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let addr = dial_addr(reg);
-    let mut s = std::net::TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nX-Vis-Protocol: 2\r\nX-Vis-Min-Gateway-Protocol: 2\r\nX-Vis-Client: vis-cli\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        reg.token,
-        body.len()
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((out.as_str(), ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok((status, body))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
+    let headers = [
+        ("Authorization", format!("Bearer {}", reg.token)),
+        ("X-Vis-Protocol", "2".to_string()),
+        ("X-Vis-Min-Gateway-Protocol", "2".to_string()),
+        ("X-Vis-Client", "vis-cli".to_string()),
+    ];
+    http::call(reg, method, path, &headers, body, Duration::from_secs(30))
 }
 
 #[derive(clap::Args, Debug)]
@@ -240,7 +188,7 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("."));
     let cwd = exec_dir(std::env::current_dir().ok(), &session_root);
-    // `jail.enabled: true`: the gateway hands back the jail's argv prefix (P10 kernel wall).
+    // `jail.enabled: true`: the gateway hands back the jail's argv prefix (the kernel wall, docs/decisions.md P10).
     let mut jail: Vec<String> = match v.get("jail").filter(|j| !j.is_null()) {
         Some(j) => serde_json::from_value(j["argv_prefix"].clone())?,
         None => Vec::new(),
@@ -333,7 +281,7 @@ pub struct ProxyArgs {
     pub listen: Option<std::net::SocketAddr>,
 }
 
-/// `vis-gateway proxy`: just the egress proxy, stand-alone (decision A5).
+/// `vis-gateway proxy`: just the egress proxy, stand-alone (docs/decisions.md, A5).
 pub fn proxy(args: ProxyArgs) -> Result<ExitCode> {
     super::logging::init(false);
     let rt = tokio::runtime::Builder::new_multi_thread()

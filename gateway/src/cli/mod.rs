@@ -1,5 +1,6 @@
 //! Sub-commands.
 
 pub mod client;
+mod http;
 pub mod logging;
 pub mod start;

@@ -1,4 +1,4 @@
-//! Discovery of extension entry files (decision E7).
+//! Discovery of extension entry files (docs/decisions.md, E7).
 //!
 //! `<home>/extensions/` (global) and `<project>/.vis/extensions/` (project): top-level `*.py`
 //! files except `test_*.py` / `*_test.py`, and folders holding `extension.py`. Children are

@@ -1,4 +1,4 @@
-//! Host doors the gateway answers (§10.2): state, log, notify, activity, declare_env and
+//! Host doors the gateway answers: state, log, notify, activity, declare_env and
 //! `vis.fs` (the extension's permissions: any path the gateway's user may touch; relative
 //! paths from the session's workspace; the session's `fs_access` gates consulted, failing
 //! closed). `request_input`, `live`, the secrets and the shell family go to the host's
@@ -186,7 +186,7 @@ pub(super) async fn answer(
                 })
                 .unwrap_or_default();
             // The declared names and the project's own (`environment:`, `.env`, `.env.local`),
-            // resolved per E5; reading the dotenv files is blocking IO.
+            // resolved as docs/decisions.md E5 says; reading the dotenv files is blocking IO.
             let environment_of = host.cfg.environment.clone();
             let project = ctx.project_root.clone();
             let resolved = blocking(move || {

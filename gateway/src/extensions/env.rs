@@ -1,4 +1,4 @@
-//! Environment for `env=[…]` declarations (decision E5).
+//! Environment for `env=[…]` declarations (docs/decisions.md, E5).
 //!
 //! Per name: the project's `environment:` block, then `<project>/.env.local`, then
 //! `<project>/.env`, then the environment that started the gateway. Names that resolve to
@@ -99,7 +99,7 @@ pub fn resolve(
     out
 }
 
-/// The names a project defines itself (E5: they need no `env=[…]` declaration): those under
+/// The names a project defines itself (docs/decisions.md, E5: they need no `env=[…]` declaration): those under
 /// its `environment:` block and those assigned in its `.env` and `.env.local`.
 pub fn project_names(
     project_root: Option<&Path>,
@@ -114,7 +114,7 @@ pub fn project_names(
 }
 
 /// What `declare_env` answers an extension: its declared names and the project's own names,
-/// each resolved per E5 (names that resolve to nothing are absent).
+/// each resolved as docs/decisions.md E5 says (names that resolve to nothing are absent).
 pub fn resolve_for_extension(
     declared: &[String],
     project_root: Option<&Path>,

@@ -15,14 +15,15 @@
 //! process). Workers start on their first call.
 
 use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
-use super::{Entry, Inner};
+use super::logfile::LogFile;
+use super::{Entry, HostConfig, Inner};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-type Key = (PathBuf, Option<PathBuf>);
+pub(super) type Key = (PathBuf, Option<PathBuf>);
 
 /// The filter workers of a host, by (file, import root).
 #[derive(Default)]
@@ -35,23 +36,24 @@ impl FilterWorkers {
     pub(super) fn client_for(
         &self,
         host: &Weak<Inner>,
+        cfg: &HostConfig,
+        log: Option<&LogFile>,
         entry: &Entry,
-    ) -> Option<Arc<WorkerClient>> {
+    ) -> Arc<WorkerClient> {
         let key = (entry.file.clone(), entry.import_root.clone());
         let mut map = self.map.lock();
         if let Some((_, c)) = map.get(&key) {
-            return Some(c.clone());
+            return c.clone();
         }
-        let inner = host.upgrade()?;
         let project = entry.scope.project_root().map(Path::to_path_buf);
         let spec = WorkerSpec {
-            exe: inner.cfg.worker_exe.clone(),
-            home: inner.cfg.home.clone(),
+            exe: cfg.worker_exe.clone(),
+            home: cfg.home.clone(),
             label: format!("filter:{}", entry.catalog.name),
-            cwd: Some(project.clone().unwrap_or_else(|| inner.cfg.home.clone())),
-            load_timeout: inner.cfg.load_timeout,
+            cwd: Some(project.clone().unwrap_or_else(|| cfg.home.clone())),
+            load_timeout: cfg.load_timeout,
             filter_lane: true,
-            log: inner.log.clone(),
+            log: log.cloned(),
         };
         let ctx = CallCtx {
             project_root: project,
@@ -68,7 +70,7 @@ impl FilterWorkers {
         });
         let client = Arc::new(WorkerClient::new(spec, ctx, owner));
         map.insert(key, (entry.catalog.name.clone(), client.clone()));
-        Some(client)
+        client
     }
 
     /// Forgets the workers of files not in `keep` (they end when their last user drops them).
@@ -122,9 +124,6 @@ impl WorkerOwner for FilterOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        match self.host.upgrade() {
-            Some(h) => super::doors::answer(&h, worker, ctx, &op, payload).await,
-            None => Err(client::DoorError::new("the gateway is shutting down")),
-        }
+        super::pool::answer_door(&self.host, worker, ctx, op, payload).await
     }
 }

@@ -1,17 +1,21 @@
-//! Network filters (decision P6): each `vis.NetworkFilter` as a `vis_proxy` filter that
+//! Network filters (docs/decisions.md, P6): each `vis.NetworkFilter` as a `vis_proxy` filter that
 //! runs in its extension file's own filter worker over the filter lane
 //! (`filter_workers.rs`); a raise or a timeout denies.
 
-#[cfg(test)]
-use super::client::CallCtx;
-use super::client::{CallError, WorkerClient};
+use super::client::WorkerClient;
 use super::*;
 use async_trait::async_trait;
 #[cfg(test)]
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use vis_proxy::{FilterCtx, FilterError, FilterVerdict};
+
+/// What one network filter answers: the proxy's own verdict, from the Python call to the
+/// egress decision. A failure carries the filter's message as it is; the proxy names the
+/// filter in the deny reason.
+pub type FilterAnswer = Result<FilterVerdict, FilterError>;
 
 impl ExtensionHost {
     /// The global scope's network filters, in registration order.
@@ -20,84 +24,36 @@ impl ExtensionHost {
         self.inner.registry.read().filter_infos(None)
     }
 
-    /// Runs one filter in its filter worker. A raise or a timeout DENIES.
-    #[cfg(test)]
-    pub async fn run_one_filter(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
-        let entry = self
-            .inner
-            .registry
-            .read()
-            .all()
-            .into_iter()
-            .find(|e| e.file == filter.file);
-        let client = entry.and_then(|e| {
-            self.inner
-                .filter_workers
-                .client_for(&Arc::downgrade(&self.inner), &e)
-        });
-        match (filter_ctx_of(ctx), client) {
-            (Some(c), Some(client)) => {
-                let limit = self.inner.cfg.filter_timeout;
-                filter_verdict(&client, limit, filter, &file_str(&filter.file), &c).await
-            }
-            _ => self.run_one_filter_json(filter, ctx).await,
-        }
-    }
-
     /// Process id of the running filter worker of an extension (tests).
     #[cfg(test)]
     pub fn filter_worker_pid(&self, extension: &str) -> Option<u32> {
-        self.inner.filter_workers.pid_of(extension)
+        self.inner.workers.filters().pid_of(extension)
     }
 
     /// How many filter workers the host keeps (tests).
     #[cfg(test)]
     pub fn filter_worker_count(&self) -> usize {
-        self.inner.filter_workers.len()
+        self.inner.workers.filters().len()
     }
 
-    /// [`Self::run_one_filter`] over the request protocol, for a ctx the filter lane cannot
-    /// carry (an unknown phase).
+    /// Runs the global filters on a ctx given as JSON (`phase, method, host, port, path,
+    /// headers, body?, status?`) in order, as the proxy would; the first answer that is not
+    /// an allow wins. The gateway hands the proxy [`Self::network_filters_for`] instead.
     #[cfg(test)]
-    async fn run_one_filter_json(&self, filter: &FilterInfo, ctx: &Value) -> Verdict {
-        let payload = json!({"file": file_str(&filter.file), "index": filter.index, "ctx": ctx});
-        let limit = self.inner.cfg.filter_timeout;
-        // The limit also bounds waiting for the registration worker (a slow provider
-        // callback must not stall egress); only a filter that is itself running when the
-        // time is up gets its worker killed.
-        let outcome = self
-            .inner
-            .registration
-            .call_waiting_at_most(CallCtx::default(), "run_filter", payload, limit, limit)
-            .await;
-        match outcome {
-            Ok(v) if v.get("blocked").and_then(Value::as_bool) == Some(true) => Verdict::Deny {
-                extension: filter.extension.clone(),
-                reason: v
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                kind: "blocked-by-filter",
-                traceback: None,
-            },
-            Ok(_) => Verdict::Allow,
-            Err(e) => filter_error(filter, &e),
-        }
-    }
-
-    /// Runs every filter on a P6 ctx (`phase, method, host, port, path, headers, body?,
-    /// status?`) in order; the first deny wins. The gateway hands the proxy
-    /// [`Self::network_filters`] instead; the tests drive the filters through this.
-    #[cfg(test)]
-    pub async fn run_filter(&self, ctx: &Value) -> Verdict {
-        for f in self.filters() {
-            let v = self.run_one_filter(&f, ctx).await;
-            if v != Verdict::Allow {
-                return v;
+    pub async fn run_filter(&self, ctx: &Value) -> FilterAnswer {
+        let Some(ctx) = filter_ctx_of(ctx) else {
+            return Err(FilterError {
+                message: format!("not a filter ctx: {ctx}"),
+                trace: None,
+            });
+        };
+        for f in self.network_filters() {
+            let answer = f.check(&ctx).await;
+            if answer != Ok(FilterVerdict::Allow) {
+                return answer;
             }
         }
-        Verdict::Allow
+        Ok(FilterVerdict::Allow)
     }
 
     /// The global scope's filters as `vis_proxy` network filters (registration order).
@@ -153,12 +109,13 @@ impl vis_proxy::NetworkFilter for LoadingScope {
                 Ok(vis_proxy::FilterVerdict::Block(reason)) => {
                     return Ok(vis_proxy::FilterVerdict::Block(reason))
                 }
-                Err(mut e) => {
-                    let prefix = format!("network filter error in '{}': ", f.name());
-                    if !e.message.starts_with(&prefix) {
-                        e.message = format!("{prefix}{}", e.message);
-                    }
-                    return Err(e);
+                Err(e) => {
+                    // This filter stands for the whole list, so the failure names the
+                    // member that failed, the way the proxy names a filter it runs itself.
+                    return Err(FilterError {
+                        message: vis_proxy::filters::error_reason(f.name(), &e.message),
+                        trace: e.trace,
+                    });
                 }
             }
         }
@@ -183,65 +140,19 @@ impl vis_proxy::NetworkFilter for PyNetworkFilter {
         &self.info.extension
     }
 
-    async fn check(
-        &self,
-        ctx: &vis_proxy::FilterCtx,
-    ) -> Result<vis_proxy::FilterVerdict, vis_proxy::FilterError> {
-        match filter_verdict(&self.client, self.limit, &self.info, &self.file, ctx).await {
-            Verdict::Allow => Ok(vis_proxy::FilterVerdict::Allow),
-            Verdict::Deny {
-                reason,
-                kind: "blocked-by-filter",
-                ..
-            } => Ok(vis_proxy::FilterVerdict::Block(reason)),
-            Verdict::Deny {
-                reason, traceback, ..
-            } => Err(vis_proxy::FilterError {
-                message: reason,
-                trace: traceback,
-            }),
-        }
+    async fn check(&self, ctx: &FilterCtx) -> FilterAnswer {
+        let index = u32::try_from(self.info.index).unwrap_or(u32::MAX);
+        self.client
+            .filter(&self.file, index, ctx, self.limit)
+            .await
+            .map_err(|e| FilterError {
+                message: e.message(),
+                trace: e.traceback(),
+            })
     }
 }
 
-/// One filter over its filter worker's lane. A raise, a timeout, a crash or an extension
-/// that stays busy DENIES (`filter-error`).
-async fn filter_verdict(
-    client: &WorkerClient,
-    limit: Duration,
-    filter: &FilterInfo,
-    file: &str,
-    ctx: &vis_proxy::FilterCtx,
-) -> Verdict {
-    let index = u32::try_from(filter.index).unwrap_or(u32::MAX);
-    match client.filter(file, index, ctx, limit).await {
-        Ok(lane::Reply::Allow) => Verdict::Allow,
-        Ok(lane::Reply::Block(reason)) => Verdict::Deny {
-            extension: filter.extension.clone(),
-            reason,
-            kind: "blocked-by-filter",
-            traceback: None,
-        },
-        Ok(lane::Reply::Busy) => filter_error(filter, &CallError::Busy(limit)),
-        Ok(lane::Reply::Error { error, .. }) => filter_error(filter, &CallError::Python(error)),
-        Err(e) => filter_error(filter, &e),
-    }
-}
-
-fn filter_error(filter: &FilterInfo, e: &CallError) -> Verdict {
-    Verdict::Deny {
-        extension: filter.extension.clone(),
-        reason: format!(
-            "network filter error in '{}': {}",
-            filter.extension,
-            e.message()
-        ),
-        kind: "filter-error",
-        traceback: e.traceback(),
-    }
-}
-
-/// A P6 ctx given as JSON, as the proxy's struct (`None`: an unknown phase).
+/// A filter ctx given as JSON, as the proxy's struct (`None`: an unknown phase).
 #[cfg(test)]
 fn filter_ctx_of(v: &Value) -> Option<vis_proxy::FilterCtx> {
     let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);

@@ -1,4 +1,4 @@
-//! Frozen copies of extension import roots (§9 "Freeze").
+//! Frozen copies of extension import roots: a worker imports the admitted version of a file's modules, not what changed on disk since.
 //!
 //! A load copies the entry's import root into `<home>/python/frozen/<code-sha>/` and puts
 //! that copy (not the live folder) first on the worker's `sys.path`, so helper modules an

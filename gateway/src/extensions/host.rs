@@ -1,14 +1,13 @@
-//! The extension host: its workers, their owners, sessions, slash commands, turns.
+//! The extension host: its shared state, sessions, slash commands, turns.
 
-use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
+use super::client::CallCtx;
+use super::pool::{SessionWorker, WorkerPool};
 use super::{
-    doors, filter_workers::FilterWorkers, logfile::LogFile, Entry, HostConfig, HostEvents,
-    HumanDoors, Registry, SessionCtx, SlashOutcome, StateStore, TurnExtras,
+    logfile::LogFile, Entry, HostConfig, HostEvents, HumanDoors, Registry, SessionCtx,
+    SlashOutcome, StateStore, TurnExtras,
 };
-use async_trait::async_trait;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
@@ -18,21 +17,12 @@ pub(super) struct Inner {
     pub(super) events: Arc<dyn HostEvents>,
     pub(super) human: Arc<dyn HumanDoors>,
     pub(super) registry: RwLock<Registry>,
-    pub(super) registration: WorkerClient,
-    pub(super) sessions: Mutex<HashMap<String, Arc<SessionWorker>>>,
+    /// Every worker process (`pool.rs`).
+    pub(super) workers: WorkerPool,
     pub(super) reload_lock: tokio::sync::Mutex<()>,
     pub(super) frozen_cleared: std::sync::atomic::AtomicBool,
-    /// One worker per extension file with network filters.
-    pub(super) filter_workers: FilterWorkers,
     /// `<home>/logs/…/extensions.log` (`vis.log` and what extension code prints).
     pub(super) log: Option<LogFile>,
-    /// The idle-session-worker reaper runs (started with the first session worker).
-    pub(super) reaper_started: std::sync::atomic::AtomicBool,
-}
-
-pub(super) struct SessionWorker {
-    pub(super) session: SessionCtx,
-    pub(super) client: WorkerClient,
 }
 
 /// The extension host. Cheap to clone.
@@ -41,105 +31,12 @@ pub struct ExtensionHost {
     pub(super) inner: Arc<Inner>,
 }
 
-struct RegistrationOwner {
-    host: Weak<Inner>,
-}
-
-struct SessionOwner {
-    host: Weak<Inner>,
-    session: SessionCtx,
-}
-
-#[async_trait]
-impl WorkerOwner for RegistrationOwner {
-    fn preload(&self) -> (u64, Vec<Preload>) {
-        let Some(host) = self.host.upgrade() else {
-            return (0, Vec::new());
-        };
-        let reg = host.registry.read();
-        let list = reg
-            .all()
-            .iter()
-            .map(|e| Preload {
-                ctx: CallCtx {
-                    project_root: e.scope.project_root().map(Path::to_path_buf),
-                    ..CallCtx::default()
-                },
-                file: e.file.clone(),
-                source: e.source.clone(),
-                import_root: e.import_root.clone(),
-            })
-            .collect();
-        (reg.generation, list)
-    }
-    fn generation(&self) -> Option<u64> {
-        None
-    }
-    async fn door(
-        &self,
-        worker: Arc<client::Running>,
-        ctx: CallCtx,
-        op: String,
-        payload: Value,
-    ) -> Result<Value, client::DoorError> {
-        answer_door(&self.host, worker, ctx, op, payload).await
-    }
-}
-
-/// Both kinds of worker answer their doors the same way, while the host is alive.
-async fn answer_door(
-    host: &Weak<Inner>,
-    worker: Arc<client::Running>,
-    ctx: CallCtx,
-    op: String,
-    payload: Value,
-) -> Result<Value, client::DoorError> {
-    match host.upgrade() {
-        Some(h) => doors::answer(&h, worker, ctx, &op, payload).await,
-        None => Err(client::DoorError::new("the gateway is shutting down")),
-    }
-}
-
 pub(super) fn session_call_ctx(s: &SessionCtx) -> CallCtx {
     CallCtx {
         session_id: Some(s.id.clone()),
         project_root: s.project_root.clone(),
         workspace_root: Some(s.workspace_root.clone()),
         is_gate: false,
-    }
-}
-
-#[async_trait]
-impl WorkerOwner for SessionOwner {
-    fn preload(&self) -> (u64, Vec<Preload>) {
-        let Some(host) = self.host.upgrade() else {
-            return (0, Vec::new());
-        };
-        let reg = host.registry.read();
-        let ctx = session_call_ctx(&self.session);
-        let list = reg
-            .resolve(self.session.project_root.as_deref())
-            .iter()
-            .map(|e| Preload {
-                ctx: ctx.clone(),
-                file: e.file.clone(),
-                source: e.source.clone(),
-                import_root: e.import_root.clone(),
-            })
-            .collect();
-        (reg.generation, list)
-    }
-    fn generation(&self) -> Option<u64> {
-        self.host.upgrade().map(|h| h.registry.read().generation)
-    }
-    async fn door(
-        &self,
-        worker: Arc<client::Running>,
-        ctx: CallCtx,
-        op: String,
-        payload: Value,
-    ) -> Result<Value, client::DoorError> {
-        answer_door(&self.host, worker, ctx, op, payload).await
     }
 }
 
@@ -157,32 +54,16 @@ impl ExtensionHost {
         human: Arc<dyn HumanDoors>,
     ) -> ExtensionHost {
         let log = LogFile::start(&cfg.home);
-        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            // Filters run in their own workers (`filter_workers.rs`), not in this one.
-            let spec = WorkerSpec {
-                exe: cfg.worker_exe.clone(),
-                home: cfg.home.clone(),
-                label: "registration".into(),
-                cwd: Some(cfg.home.clone()),
-                load_timeout: cfg.load_timeout,
-                filter_lane: false,
-                log: log.clone(),
-            };
-            let owner = Arc::new(RegistrationOwner { host: weak.clone() });
-            Inner {
-                registration: WorkerClient::new(spec, CallCtx::default(), owner),
-                cfg,
-                state,
-                events,
-                human,
-                registry: RwLock::new(Registry::default()),
-                sessions: Mutex::new(HashMap::new()),
-                reload_lock: tokio::sync::Mutex::new(()),
-                frozen_cleared: std::sync::atomic::AtomicBool::new(false),
-                filter_workers: FilterWorkers::default(),
-                log,
-                reaper_started: std::sync::atomic::AtomicBool::new(false),
-            }
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            workers: WorkerPool::new(&cfg, log.clone(), weak),
+            cfg,
+            state,
+            events,
+            human,
+            registry: RwLock::new(Registry::default()),
+            reload_lock: tokio::sync::Mutex::new(()),
+            frozen_cleared: std::sync::atomic::AtomicBool::new(false),
+            log,
         });
         ExtensionHost { inner }
     }
@@ -194,69 +75,36 @@ impl ExtensionHost {
     // -- sessions -----------------------------------------------------------------------
 
     pub(super) fn session_worker(&self, session: &SessionCtx) -> Arc<SessionWorker> {
-        let mut map = self.inner.sessions.lock();
-        if let Some(w) = map.get(&session.id) {
-            if w.session == *session {
-                return w.clone();
-            }
-        }
-        let spec = WorkerSpec {
-            exe: self.inner.cfg.worker_exe.clone(),
-            home: self.inner.cfg.home.clone(),
-            label: format!("session:{}", session.id),
-            cwd: Some(session.workspace_root.clone()),
-            load_timeout: self.inner.cfg.load_timeout,
-            filter_lane: false,
-            log: self.inner.log.clone(),
-        };
-        let owner = Arc::new(SessionOwner {
-            host: Arc::downgrade(&self.inner),
-            session: session.clone(),
-        });
-        let w = Arc::new(SessionWorker {
-            session: session.clone(),
-            client: WorkerClient::new(spec, session_call_ctx(session), owner),
-        });
-        if let Some(old) = map.insert(session.id.clone(), w.clone()) {
-            tokio::spawn(async move { old.client.stop().await });
-        }
-        drop(map);
-        self.start_reaper();
-        w
+        self.inner.workers.session(session)
     }
 
     /// Stops a session's worker (session disposal). The registration worker keeps running.
     pub async fn stop_session(&self, session_id: &str) {
         self.inner.human.session_disposed(session_id);
-        let w = self.inner.sessions.lock().remove(session_id);
-        if let Some(w) = w {
-            w.client.stop().await;
-        }
+        self.inner.workers.stop_session(session_id).await;
     }
 
     /// Stops every worker.
     pub async fn shutdown(&self) {
-        let all: Vec<_> = self.inner.sessions.lock().drain().map(|(_, w)| w).collect();
-        for w in all {
-            w.client.stop().await;
-        }
-        for c in self.inner.filter_workers.all() {
-            c.stop().await;
-        }
-        self.inner.registration.stop().await;
+        self.inner.workers.shutdown().await;
     }
 
     /// Process id of a session's worker, when it runs (tests).
     #[cfg(test)]
     pub fn session_worker_pid(&self, session_id: &str) -> Option<u32> {
-        let w = self.inner.sessions.lock().get(session_id).cloned()?;
-        w.client.running().and_then(|r| r.pid())
+        self.inner.workers.session_pid(session_id)
+    }
+
+    /// Session workers that run now (tests).
+    #[cfg(test)]
+    pub fn running_session_workers(&self) -> usize {
+        self.inner.workers.running_sessions()
     }
 
     /// Process id of the registration worker, when it runs (tests).
     #[cfg(test)]
     pub fn registration_worker_pid(&self) -> Option<u32> {
-        self.inner.registration.running().and_then(|r| r.pid())
+        self.inner.workers.registration_pid()
     }
 
     // -- slash commands -----------------------------------------------------------------
@@ -371,7 +219,7 @@ impl ExtensionHost {
 
     // -- per-turn callables -------------------------------------------------------------
 
-    /// Runs every extension's `activation`, `prompt` and `ctx` for one turn (§5.5). A
+    /// Runs every extension's `activation`, `prompt` and `ctx` for one turn. A
     /// raising `activation` hides the extension; a raising `prompt`/`ctx` adds nothing.
     pub async fn turn(&self, session: &SessionCtx, channel: Option<&str>) -> TurnExtras {
         self.ensure_project(session.project_root.as_deref()).await;

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 
 impl ExtensionHost {
-    /// `GET /v1/extensions` (companion-api §3.2): the global extensions and, with
+    /// `GET /v1/extensions` (a route of our own): the global extensions and, with
     /// `project`, that project's; plus each extension's tools, slash commands, hooks,
     /// filters and providers.
     pub async fn list(&self, project: Option<&Path>) -> Value {
@@ -70,7 +70,7 @@ impl ExtensionHost {
         json!({"extensions": extensions, "failures": failures})
     }
 
-    /// Markdown for the built-in `/extensions` slash command (E8).
+    /// Markdown for the built-in `/extensions` slash command (docs/decisions.md, E8).
     pub async fn extensions_markdown(&self, project: Option<&Path>) -> String {
         let list = self.list(project).await;
         let mut md = String::new();

@@ -112,7 +112,8 @@ impl ExtensionHost {
                         client::load_payload(&file, &frozen.source, Some(&frozen.import_root));
                     match self
                         .inner
-                        .registration
+                        .workers
+                        .registration()
                         .call(ctx.clone(), "load", payload, timeout)
                         .await
                     {
@@ -208,7 +209,8 @@ impl ExtensionHost {
                 let payload = json!({"file": file_str(&old.file)});
                 let _ = self
                     .inner
-                    .registration
+                    .workers
+                    .registration()
                     .call(CallCtx::default(), "unload", payload, timeout)
                     .await;
             }

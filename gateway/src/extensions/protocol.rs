@@ -1,7 +1,7 @@
 //! Gateway ↔ worker messages: one JSON object per line over the worker's stdin/stdout.
 //!
 //! * gateway → worker: [`Msg::Request`] (`load`, `unload`, `call_tool`, `run_slash`,
-//!   `run_hook`, `run_filter`, `provider`, `turn`, `ping`, `shutdown`) and
+//!   `run_hook`, `provider`, `turn`, `ping`, `shutdown`) and
 //!   [`Msg::DoorReply`];
 //! * worker → gateway: [`Msg::Response`] to a request and [`Msg::Door`], a host-door call
 //!   made by extension code (`state_get`, `log`, `fs_read`, …). `on` names the request the

@@ -1,4 +1,4 @@
-//! `vis.Provider`s (§7): listing and calling their callbacks in the registration worker.
+//! `vis.Provider`s (docs/decisions.md, G7): listing and calling their callbacks in the registration worker.
 
 use super::client::CallCtx;
 use super::*;
@@ -84,7 +84,8 @@ impl ExtensionHost {
             ..CallCtx::default()
         };
         self.inner
-            .registration
+            .workers
+            .registration()
             .call(ctx, "provider", payload, self.inner.cfg.provider_timeout)
             .await
             .map_err(ToolError::from_call)

@@ -188,9 +188,7 @@ impl Registry {
                     if e.catalog.network_filters.is_empty() {
                         continue;
                     }
-                    let Some(client) = inner.filter_workers.client_for(host, &e) else {
-                        continue;
-                    };
+                    let client = inner.workers.filter_worker(&inner.cfg, &e);
                     keep.push(filter_workers::key_of(&e));
                     for index in 0..e.catalog.network_filters.len() {
                         list.push(Arc::new(filters::PyNetworkFilter {
@@ -208,6 +206,6 @@ impl Registry {
                 (scope, list)
             })
             .collect();
-        inner.filter_workers.retain(&keep);
+        inner.workers.retain_filter_workers(&keep);
     }
 }

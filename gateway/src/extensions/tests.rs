@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vis_proxy::FilterVerdict;
 
 fn worker_exe() -> PathBuf {
     if let Some(p) = std::env::var_os("VIS_TEST_WORKER_EXE") {
@@ -797,58 +798,37 @@ vis.register(vis.Extension(name="zfilters", description="d", network_filters=[vi
         json!({"phase": "https", "method": method, "host": host, "port": 443, "path": "/x",
                "headers": {"user-agent": "t"}, "body": body})
     };
+    let names: Vec<String> = f.host.filters().into_iter().map(|i| i.extension).collect();
+    assert_eq!(names, vec!["todo", "zfilters"]);
     assert_eq!(
         f.host.run_filter(&ctx("GET", "ok.test", None)).await,
-        Verdict::Allow
+        Ok(FilterVerdict::Allow)
     );
-    match f.host.run_filter(&ctx("DELETE", "api.test", None)).await {
-        Verdict::Deny {
-            extension,
-            reason,
-            kind,
-            ..
-        } => {
-            assert_eq!(extension, "todo");
-            assert_eq!(reason, "no DELETE to api.test");
-            assert_eq!(kind, "blocked-by-filter");
-        }
-        other => panic!("{other:?}"),
-    }
-    match f
-        .host
-        .run_filter(&ctx("POST", "ok.test", Some("secret")))
-        .await
-    {
-        Verdict::Deny { reason, .. } => assert_eq!(reason, "body leaks a secret"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        f.host.run_filter(&ctx("DELETE", "api.test", None)).await,
+        Ok(FilterVerdict::Block("no DELETE to api.test".into()))
+    );
+    assert_eq!(
+        f.host
+            .run_filter(&ctx("POST", "ok.test", Some("secret")))
+            .await,
+        Ok(FilterVerdict::Block("body leaks a secret".into()))
+    );
     match f.host.run_filter(&ctx("GET", "raise.test", None)).await {
-        Verdict::Deny {
-            reason,
-            kind,
-            traceback,
-            ..
-        } => {
-            assert_eq!(kind, "filter-error");
-            assert!(
-                reason.starts_with("network filter error in 'zfilters': KeyError"),
-                "{reason}"
-            );
-            assert!(traceback.unwrap_or_default().contains("zfilters.py"));
+        Err(e) => {
+            assert!(e.message.starts_with("KeyError"), "{}", e.message);
+            assert!(e.trace.unwrap_or_default().contains("zfilters.py"));
         }
         other => panic!("{other:?}"),
     }
     match f.host.run_filter(&ctx("GET", "hang.test", None)).await {
-        Verdict::Deny { kind, reason, .. } => {
-            assert_eq!(kind, "filter-error");
-            assert!(reason.contains("timed out"), "{reason}");
-        }
+        Err(e) => assert!(e.message.contains("timed out"), "{}", e.message),
         other => panic!("{other:?}"),
     }
     // The filter worker was replaced and serves again.
     assert_eq!(
         f.host.run_filter(&ctx("GET", "ok.test", None)).await,
-        Verdict::Allow
+        Ok(FilterVerdict::Allow)
     );
     // Through the proxy's trait.
     let filters = f.host.network_filters();
@@ -1073,10 +1053,10 @@ async fn a_file_that_hangs_or_dies_at_import_fails_alone() {
     );
     let ctx = json!({"phase": "http", "method": "DELETE", "host": "h.test", "port": 80,
                      "path": "/", "headers": {}});
-    assert!(matches!(
+    assert_eq!(
         f.host.run_filter(&ctx).await,
-        Verdict::Deny { .. }
-    ));
+        Ok(FilterVerdict::Block("no DELETE to h.test".into()))
+    );
     f.host.shutdown().await;
 }
 
@@ -1309,7 +1289,11 @@ vis.register(vis.Extension(name="slow", description="d",
     f.host.reload(None).await;
     let ctx = json!({"phase": "http", "method": "GET", "host": "h.test", "port": 80,
                      "path": "/", "headers": {}});
-    assert_eq!(f.host.run_filter(&ctx).await, Verdict::Allow, "warm");
+    assert_eq!(
+        f.host.run_filter(&ctx).await,
+        Ok(FilterVerdict::Allow),
+        "warm"
+    );
     let pid = f.host.registration_worker_pid();
     let host = f.host.clone();
     let status = tokio::spawn(async move {
@@ -1319,12 +1303,12 @@ vis.register(vis.Extension(name="slow", description="d",
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = std::time::Instant::now();
     // The filter runs in the extension's filter worker, not behind the callback.
-    assert_eq!(f.host.run_filter(&ctx).await, Verdict::Allow);
+    assert_eq!(f.host.run_filter(&ctx).await, Ok(FilterVerdict::Allow));
     assert!(started.elapsed() < Duration::from_millis(1000));
     let status = status.await.expect("join").expect("status still answers");
     assert_eq!(status["is_authenticated"], true);
     assert_eq!(f.host.registration_worker_pid(), pid);
-    assert_eq!(f.host.run_filter(&ctx).await, Verdict::Allow);
+    assert_eq!(f.host.run_filter(&ctx).await, Ok(FilterVerdict::Allow));
     f.host.shutdown().await;
 }
 
@@ -1556,10 +1540,8 @@ async fn the_filter_lane_allows_blocks_and_keeps_the_traceback_of_a_raise() {
         .check(&pctx(Phase::Http, "raise.test"))
         .await
         .expect_err("a raise denies");
-    assert_eq!(
-        err.message,
-        "network filter error in 'lane': ValueError: bad é-42"
-    );
+    // The filter reports the raise as it is; the proxy names the filter in the deny reason.
+    assert_eq!(err.message, "ValueError: bad é-42");
     let trace = err.trace.unwrap_or_default();
     assert!(trace.contains("lane.py"), "{trace}");
     assert!(trace.contains("raise ValueError(\"bad \""), "{trace}");

@@ -1,4 +1,4 @@
-//! Symbols as turn tools (decision E9): the session's tool list, calls through the
+//! Symbols as turn tools (docs/decisions.md, E9): the session's tool list, calls through the
 //! session worker with the op hooks around them, and the `apropos`/`doc` catalogue.
 
 use super::client::{CallError, WorkerClient};
@@ -64,7 +64,7 @@ impl ExtensionHost {
         out
     }
 
-    /// The built-in `apropos(pattern)` tool (E9): public tools whose full dotted name matches
+    /// The built-in `apropos(pattern)` tool (docs/decisions.md, E9): public tools whose full dotted name matches
     /// the regular expression, as a compact catalogue (name, summary).
     pub async fn apropos(
         &self,
@@ -80,7 +80,7 @@ impl ExtensionHost {
             .collect())
     }
 
-    /// The built-in `doc(name)` tool (E9): the full document of one public tool (dotted or
+    /// The built-in `doc(name)` tool (docs/decisions.md, E9): the full document of one public tool (dotted or
     /// provider name).
     pub async fn doc(&self, session: &SessionCtx, name: &str) -> Result<String, String> {
         self.catalog_entries(session)

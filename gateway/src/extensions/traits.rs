@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Durable extension state (decision E6), keyed by extension NAME. Values are JSON data;
+/// Durable extension state (docs/decisions.md, E6), keyed by extension NAME. Values are JSON data;
 /// `put` is never called with `Value::Null` (writing `None` in Python deletes). The worker
 /// blocks while these run; implementations may do blocking database work inside
 /// `spawn_blocking`.

@@ -25,11 +25,11 @@ pub struct HostConfig {
     pub filter_timeout: Duration,
     /// Loading one file (default 30 s).
     pub load_timeout: Duration,
-    /// `prompt` / `activation` / `ctx` per turn (default 5 s, §13 O8).
+    /// `prompt` / `activation` / `ctx` per turn (default 5 s).
     pub turn_timeout: Duration,
     /// Provider callbacks (default 30 s).
     pub provider_timeout: Duration,
-    /// The project's `environment:` block (E5). Default: empty.
+    /// The project's `environment:` block (docs/decisions.md, E5). Default: empty.
     pub environment: EnvironmentFn,
     /// A session worker that served no call for this long is stopped; the session's next
     /// extension call starts a fresh one (default 10 min, `VIS_SESSION_WORKER_IDLE_SECS`;
@@ -62,13 +62,13 @@ impl HostConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionCtx {
     pub id: String,
-    /// The project whose `.vis/extensions/` apply (and whose `.env` files E5 reads).
+    /// The project whose `.vis/extensions/` apply (and whose `.env` files docs/decisions.md E5 reads).
     pub project_root: Option<PathBuf>,
     /// `vis.fs` is confined to this folder.
     pub workspace_root: PathBuf,
 }
 
-/// One tool offered to the model (E9).
+/// One tool offered to the model (docs/decisions.md, E9).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolDef {
     /// Provider tool name: the full dotted name with `.` → `__`.
@@ -173,7 +173,7 @@ impl ToolError {
     }
 }
 
-/// What a slash command of an extension answered (§5.4).
+/// What a slash command of an extension answered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlashOutcome {
     /// `vis.ok` / a string / `None` (true) or `vis.err` / an exception (false).
@@ -182,19 +182,6 @@ pub struct SlashOutcome {
     pub markdown: String,
     /// The `data` of `vis.ok(...)` / `vis.err(...)`, when given.
     pub data: Option<Value>,
-}
-
-/// A network filter's decision (P6).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Allow,
-    Deny {
-        extension: String,
-        reason: String,
-        /// `blocked-by-filter` (a `vis.block`) or `filter-error` (a raise or a timeout).
-        kind: &'static str,
-        traceback: Option<String>,
-    },
 }
 
 /// One registered network filter.
@@ -274,7 +261,7 @@ impl ReloadReport {
     }
 }
 
-/// What `prompt`, `activation` and `ctx` produced for one turn (§5.5).
+/// What `prompt`, `activation` and `ctx` produced for one turn.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnExtras {
     /// `(extension, fragment)` for every active extension with a prompt.

@@ -55,6 +55,10 @@ pub struct WorkerArgs {
     /// After answering, poll the filter lane this long before sleeping (microseconds).
     #[arg(long, hide = true, default_value_t = 0)]
     pub lane_spin_us: u64,
+    /// The SDK import root the gateway wrote (without it the worker writes the SDK under the
+    /// home itself: a worker started by hand).
+    #[arg(long, hide = true)]
+    pub sdk: Option<PathBuf>,
 }
 
 struct Io {
@@ -169,7 +173,10 @@ pub fn run(home: Option<PathBuf>, args: WorkerArgs) -> Result<ExitCode> {
         None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".vis"),
     };
     let (input, output) = take_stdio()?;
-    let sdk = super::embed::materialize(&home)?;
+    let sdk = match args.sdk.clone() {
+        Some(sdk) => sdk,
+        None => super::embed::materialize(&home)?,
+    };
     prepare_environment();
     pyo3::prepare_freethreaded_python();
 

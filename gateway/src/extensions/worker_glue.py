@@ -293,17 +293,10 @@ def op_run_hook(p):
         return _verdict(hook.fn(p.get("call")))
 
 
-def op_run_filter(p):
-    ext = _ext(p["file"])
-    flt = ext.network_filters[int(p["index"])]
-    with _host.acting_for(ext.name, p["file"]):
-        return _verdict(flt.fn(p.get("ctx")))
-
-
 def lane_filter(file, index, ctx):
     """One network filter call from the filter lane (a thread of its own; the ctx dict is
-    built by the Rust side). Answers ``None`` (allow), the ``_verdict`` dict, or
-    ``(error, restart)`` for a raise — exactly what ``run_filter`` would have decided."""
+    built by the Rust side), the only way a network filter runs. Answers ``None`` (allow),
+    the reason text of a ``vis.block(reason)``, or ``(error, restart)`` for a raise."""
     token = env_token = None
     try:
         ext = _ext(file)
@@ -311,7 +304,7 @@ def lane_filter(file, index, ctx):
         token = _host._OWNER.set(ext.name)
         env_token = _host._ENV_KEY.set(file)
         value = flt.fn(ctx)
-        return None if value is None else _verdict(value)
+        return str(value.get("reason", "")) if _runtime.is_block(value) else None
     except BaseException as exc:  # SystemExit and KeyboardInterrupt included
         return (_error(exc), isinstance(exc, (SystemExit, KeyboardInterrupt)))
     finally:
@@ -375,7 +368,6 @@ OPS = {
     "call_tool": op_call_tool,
     "run_slash": op_run_slash,
     "run_hook": op_run_hook,
-    "run_filter": op_run_filter,
     "provider": op_provider,
     "turn": op_turn,
     "ping": op_ping,

@@ -1,4 +1,4 @@
-//! MCP servers (decision M1): configured in `vis.yml` (`mcp.servers`) or added from the
+//! MCP servers (docs/decisions.md, M1): configured in `vis.yml` (`mcp.servers`) or added from the
 //! phone, connected per session through the official SDK, and offered to the model as async
 //! functions under the server's name inside `python_execution` blocks.
 //!

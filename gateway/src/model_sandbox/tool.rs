@@ -1,4 +1,4 @@
-//! `python_execution(code)`: the model's one tool in sandbox mode (decision G6).
+//! `python_execution(code)`: the model's one tool in sandbox mode (docs/decisions.md, G6).
 
 use super::apropos::{DocEntry, Index};
 use super::host::{SessionHost, ShellSpec};

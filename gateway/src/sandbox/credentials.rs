@@ -1,4 +1,4 @@
-//! Provider routing for sandbox children (decision P8): children see shape-preserving
+//! Provider routing for sandbox children (docs/decisions.md, P8): children see shape-preserving
 //! phantom keys and a proxy-served base URL; the proxy swaps a phantom for the real key only
 //! on requests to that provider's own hosts.
 

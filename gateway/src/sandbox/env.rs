@@ -1,4 +1,4 @@
-//! The environment of a sandbox child (decision P10, `egress-proxy.md` §12): an allowlist
+//! The environment of a sandbox child (docs/decisions.md, P10): an allowlist
 //! of the gateway's own variables, the project's declared environment, then the proxy and CA
 //! variables. Everything else — ambient `*_KEY`, `*_TOKEN`, … — is scrubbed by omission.
 
@@ -117,7 +117,7 @@ pub fn child_env(
         .filter(|(k, _)| PASSTHROUGH.contains(&k.as_str()) || k.starts_with("LC_"))
         .collect();
     env.extend(project.iter().map(|(k, v)| (k.clone(), v.clone())));
-    // The token is the userinfo's user (P2); the password is a fixed non-empty word because
+    // The token is the userinfo's user (docs/decisions.md, P2); the password is a fixed non-empty word because
     // some clients (Python's urllib) send proxy credentials only when both are present.
     let http = format!(
         "http://{}:{PROXY_PASSWORD}@127.0.0.1:{}",
@@ -126,7 +126,7 @@ pub fn child_env(
     for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
         env.insert(k.into(), http.clone());
     }
-    // No ALL_PROXY (P10): httpx-based clients refuse to start on a socks5h:// value when
+    // No ALL_PROXY (docs/decisions.md, P10): httpx-based clients refuse to start on a socks5h:// value when
     // `socksio` is missing; SOCKS5 stays on the same port for clients configured for it.
     for k in ["no_proxy", "NO_PROXY"] {
         env.insert(k.into(), String::new());

@@ -1,4 +1,4 @@
-//! The kernel wall (decision P10): with `jail.enabled: true` a sandbox child runs in its own
+//! The kernel wall (docs/decisions.md, P10): with `jail.enabled: true` a sandbox child runs in its own
 //! network namespace whose only reachable address is the egress proxy's port on loopback, so
 //! a client that ignores the proxy variables gets no network at all.
 //!

@@ -1,6 +1,6 @@
 //! The sandbox runner: every child process of a session runs with the proxy environment
-//! (decision P10) and a proxy token that attributes its traffic to the session (P2); the
-//! proxy reports each decision into the session's stream (G4).
+//! (docs/decisions.md, P10) and a proxy token that attributes its traffic to the session (docs/decisions.md, P2); the
+//! proxy reports each decision into the session's stream (docs/decisions.md, G4).
 
 pub mod aggregate;
 pub mod credentials;
@@ -26,7 +26,7 @@ pub struct Sandbox {
     pub ca_bundle: PathBuf,
     /// The gateway's own ports, always denied to children.
     pub reserved_ports: Vec<u16>,
-    /// Phantom keys and routes of the configured LLM providers (decision P8).
+    /// Phantom keys and routes of the configured LLM providers (docs/decisions.md, P8).
     pub routes: Arc<credentials::ProviderRoutes>,
 }
 

@@ -1,4 +1,4 @@
-//! The built-in `shell` tool (decision G6): runs a command in the session's sandbox.
+//! The built-in `shell` tool (docs/decisions.md, G6): runs a command in the session's sandbox.
 
 use super::Sandbox;
 use crate::tools::{Tool, ToolCtx, ToolOutput};

@@ -1,4 +1,4 @@
-//! Egress decisions into the session's stream and store (decision G4): each becomes a
+//! Egress decisions into the session's stream and store (docs/decisions.md, G4): each becomes a
 //! live-only `egress.decision` event and a row served by `GET /v1/sessions/:sid/egress`.
 //!
 //! This runs once per proxied request on the proxy's threads, so the record is serialized

@@ -1,4 +1,4 @@
-//! Per-session proxy tokens (decision P2): minted by the gateway, looked up by the proxy,
+//! Per-session proxy tokens (docs/decisions.md, P2): minted by the gateway, looked up by the proxy,
 //! revoked with the session.
 
 use parking_lot::RwLock;

@@ -1,4 +1,4 @@
-//! The SQLite store (decision A3): one database file in WAL mode under the Vis home.
+//! The SQLite store (docs/decisions.md, A3): one database file in WAL mode under the Vis home.
 //!
 //! All database work runs on ONE dedicated thread that owns the connection; async code sends
 //! it closures. Jobs run in submission order, so a read queued after a write sees it — the

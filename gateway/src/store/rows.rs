@@ -342,7 +342,7 @@ pub fn dangling_human_input(c: &Connection, sid: &str) -> StoreResult<Vec<(bool,
     Ok(open)
 }
 
-/// Extension state (decision E6), keyed by extension name; values are JSON text.
+/// Extension state (docs/decisions.md, E6), keyed by extension name; values are JSON text.
 pub fn state_get(c: &Connection, ext: &str, key: &str) -> StoreResult<Option<String>> {
     Ok(
         c.prepare_cached("SELECT value FROM extension_state WHERE extension = ?1 AND key = ?2")?

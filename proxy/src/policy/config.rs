@@ -192,7 +192,7 @@ impl NetworkConfig {
 
     /// Parse from YAML text.
     pub fn from_yaml_str(s: &str) -> Result<Self, ProxyError> {
-        let de = serde_yaml::Deserializer::from_str(s);
+        let de = serde_norway::Deserializer::from_str(s);
         let cfg: NetworkConfig = serde_path_to_error::deserialize(de).map_err(path_error)?;
         cfg.validate()
     }

@@ -311,6 +311,48 @@ vis.register(vis.Extension(name="logger", alias="l", description="d", symbols=[v
     f.host.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filter_worker_serving_requests_stays_and_an_idle_one_stops_until_the_next_request() {
+    let f = fixture_with(|c| c.session_idle = Duration::from_millis(400));
+    f.global("idler.py", &filter_ext("idler"));
+    f.host.reload(None).await;
+    let filters = f.host.network_filters();
+    assert_eq!(filters.len(), 1);
+    let ok = pctx(Phase::Http, "ok.test");
+    assert_eq!(filters[0].check(&ok).await, Ok(FilterVerdict::Allow));
+    let pid = f.host.filter_worker_pid("idler").expect("running");
+    // Busy: a request every 100 ms for longer than the idle time keeps the same worker.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(filters[0].check(&ok).await, Ok(FilterVerdict::Allow));
+        assert_eq!(
+            f.host.filter_worker_pid("idler"),
+            Some(pid),
+            "kept while busy"
+        );
+    }
+    // Idle: stopped, and the process is gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while f.host.filter_worker_pid("idler").is_some() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(f.host.filter_worker_pid("idler"), None, "reaped");
+    // SAFETY: signal 0 only checks whether the process exists.
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        unsafe { libc::kill(pid as i32, 0) != 0 }
+    });
+    assert!(gone, "the idle filter worker's process ended");
+    // The next request starts a fresh worker and is decided as before.
+    assert_eq!(
+        filters[0].check(&pctx(Phase::Http, "block.test")).await,
+        Ok(FilterVerdict::Block("idler blocks".into()))
+    );
+    let fresh = f.host.filter_worker_pid("idler").expect("fresh worker");
+    assert_ne!(fresh, pid);
+    f.host.shutdown().await;
+}
+
 fn walk_logs(dir: &Path) -> String {
     let mut out = String::new();
     for day in std::fs::read_dir(dir).into_iter().flatten().flatten() {

@@ -310,36 +310,30 @@ fn run_one(py: Python<'_>, lane_fn: Option<&Bound<'_, PyAny>>, body: &[u8]) -> (
     (id, reply)
 }
 
-/// `lane_filter`'s answer: a verdict dict, or `(error dict, restart)`.
+/// `lane_filter`'s answer: the reason of a block, or `(error dict, restart)` for a raise.
 fn verdict(v: &Bound<'_, PyAny>) -> Reply {
+    if let Ok(reason) = v.extract::<String>() {
+        return Reply::Block(reason);
+    }
     let item = |o: &Bound<'_, PyAny>, k: &str| -> Option<String> {
         o.get_item(k)
             .ok()
             .filter(|x| !x.is_none())
             .and_then(|x| x.extract::<String>().ok())
     };
-    if let Ok(t) = v.downcast::<pyo3::types::PyTuple>() {
-        let (Ok(err), Ok(restart)) = (t.get_item(0), t.get_item(1)) else {
-            return fail("a malformed filter error");
-        };
-        return Reply::Error {
-            error: WireError {
-                kind: item(&err, "type").unwrap_or_else(|| "Exception".into()),
-                message: item(&err, "message").unwrap_or_default(),
-                traceback: item(&err, "traceback"),
-            },
-            restart: restart.is_truthy().unwrap_or(false),
-        };
-    }
-    let blocked = v
-        .get_item("blocked")
-        .ok()
-        .and_then(|b| b.is_truthy().ok())
-        .unwrap_or(false);
-    if blocked {
-        Reply::Block(item(v, "reason").unwrap_or_default())
-    } else {
-        Reply::Allow
+    let Ok(t) = v.downcast::<pyo3::types::PyTuple>() else {
+        return fail("a filter answer that is neither a block nor an error");
+    };
+    let (Ok(err), Ok(restart)) = (t.get_item(0), t.get_item(1)) else {
+        return fail("a malformed filter error");
+    };
+    Reply::Error {
+        error: WireError {
+            kind: item(&err, "type").unwrap_or_else(|| "Exception".into()),
+            message: item(&err, "message").unwrap_or_default(),
+            traceback: item(&err, "traceback"),
+        },
+        restart: restart.is_truthy().unwrap_or(false),
     }
 }
 

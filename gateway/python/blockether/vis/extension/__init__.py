@@ -91,7 +91,7 @@ __all__ = [
 
 
 def __getattr__(name):
-    # The older API's lowercase builders are not provided (E1): say what replaces them.
+    # The older API's lowercase builders are not provided (docs/decisions.md, E1): say what replaces them.
     if name in _legacy.PORTS:
         raise _legacy.attribute_error(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

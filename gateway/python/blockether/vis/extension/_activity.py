@@ -1,4 +1,4 @@
-"""Activity declarations, presentations and typed blocks (§2.4)."""
+"""Activity declarations, presentations and typed blocks (docs/extension-api.md, "Activity presentation")."""
 
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ class ActivitySection:
 
 @dataclass(frozen=True, slots=True, init=False)
 class ActivityPresentation:
-    """What the render callback returns; ``blocks`` and ``content`` are one argument (E10)."""
+    """What the render callback returns; ``blocks`` and ``content`` are one argument (docs/decisions.md, E10)."""
 
     headline: str
     summary: str

@@ -1,4 +1,5 @@
-"""Tool contracts (§3), their ``doc`` text (§3.5) and provider tool schemas (E9).
+"""Tool contracts (docs/decisions.md, E3), their ``doc`` text and provider tool schemas
+(docs/decisions.md, E9).
 
 ``callable_contract`` reads a function's signature and raw annotations,
 never its default values (only ``default is None`` is checked).
@@ -110,7 +111,7 @@ def _parameter(p: inspect.Parameter, describe) -> dict:
 
 
 def signature_text(params) -> str:
-    """The bare signature (E3): no annotations, non-None defaults shown as ``...``."""
+    """The bare signature (docs/decisions.md, E3): no annotations, non-None defaults shown as ``...``."""
     parts = []
     saw_star = False
     for i, p in enumerate(params):
@@ -210,7 +211,7 @@ def render_doc(contract: dict) -> str:
     return "\n".join(lines)
 
 
-# -- provider tool schema (E9) ------------------------------------------------
+# -- provider tool schema (docs/decisions.md, E9) ------------------------------------------------
 
 _JSON_SCALARS = {"str": "string", "int": "integer", "float": "number",
                  "bool": "boolean", "bytes": "string"}
@@ -319,7 +320,7 @@ def _generic_schema(t: dict) -> dict:
 
 
 def tool_schema(contract: dict) -> dict:
-    """Provider tool definition for one callable contract (E9).
+    """Provider tool definition for one callable contract (docs/decisions.md, E9).
 
     ``{"name", "description", "parameters"}`` where ``parameters`` is a JSON
     Schema object with one property per parameter (positional-only and

@@ -1,5 +1,5 @@
 """Declarations (``Extension``, ``SlashCommand``, ``OpHook``, ``NetworkFilter``) and
-result values (``ok``, ``err``, ``block``, ``strings_of``) — §2.1, §2.3, §2.5."""
+result values (``ok``, ``err``, ``block``, ``strings_of``) (docs/extension-api.md)."""
 
 from __future__ import annotations
 

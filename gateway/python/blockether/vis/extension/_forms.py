@@ -1,4 +1,4 @@
-"""``vis.ask``: typed forms shown to the human (§8.6), builders and ``Answer``."""
+"""``vis.ask``: typed forms shown to the human (docs/extension-api.md, "Asking the human"), builders and ``Answer``."""
 
 from __future__ import annotations
 

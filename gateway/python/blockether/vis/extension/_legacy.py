@@ -2,7 +2,7 @@
 lowercase dict builders): name the legacy calls and their replacements instead of failing
 with a bare ``ModuleNotFoundError`` / ``AttributeError``.
 
-This SDK does not provide the older API (decision E1); it only explains how to port it.
+This SDK does not provide the older API (docs/decisions.md, E1); it only explains how to port it.
 """
 
 from __future__ import annotations

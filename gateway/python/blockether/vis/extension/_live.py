@@ -1,4 +1,4 @@
-"""``vis.live``: non-blocking live views (§8.7).
+"""``vis.live``: non-blocking live views (docs/extension-api.md, "Live views").
 
 Envelopes sent through the ``live`` door (payload ``{"envelope": …}``):
 

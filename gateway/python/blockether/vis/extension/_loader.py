@@ -1,4 +1,4 @@
-"""Loading entry files in a worker and describing what they registered (§9).
+"""Loading entry files in a worker and describing what they registered (docs/decisions.md, E7).
 
 ``load_file(path)`` executes one entry file with postponed annotations in a
 fresh module ``vis_ext_<seq>_<label>`` and returns a :class:`LoadResult`.

@@ -1,4 +1,4 @@
-"""Child processes (``shell`` family, §8.4) and ``vis.fs`` (§8.5)."""
+"""Child processes (``shell`` family) and ``vis.fs`` (docs/extension-api.md, "Child processes", "Files")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LLM provider declarations and their typed records (§7)."""
+"""LLM provider declarations and their typed records (docs/extension-api.md, "Providers")."""
 
 from __future__ import annotations
 

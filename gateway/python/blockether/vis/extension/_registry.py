@@ -1,4 +1,4 @@
-"""``vis.register``: once per entry file (§2.1)."""
+"""``vis.register``: once per entry file (docs/extension-api.md, "Registration")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers the worker uses to call into a registered extension (§4, §5)."""
+"""Helpers the worker uses to call into a registered extension: tools, slash commands, hooks, per-turn callables."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def call_tool(extension, name: str, arguments: dict):
 
 
 def slash_result(value, extension_name: str) -> dict:
-    """Normalize what a slash command's ``run`` returned (§5.4)."""
+    """Normalize what a slash command's ``run`` returned (docs/extension-api.md, "Slash commands")."""
     if isinstance(value, dict) and value.get("marker") == "slash_result":
         out = {"status": value.get("status", "ok"), "title": str(value.get("title", ""))}
         if isinstance(value.get("body"), str):
@@ -76,7 +76,7 @@ def is_block(value) -> bool:
     return isinstance(value, dict) and value.get("marker") == "block"
 
 
-# -- discovery over registered extensions (E9 built-in tools) ------------------------
+# -- discovery over registered extensions (the built-in apropos and doc, docs/decisions.md E9) ------------------------
 
 def _public_members(extensions):
     for extension in extensions:
@@ -107,7 +107,7 @@ def doc(extensions, name_or_hit) -> str:
     raise LookupError(f"no public tool named {name!r}; search with apropos(pattern)")
 
 
-# -- crossing the worker boundary (§4, §10.3) ---------------------------------------------
+# -- crossing the worker boundary ---------------------------------------------
 
 def _not_finite(value, where: str) -> ValueError:
     return ValueError(f"{where} is {value!r}, which JSON cannot carry (no NaN or infinity); "

@@ -1,4 +1,4 @@
-"""``vis.Symbol`` and ``vis.method``: tools from functions and object namespaces (§2.2)."""
+"""``vis.Symbol`` and ``vis.method``: tools from functions and object namespaces (docs/extension-api.md, "Tools")."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ class Symbol:
 
     @property
     def contract(self) -> dict:
-        """Fresh portable contract data (§3.1)."""
+        """Fresh portable contract data."""
         if not self.is_namespace:
             return self._members[0].contract
         return _contract.namespace_contract(self.name, [m.contract for m in self._members])

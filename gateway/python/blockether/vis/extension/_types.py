@@ -1,4 +1,4 @@
-"""Static resolution of annotations into the contract type vocabulary (§3.3).
+"""Static resolution of annotations into the contract type vocabulary (docs/extension-api.md, "Tool contracts").
 
 Nothing here evaluates an annotation expression, imports a module, calls a
 default factory or calls ``repr()`` on a default.  String annotations (the
