@@ -38,6 +38,7 @@ pub const LIVE_ONLY: &[&str] = &[
     "turn.queued.deleted",
     "turn.queued.drained",
     "session.model_updated",
+    "providers.updated",
     "egress.decision",
     "notification",
 ];

@@ -1,8 +1,10 @@
 //! The provider router: which configured LLM provider serves a turn (decisions G6, G7).
-//! Sources: `providers:` in the configuration, then `OPENAI_API_KEY` / `OPENAI_BASE_URL` and
-//! `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL` from the gateway's environment.
+//! Sources: `providers:` in the configuration, then the providers saved from the phone
+//! (`provider_admin`), then `OPENAI_API_KEY` / `OPENAI_BASE_URL` and `ANTHROPIC_API_KEY` /
+//! `ANTHROPIC_BASE_URL` from the gateway's environment.
 
 use crate::config::Config;
+use crate::provider_admin::saved::Saved;
 use anyhow::{anyhow, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +17,20 @@ pub struct Router {
     pub default: Option<String>,
     /// Models listed per provider (for `/v1/router`).
     pub models: BTreeMap<String, Vec<String>>,
+    /// Where each provider comes from.
+    pub sources: BTreeMap<String, Source>,
+}
+
+/// Where a provider of the router is defined (and so where it can be changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `providers.<id>` of the configuration; `key_env` names the variable its key comes
+    /// from, when it does not hold the key itself.
+    Config { key_env: Option<String> },
+    /// Saved from the phone (`<home>/provider-keys.json`).
+    Saved,
+    /// Only the environment (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
+    Env { var: String },
 }
 
 fn default_model(d: &Dialect) -> &'static str {
@@ -29,7 +45,9 @@ fn env(name: &str) -> Option<String> {
 }
 
 impl Router {
-    pub fn from_config(cfg: &Config) -> Result<Router> {
+    /// The router of a configuration and the providers saved from the phone (a saved
+    /// provider whose id the configuration also defines is left out: the file wins).
+    pub fn from_config(cfg: &Config, saved: &Saved) -> Result<Router> {
         let mut r = Router::default();
         for (id, p) in &cfg.providers {
             let style = p
@@ -47,15 +65,18 @@ impl Router {
                 Dialect::Anthropic => "https://api.anthropic.com/v1".into(),
                 _ => "https://api.openai.com/v1".into(),
             });
+            let key_env = match (&p.api_key, &p.api_key_env, dialect) {
+                (Some(_), _, _) => None,
+                (None, Some(var), _) => Some(var.clone()),
+                (None, None, Dialect::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
+                (None, None, _) if p.base_url.is_none() => Some("OPENAI_API_KEY".to_string()),
+                (None, None, _) => None,
+            };
             let api_key = p
                 .api_key
                 .clone()
-                .or_else(|| p.api_key_env.as_deref().and_then(env))
-                .or_else(|| match dialect {
-                    Dialect::Anthropic => env("ANTHROPIC_API_KEY"),
-                    _ if p.base_url.is_none() => env("OPENAI_API_KEY"),
-                    _ => None,
-                });
+                .or_else(|| key_env.as_deref().and_then(env));
+            r.sources.insert(id.clone(), Source::Config { key_env });
             let model = p
                 .model
                 .clone()
@@ -75,6 +96,15 @@ impl Router {
             }
             r.models.insert(id.clone(), models);
         }
+        for (id, p) in saved {
+            if r.clients.contains_key(id) {
+                continue;
+            }
+            // A saved entry that cannot be built is left out (and said), never fatal.
+            if let Err(e) = r.add_saved(id, p) {
+                tracing::error!(target: "vis::providers", provider = %id, "saved provider left out: {e}");
+            }
+        }
         if !r.clients.contains_key("openai") {
             if let Some(key) = env("OPENAI_API_KEY") {
                 let base =
@@ -88,6 +118,12 @@ impl Router {
                     None,
                     vec![],
                 )?;
+                r.sources.insert(
+                    "openai".into(),
+                    Source::Env {
+                        var: "OPENAI_API_KEY".into(),
+                    },
+                );
             }
         }
         if !r.clients.contains_key("anthropic") {
@@ -103,6 +139,12 @@ impl Router {
                     None,
                     vec![],
                 )?;
+                r.sources.insert(
+                    "anthropic".into(),
+                    Source::Env {
+                        var: "ANTHROPIC_API_KEY".into(),
+                    },
+                );
             }
         }
         r.default = match &cfg.default_provider {
@@ -125,6 +167,38 @@ impl Router {
             }
         }
         Ok(r)
+    }
+
+    fn add_saved(
+        &mut self,
+        id: &str,
+        p: &crate::provider_admin::saved::SavedProvider,
+    ) -> Result<()> {
+        let dialect: Dialect = p
+            .api_style
+            .parse()
+            .map_err(|_| anyhow!("unknown api_style {:?}", p.api_style))?;
+        let model = p
+            .models
+            .first()
+            .cloned()
+            .unwrap_or_else(|| default_model(&dialect).to_string());
+        self.add(
+            id,
+            dialect,
+            p.base_url.clone(),
+            p.api_key.clone(),
+            model.clone(),
+            None,
+            vec![],
+        )?;
+        let mut models = p.models.clone();
+        if !models.contains(&model) {
+            models.insert(0, model);
+        }
+        self.models.insert(id.to_string(), models);
+        self.sources.insert(id.to_string(), Source::Saved);
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]

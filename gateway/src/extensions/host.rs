@@ -28,6 +28,8 @@ pub(super) struct Inner {
     pub(super) log: Option<LogFile>,
     /// The idle-session-worker reaper runs (started with the first session worker).
     pub(super) reaper_started: std::sync::atomic::AtomicBool,
+    /// Where the lines of running `auth_fn` logins go, by printer id.
+    pub(super) printers: Mutex<HashMap<String, super::providers::LinePrinter>>,
 }
 
 pub(super) struct SessionWorker {
@@ -182,6 +184,7 @@ impl ExtensionHost {
                 filter_workers: FilterWorkers::default(),
                 log,
                 reaper_started: std::sync::atomic::AtomicBool::new(false),
+                printers: Mutex::new(HashMap::new()),
             }
         });
         ExtensionHost { inner }
