@@ -7,12 +7,16 @@
 //!   so a key takes effect with the next turn.
 //! - [`presets`]: the built-in catalog and the presets extensions declare.
 //! - [`probe`]: the live status check (a models-list call) and the limits report.
-//! - [`flows`]: sign-in flows (`api-key`, and the device-style flow of an extension's
-//!   `auth_fn`).
-//! - [`routes`]: the `ProvidersApi` the HTTP routes call, and the one place that publishes
-//!   changes to connected clients.
+//! - [`flows`]: the open sign-in flows.
+//! - [`routes`]: the `ProvidersApi` the HTTP routes call, the router rebuild, and the one
+//!   place that publishes changes to connected clients; `list`, `edit` and `auth` hold its
+//!   listing, its changes to the saved file, and its sign-in flows (`api-key`, and an
+//!   extension's `auth_fn` run as a device-style flow).
 
+mod auth;
+mod edit;
 pub mod flows;
+mod list;
 pub mod presets;
 pub mod probe;
 pub mod routes;
