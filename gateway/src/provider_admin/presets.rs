@@ -180,9 +180,7 @@ pub fn check_base_url(url: &str) -> Result<String, String> {
         return Err(format!("base_url {url:?} has no host"));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(format!(
-            "base_url must not carry credentials; give the key as api_key"
-        ));
+        return Err("base_url must not carry credentials; give the key as api_key".to_string());
     }
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(format!(
