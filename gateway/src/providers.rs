@@ -154,7 +154,14 @@ impl Router {
                     "config error at `default_provider`: no provider named {p:?} is configured"
                 ))
             }
-            None => r.clients.keys().next().cloned(),
+            // Adding a provider from the phone does not move the default away from one the
+            // files or the environment give (the phone sets it with `PATCH /v1/router`).
+            None => r
+                .clients
+                .keys()
+                .find(|id| r.sources.get(*id) != Some(&Source::Saved))
+                .or_else(|| r.clients.keys().next())
+                .cloned(),
         };
         if let (Some(def), Some(model)) = (&r.default, &cfg.default_model) {
             if let Some(c) = r.clients.get(def) {
@@ -253,4 +260,77 @@ impl Router {
 /// (`VIS_PROVIDER_STALL_MS`, default 120 s).
 fn stall_timeout() -> Duration {
     crate::config::env_ms("VIS_PROVIDER_STALL_MS", Duration::from_secs(120))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProviderEntry;
+    use crate::provider_admin::saved::SavedProvider;
+
+    fn saved(key: &str, base: &str) -> SavedProvider {
+        SavedProvider {
+            preset: "openai-compatible".into(),
+            label: "Box".into(),
+            api_style: "openai".into(),
+            base_url: base.into(),
+            api_key: Some(key.into()),
+            models: vec!["m1".into(), "m2".into()],
+            extension: None,
+        }
+    }
+
+    #[test]
+    fn saved_providers_join_the_router_and_the_configuration_wins_an_id_clash() {
+        let mut cfg = Config::default();
+        cfg.providers.insert(
+            "box".into(),
+            ProviderEntry {
+                base_url: Some("http://127.0.0.1:1/v1".into()),
+                api_key: Some("from-file".into()),
+                ..Default::default()
+            },
+        );
+        let mut list = Saved::new();
+        list.insert("box".into(), saved("from-phone", "http://127.0.0.1:2/v1"));
+        list.insert("phone-only".into(), saved("k2", "http://127.0.0.1:3/v1"));
+        let r = Router::from_config(&cfg, &list).unwrap();
+        let boxed = r.clients["box"].config();
+        assert_eq!(boxed.api_key.as_deref(), Some("from-file"));
+        assert_eq!(r.sources["box"], Source::Config { key_env: None });
+        let phone = r.clients["phone-only"].config();
+        assert_eq!(phone.api_key.as_deref(), Some("k2"));
+        assert_eq!(phone.default_model, "m1");
+        assert_eq!(r.models["phone-only"], vec!["m1", "m2"]);
+        assert_eq!(r.sources["phone-only"], Source::Saved);
+        // The file's provider stays the default although "box" < "phone-only" anyway;
+        // with only saved ones, the first is.
+        assert_eq!(r.default.as_deref(), Some("box"));
+        let mut first = Saved::new();
+        first.insert("a-phone".into(), saved("k", "http://127.0.0.1:4/v1"));
+        let mut cfg2 = Config::default();
+        cfg2.providers.insert(
+            "z-file".into(),
+            ProviderEntry {
+                base_url: Some("http://127.0.0.1:5/v1".into()),
+                ..Default::default()
+            },
+        );
+        let r = Router::from_config(&cfg2, &first).unwrap();
+        assert_eq!(r.default.as_deref(), Some("z-file"));
+        let r = Router::from_config(&Config::default(), &first).unwrap();
+        assert_eq!(r.default.as_deref(), Some("a-phone"));
+    }
+
+    #[test]
+    fn a_saved_provider_that_cannot_be_built_is_left_out_and_the_rest_still_route() {
+        let mut list = Saved::new();
+        let mut bad = saved("k", "http://127.0.0.1:2/v1");
+        bad.api_style = "gemini".into();
+        list.insert("bad".into(), bad);
+        list.insert("good".into(), saved("k", "http://127.0.0.1:3/v1"));
+        let r = Router::from_config(&Config::default(), &list).unwrap();
+        assert!(!r.clients.contains_key("bad"));
+        assert!(r.clients.contains_key("good"));
+    }
 }
