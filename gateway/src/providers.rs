@@ -97,7 +97,10 @@ impl Router {
             r.models.insert(id.clone(), models);
         }
         for (id, p) in saved {
-            if r.clients.contains_key(id) {
+            // An extension's provider saved without a key waits for the extension's own
+            // credential (`get_token_fn`, after its sign-in): turns reach it through the
+            // extension, not through a keyless client here.
+            if r.clients.contains_key(id) || (p.extension.is_some() && p.api_key.is_none()) {
                 continue;
             }
             // A saved entry that cannot be built is left out (and said), never fatal.

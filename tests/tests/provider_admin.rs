@@ -544,6 +544,11 @@ async fn an_extensions_auth_fn_is_driven_by_the_sign_in_routes() {
     assert_eq!(preset["models"], json!(["acme-1"]));
     let (_, list) = gw.get("/v1/providers").await;
     assert_eq!(row(&list, "acme")["source"], "extension");
+    assert_eq!(row(&list, "acme")["is_removable"], false);
+    // The app adds the preset, then signs in; the provider stays the extension's.
+    let list = add(&gw, json!({"id": "acme"})).await;
+    assert_eq!(row(&list, "acme")["source"], "extension");
+    assert_eq!(row(&list, "acme")["is_removable"], true);
 
     let (s, flow) = gw.post_empty("/v1/providers/acme/auth/start").await;
     assert_eq!(s, StatusCode::OK, "{flow}");
@@ -578,11 +583,19 @@ async fn an_extensions_auth_fn_is_driven_by_the_sign_in_routes() {
     let (_, v) = gw.get("/v1/providers/acme/limits").await;
     assert_eq!(v["report"]["static"]["rpm"], 60, "{v}");
     assert_eq!(v["report"]["dynamic"]["limits"][0]["id"], "credits", "{v}");
-    // An extension's provider is not removed from the phone.
+    // A turn runs on the credential the login stored.
+    let sid = gw.create_session().await;
+    llm.push(Script::text(&["signed in through the extension"]));
+    let (evs, last) = gw.run_turn(&sid, "hi").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let turn = llm.requests().pop().unwrap();
+    assert_eq!(turn.header("authorization"), Some("Bearer tok-from-login"));
+    assert_eq!(turn.body["model"], "acme-1");
+    // Removing it from the phone undoes the add; the extension's own declaration stays.
+    let (s, v) = gw.delete("/v1/providers/acme").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
     let (s, v) = gw.delete("/v1/providers/acme").await;
     assert_eq!(s, StatusCode::CONFLICT, "{v}");
-    assert!(v["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("extension acme"));
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("extension acme"), "{msg}");
 }

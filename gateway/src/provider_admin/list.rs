@@ -123,7 +123,7 @@ impl ProviderRoutes {
                 source: ProviderSource::Extension,
                 configured_in: Some(e.extension.clone()),
                 has_key: false,
-                is_removable: false,
+                is_removable: saved.contains_key(&e.id),
                 is_routable: probe::has_slot(e, "get_token_fn"),
                 status,
                 limits: None,
