@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 /// `POST /v1/providers`: add a preset (or an extension's provider) to this gateway, or
 /// replace one added earlier. `api_key` may also come later through the `api-key` sign-in.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderInput {
     /// A preset id (`GET /v1/provider-presets`), or the id of a provider added earlier.
@@ -22,6 +22,18 @@ pub struct ProviderInput {
     /// The models offered in the picker (defaults to the preset's).
     #[serde(default)]
     pub models: Option<Vec<String>>,
+}
+
+/// Never prints the key.
+impl std::fmt::Debug for ProviderInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderInput")
+            .field("id", &self.id)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("models", &self.models)
+            .finish()
+    }
 }
 
 /// Where a provider is defined, and so where it can be changed.
@@ -244,7 +256,7 @@ pub struct AuthVerdict {
 }
 
 /// `POST …/auth/complete`: the key of an `api-key` flow, or the redirect URL of a PKCE one.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthComplete {
     pub flow_id: String,
@@ -252,6 +264,17 @@ pub struct AuthComplete {
     pub api_key: Option<String>,
     #[serde(default)]
     pub redirect_url: Option<String>,
+}
+
+/// Never prints the key.
+impl std::fmt::Debug for AuthComplete {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthComplete")
+            .field("flow_id", &self.flow_id)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("redirect_url", &self.redirect_url.is_some())
+            .finish()
+    }
 }
 
 /// `POST …/auth/poll` and `…/auth/cancel`.
@@ -289,4 +312,37 @@ pub trait ProvidersApi: Send + Sync {
     async fn auth_complete(&self, id: &str, body: AuthComplete) -> ApiResult<AuthVerdict>;
     async fn auth_poll(&self, id: &str, flow_id: &str) -> ApiResult<AuthVerdict>;
     async fn auth_cancel(&self, id: &str, flow_id: &str) -> ApiResult<AuthVerdict>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_of_the_inputs_never_shows_a_key() {
+        let input = ProviderInput {
+            id: "openai".into(),
+            api_key: Some("sk-secret-77".into()),
+            ..Default::default()
+        };
+        let done = AuthComplete {
+            flow_id: "f".into(),
+            api_key: Some("sk-secret-78".into()),
+            redirect_url: None,
+        };
+        let text = format!("{input:?} {done:?}");
+        assert!(!text.contains("sk-secret"), "{text}");
+    }
+
+    #[test]
+    fn an_empty_limits_report_has_the_wire_shape_of_the_extension_api() {
+        let r = ProviderLimits {
+            status: "ok".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            serde_json::json!({"status": "ok", "static": {}, "dynamic": {"limits": []}})
+        );
+    }
 }

@@ -549,6 +549,15 @@ async fn an_extensions_auth_fn_is_driven_by_the_sign_in_routes() {
     let list = add(&gw, json!({"id": "acme"})).await;
     assert_eq!(row(&list, "acme")["source"], "extension");
     assert_eq!(row(&list, "acme")["is_removable"], true);
+    let (_, v) = gw.get("/v1/provider-presets").await;
+    assert!(
+        v["presets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["id"] != "acme"),
+        "{v}"
+    );
 
     let (s, flow) = gw.post_empty("/v1/providers/acme/auth/start").await;
     assert_eq!(s, StatusCode::OK, "{flow}");

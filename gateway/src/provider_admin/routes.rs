@@ -237,12 +237,13 @@ impl ProvidersApi for ProviderRoutes {
                     Source::Env { .. } => "env-var",
                     Source::Saved => "saved",
                 };
-                let label = self
-                    .rows()
-                    .await
-                    .ok()
-                    .and_then(|rows| rows.into_iter().find(|r| r.id == id).map(|r| r.label))
-                    .unwrap_or_else(|| id.to_string());
+                let label = match self.admin().saved().get(id) {
+                    Some(s) => s.label.clone(),
+                    None => self
+                        .preset(id)
+                        .await
+                        .map_or_else(|| id.to_string(), |p| p.label),
+                };
                 let s = probe::check_client(&client, &label, name).await;
                 match self.extension_limits(id).await {
                     Some(l) => probe::with_limits(s, &l),
@@ -308,7 +309,8 @@ impl ProvidersApi for ProviderRoutes {
                 presets.push(p);
             }
         }
-        presets.retain(|p| !configured.contains(&p.id));
+        let saved = self.admin().saved();
+        presets.retain(|p| !configured.contains(&p.id) && !saved.contains_key(&p.id));
         Ok(PresetList { presets })
     }
 
