@@ -105,6 +105,10 @@ pub trait Engine: Send + Sync + 'static {
     fn mcp(&self) -> Option<std::sync::Arc<dyn crate::mcp::McpApi>> {
         None
     }
+    /// Providers managed from the phone (`/v1/providers…`), when the gateway has them.
+    fn providers(&self) -> Option<std::sync::Arc<dyn crate::providers::ProvidersApi>> {
+        None
+    }
     /// Cheap figures (read on every `/healthz`).
     async fn stats(&self) -> Stats;
     /// Stored events across sessions (for `/metrics` only; may read the store).

@@ -46,6 +46,8 @@ pub enum EventKind {
     HumanInputLiveClose,
     Notification,
     EgressDecision,
+    ProvidersUpdated,
+    McpServersUpdated,
     /// Control frame: the subscription is registered (never stored).
     SubscriptionReady,
     /// Control frame: stored events were trimmed (never stored).
@@ -90,6 +92,8 @@ impl EventKind {
             HumanInputLiveClose => "human_input.live.close",
             Notification => "notification",
             EgressDecision => "egress.decision",
+            ProvidersUpdated => "providers.updated",
+            McpServersUpdated => "mcp.servers_updated",
             SubscriptionReady => "subscription.ready",
             StreamGap => "stream.gap",
         }
@@ -109,6 +113,8 @@ impl EventKind {
                 | SessionModelUpdated
                 | EgressDecision
                 | Notification
+                | ProvidersUpdated
+                | McpServersUpdated
                 | SubscriptionReady
                 | StreamGap
         )
@@ -117,7 +123,7 @@ impl EventKind {
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 35] = {
+    pub const ALL: [EventKind; 37] = {
         use EventKind::*;
         [
             TurnQueued,
@@ -153,6 +159,8 @@ impl EventKind {
             HumanInputLiveClose,
             Notification,
             EgressDecision,
+            ProvidersUpdated,
+            McpServersUpdated,
             SubscriptionReady,
             StreamGap,
         ]
@@ -428,6 +436,21 @@ pub struct Notification {
     pub extension: String,
 }
 
+/// A provider was added, replaced, removed or signed in from a client (never a key).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProvidersUpdated {
+    /// `added`, `replaced`, `removed` or `signed-in`.
+    pub change: String,
+    pub provider_id: String,
+}
+
+/// An MCP server was saved, enabled, disabled, removed, started, killed, signed in or out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpServersUpdated {
+    pub change: String,
+    pub server: String,
+}
+
 /// One event of a session stream, with its data. (Egress decisions take the bus's
 /// text fast path and are not built as values.)
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -468,6 +491,10 @@ pub enum Event {
     HumanInputLivePatch(LivePatch),
     HumanInputLiveClose(LiveClose),
     Notification(Notification),
+    /// The provider list changed: clients re-read `/v1/providers`.
+    ProvidersUpdated(ProvidersUpdated),
+    /// The MCP server list changed: clients re-read `/v1/mcp/servers`.
+    McpServersUpdated(McpServersUpdated),
 }
 
 impl Event {
@@ -507,6 +534,8 @@ impl Event {
             E::HumanInputLivePatch(_) => K::HumanInputLivePatch,
             E::HumanInputLiveClose(_) => K::HumanInputLiveClose,
             E::Notification(_) => K::Notification,
+            E::McpServersUpdated(_) => K::McpServersUpdated,
+            E::ProvidersUpdated(_) => K::ProvidersUpdated,
         }
     }
 

@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod middleware;
 pub mod protocol;
+pub mod providers;
 pub mod records;
 pub mod replay;
 mod routes;

@@ -14,6 +14,7 @@ mod mcp;
 mod metrics;
 mod model_sandbox;
 mod pairing;
+mod provider_admin;
 mod providers;
 mod sandbox;
 mod start_env;

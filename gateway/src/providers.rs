@@ -1,8 +1,10 @@
 //! The provider router: which configured LLM provider serves a turn (docs/decisions.md, G6, G7).
-//! Sources: `providers:` in the configuration, then `OPENAI_API_KEY` / `OPENAI_BASE_URL` and
-//! `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL` from the gateway's environment.
+//! Sources: `providers:` in the configuration, then the providers saved from the phone
+//! (`provider_admin`), then `OPENAI_API_KEY` / `OPENAI_BASE_URL` and `ANTHROPIC_API_KEY` /
+//! `ANTHROPIC_BASE_URL` from the gateway's environment.
 
 use crate::config::Config;
+use crate::provider_admin::saved::Saved;
 use anyhow::{anyhow, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +17,20 @@ pub struct Router {
     pub default: Option<String>,
     /// Models listed per provider (for `/v1/router`).
     pub models: BTreeMap<String, Vec<String>>,
+    /// Where each provider comes from.
+    pub sources: BTreeMap<String, Source>,
+}
+
+/// Where a provider of the router is defined (and so where it can be changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `providers.<id>` of the configuration; `key_env` names the variable its key comes
+    /// from, when it does not hold the key itself.
+    Config { key_env: Option<String> },
+    /// Saved from the phone (`<home>/provider-keys.json`).
+    Saved,
+    /// Only the environment (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
+    Env { var: String },
 }
 
 fn default_model(d: &Dialect) -> &'static str {
@@ -29,7 +45,9 @@ fn env(name: &str) -> Option<String> {
 }
 
 impl Router {
-    pub fn from_config(cfg: &Config) -> Result<Router> {
+    /// The router of a configuration and the providers saved from the phone (a saved
+    /// provider whose id the configuration also defines is left out: the file wins).
+    pub fn from_config(cfg: &Config, saved: &Saved) -> Result<Router> {
         let mut r = Router::default();
         for (id, p) in &cfg.providers {
             let style = p
@@ -47,15 +65,18 @@ impl Router {
                 Dialect::Anthropic => "https://api.anthropic.com/v1".into(),
                 _ => "https://api.openai.com/v1".into(),
             });
+            let key_env = match (&p.api_key, &p.api_key_env, dialect) {
+                (Some(_), _, _) => None,
+                (None, Some(var), _) => Some(var.clone()),
+                (None, None, Dialect::Anthropic) => Some("ANTHROPIC_API_KEY".to_string()),
+                (None, None, _) if p.base_url.is_none() => Some("OPENAI_API_KEY".to_string()),
+                (None, None, _) => None,
+            };
             let api_key = p
                 .api_key
                 .clone()
-                .or_else(|| p.api_key_env.as_deref().and_then(env))
-                .or_else(|| match dialect {
-                    Dialect::Anthropic => env("ANTHROPIC_API_KEY"),
-                    _ if p.base_url.is_none() => env("OPENAI_API_KEY"),
-                    _ => None,
-                });
+                .or_else(|| key_env.as_deref().and_then(env));
+            r.sources.insert(id.clone(), Source::Config { key_env });
             let model = p
                 .model
                 .clone()
@@ -75,6 +96,18 @@ impl Router {
             }
             r.models.insert(id.clone(), models);
         }
+        for (id, p) in saved {
+            // An extension's provider saved without a key waits for the extension's own
+            // credential (`get_token_fn`, after its sign-in): turns reach it through the
+            // extension, not through a keyless client here.
+            if r.clients.contains_key(id) || (p.extension.is_some() && p.api_key.is_none()) {
+                continue;
+            }
+            // A saved entry that cannot be built is left out (and said), never fatal.
+            if let Err(e) = r.add_saved(id, p) {
+                tracing::error!(target: "vis::providers", provider = %id, "saved provider left out: {e}");
+            }
+        }
         if !r.clients.contains_key("openai") {
             if let Some(key) = env("OPENAI_API_KEY") {
                 let base =
@@ -88,6 +121,12 @@ impl Router {
                     None,
                     vec![],
                 )?;
+                r.sources.insert(
+                    "openai".into(),
+                    Source::Env {
+                        var: "OPENAI_API_KEY".into(),
+                    },
+                );
             }
         }
         if !r.clients.contains_key("anthropic") {
@@ -103,6 +142,12 @@ impl Router {
                     None,
                     vec![],
                 )?;
+                r.sources.insert(
+                    "anthropic".into(),
+                    Source::Env {
+                        var: "ANTHROPIC_API_KEY".into(),
+                    },
+                );
             }
         }
         r.default = match &cfg.default_provider {
@@ -112,7 +157,14 @@ impl Router {
                     "config error at `default_provider`: no provider named {p:?} is configured"
                 ))
             }
-            None => r.clients.keys().next().cloned(),
+            // Adding a provider from the phone does not move the default away from one the
+            // files or the environment give (the phone sets it with `PATCH /v1/router`).
+            None => r
+                .clients
+                .keys()
+                .find(|id| r.sources.get(*id) != Some(&Source::Saved))
+                .or_else(|| r.clients.keys().next())
+                .cloned(),
         };
         if let (Some(def), Some(model)) = (&r.default, &cfg.default_model) {
             if let Some(c) = r.clients.get(def) {
@@ -125,6 +177,38 @@ impl Router {
             }
         }
         Ok(r)
+    }
+
+    fn add_saved(
+        &mut self,
+        id: &str,
+        p: &crate::provider_admin::saved::SavedProvider,
+    ) -> Result<()> {
+        let dialect: Dialect = p
+            .api_style
+            .parse()
+            .map_err(|_| anyhow!("unknown api_style {:?}", p.api_style))?;
+        let model = p
+            .models
+            .first()
+            .cloned()
+            .unwrap_or_else(|| default_model(&dialect).to_string());
+        self.add(
+            id,
+            dialect,
+            p.base_url.clone(),
+            p.api_key.clone(),
+            model.clone(),
+            None,
+            vec![],
+        )?;
+        let mut models = p.models.clone();
+        if !models.contains(&model) {
+            models.insert(0, model);
+        }
+        self.models.insert(id.to_string(), models);
+        self.sources.insert(id.to_string(), Source::Saved);
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -179,4 +263,77 @@ impl Router {
 /// (`VIS_PROVIDER_STALL_MS`, default 120 s).
 fn stall_timeout() -> Duration {
     crate::config::env_ms("VIS_PROVIDER_STALL_MS", Duration::from_secs(120))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ProviderEntry;
+    use crate::provider_admin::saved::SavedProvider;
+
+    fn saved(key: &str, base: &str) -> SavedProvider {
+        SavedProvider {
+            preset: "openai-compatible".into(),
+            label: "Box".into(),
+            api_style: "openai".into(),
+            base_url: base.into(),
+            api_key: Some(key.into()),
+            models: vec!["m1".into(), "m2".into()],
+            extension: None,
+        }
+    }
+
+    #[test]
+    fn saved_providers_join_the_router_and_the_configuration_wins_an_id_clash() {
+        let mut cfg = Config::default();
+        cfg.providers.insert(
+            "box".into(),
+            ProviderEntry {
+                base_url: Some("http://127.0.0.1:1/v1".into()),
+                api_key: Some("from-file".into()),
+                ..Default::default()
+            },
+        );
+        let mut list = Saved::new();
+        list.insert("box".into(), saved("from-phone", "http://127.0.0.1:2/v1"));
+        list.insert("phone-only".into(), saved("k2", "http://127.0.0.1:3/v1"));
+        let r = Router::from_config(&cfg, &list).unwrap();
+        let boxed = r.clients["box"].config();
+        assert_eq!(boxed.api_key.as_deref(), Some("from-file"));
+        assert_eq!(r.sources["box"], Source::Config { key_env: None });
+        let phone = r.clients["phone-only"].config();
+        assert_eq!(phone.api_key.as_deref(), Some("k2"));
+        assert_eq!(phone.default_model, "m1");
+        assert_eq!(r.models["phone-only"], vec!["m1", "m2"]);
+        assert_eq!(r.sources["phone-only"], Source::Saved);
+        // The file's provider stays the default although "box" < "phone-only" anyway;
+        // with only saved ones, the first is.
+        assert_eq!(r.default.as_deref(), Some("box"));
+        let mut first = Saved::new();
+        first.insert("a-phone".into(), saved("k", "http://127.0.0.1:4/v1"));
+        let mut cfg2 = Config::default();
+        cfg2.providers.insert(
+            "z-file".into(),
+            ProviderEntry {
+                base_url: Some("http://127.0.0.1:5/v1".into()),
+                ..Default::default()
+            },
+        );
+        let r = Router::from_config(&cfg2, &first).unwrap();
+        assert_eq!(r.default.as_deref(), Some("z-file"));
+        let r = Router::from_config(&Config::default(), &first).unwrap();
+        assert_eq!(r.default.as_deref(), Some("a-phone"));
+    }
+
+    #[test]
+    fn a_saved_provider_that_cannot_be_built_is_left_out_and_the_rest_still_route() {
+        let mut list = Saved::new();
+        let mut bad = saved("k", "http://127.0.0.1:2/v1");
+        bad.api_style = "gemini".into();
+        list.insert("bad".into(), bad);
+        list.insert("good".into(), saved("k", "http://127.0.0.1:3/v1"));
+        let r = Router::from_config(&Config::default(), &list).unwrap();
+        assert!(!r.clients.contains_key("bad"));
+        assert!(r.clients.contains_key("good"));
+    }
 }

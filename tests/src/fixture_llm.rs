@@ -123,6 +123,8 @@ struct Shared {
     scripts: Mutex<VecDeque<Script>>,
     requests: Mutex<Vec<RecordedRequest>>,
     required_key: Mutex<Option<String>>,
+    /// Headers added to every answer (rate-limit headers, say).
+    extra_headers: Mutex<Vec<(String, String)>>,
     counter: AtomicU64,
 }
 
@@ -156,6 +158,10 @@ impl FixtureLlm {
             .route("/v1/messages", post(anthropic_route))
             .route("/v1/models", get(models_route))
             .fallback(not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                add_extra_headers,
+            ))
             .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -194,6 +200,14 @@ impl FixtureLlm {
     /// `x-api-key`) get the dialect's 401 (without consuming a script).
     pub fn require_api_key(&self, key: Option<&str>) {
         *lock(&self.shared.required_key) = key.map(str::to_string);
+    }
+
+    /// Headers every later answer carries (e.g. `x-ratelimit-remaining-requests`).
+    pub fn set_response_headers(&self, headers: &[(&str, &str)]) {
+        *lock(&self.shared.extra_headers) = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
     }
 
     pub fn requests(&self) -> Vec<RecordedRequest> {
@@ -363,7 +377,56 @@ async fn not_found(uri: Uri) -> Response {
     )
 }
 
-async fn models_route() -> Response {
+async fn add_extra_headers(
+    State(shared): State<Arc<Shared>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut resp = next.run(req).await;
+    let extra = lock(&shared.extra_headers).clone();
+    for (k, v) in extra {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(&v),
+        ) {
+            resp.headers_mut().insert(name, value);
+        }
+    }
+    resp
+}
+
+/// The models list; recorded, and behind the required key like the model routes (the
+/// dialect read from the headers: `x-api-key` or `anthropic-version` mean Anthropic).
+async fn models_route(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    lock(&shared.requests).push(RecordedRequest {
+        path: uri.path().to_string(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: Value::Null,
+    });
+    let dialect = if headers.contains_key("x-api-key") || headers.contains_key("anthropic-version")
+    {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    };
+    let required = lock(&shared.required_key).clone();
+    if let Some(required) = required {
+        if presented_key(dialect, &headers).as_deref() != Some(required.as_str()) {
+            let msg = match dialect {
+                Dialect::OpenAi => "Incorrect API key provided.",
+                Dialect::Anthropic => "invalid x-api-key",
+            };
+            return error_response(dialect, 401, msg, None);
+        }
+    }
     axum::Json(json!({
         "object": "list",
         "data": [{"id": "fixture-model", "object": "model", "created": 0, "owned_by": "vis-tests"}],

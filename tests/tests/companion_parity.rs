@@ -80,22 +80,22 @@ const APP_CALLS: &[(&str, &str)] = &[
     ("POST", "/v1/sessions/{sid}/resume-queue"),
     ("GET", "/v1/sessions/{sid}/events"),
     ("GET", "/v1/events?sids={sid}:-1"),
-    ("DELETE", "/v1/projects/{pid}?is_recursive=true"),
-    ("DELETE", "/v1/sessions/{sid}"),
-];
-
-/// The app's calls that the provider and MCP management work owns (`/v1/providers*`,
-/// `/v1/provider-presets`, `/v1/mcp/*`): walked and reported, not asserted here.
-const OTHER_OWNER_CALLS: &[(&str, &str)] = &[
     ("GET", "/v1/provider-presets"),
     ("POST", "/v1/providers"),
-    ("DELETE", "/v1/providers/openai"),
+    ("GET", "/v1/providers/openai/status"),
+    ("GET", "/v1/providers/openai/limits"),
     ("POST", "/v1/providers/openai/auth/start"),
     ("POST", "/v1/providers/openai/auth/complete"),
     ("POST", "/v1/providers/openai/auth/poll"),
     ("POST", "/v1/providers/openai/auth/cancel"),
-    ("GET", "/v1/providers/openai/status"),
-    ("GET", "/v1/providers/openai/limits"),
+    ("DELETE", "/v1/providers/openai"),
+    ("DELETE", "/v1/projects/{pid}?is_recursive=true"),
+    ("DELETE", "/v1/sessions/{sid}"),
+];
+
+/// The app's calls that the MCP management work owns (`/v1/mcp/*`): walked and reported,
+/// not asserted here.
+const OTHER_OWNER_CALLS: &[(&str, &str)] = &[
     ("GET", "/v1/mcp/servers"),
     ("POST", "/v1/mcp/servers"),
     ("POST", "/v1/mcp/servers/actions/test"),
@@ -845,6 +845,83 @@ async fn the_router_reports_status_objects_and_patch_sets_default_and_fallback()
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(error_type(&e), "unknown-provider");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_routes_answer_the_shapes_of_the_apps_types() {
+    let llm = FixtureLlm::start().await;
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let is_row = |p: &Value| {
+        p["id"].is_string()
+            && p["label"].is_string()
+            && p["models"].is_array()
+            && p["is_default"].is_boolean()
+            && p["is_fallback"].is_boolean()
+            && p.get("default_model").is_some()
+            && p.get("fallback_model").is_some()
+            && p["status"]["auth_state"].is_string()
+    };
+    let (s, v) = gw.get("/v1/providers").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let openai = &v["providers"][0];
+    assert!(is_row(openai), "{v}");
+    assert_eq!(openai["is_default"], true);
+    assert!(openai["limits"]["dynamic"]["limits"].is_array(), "{v}");
+    let (s, v) = gw.get("/v1/provider-presets").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    for p in v["presets"].as_array().unwrap() {
+        assert!(p["id"].is_string() && p["label"].is_string(), "{p}");
+        assert!(
+            p["auth_kind"].is_string() && p["is_local"].is_boolean(),
+            "{p}"
+        );
+        assert!(p["models"].is_array(), "{p}");
+    }
+    let (s, v) = gw
+        .post(
+            "/v1/providers",
+            json!({"id": "lmstudio", "base_url": llm.openai_base_url()}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let rows = v["providers"].as_array().unwrap();
+    assert!(rows.iter().all(is_row), "{v}");
+    assert!(rows.iter().any(|p| p["id"] == "lmstudio"), "{v}");
+    let (s, v) = gw.get("/v1/providers/openai/status").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["status"]["auth_state"].is_string(), "{v}");
+    assert!(v["status"]["is_authenticated"].is_boolean(), "{v}");
+    let (s, v) = gw.get("/v1/providers/openai/limits").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let report = &v["report"];
+    assert!(
+        report["status"].is_string() && report["static"].is_object(),
+        "{v}"
+    );
+    assert!(report["dynamic"]["limits"].is_array(), "{v}");
+    let (s, flow) = gw.post_empty("/v1/providers/lmstudio/auth/start").await;
+    assert_eq!(s, StatusCode::OK, "{flow}");
+    assert_eq!(flow["provider_id"], "lmstudio");
+    assert_eq!(flow["kind"], "api-key");
+    assert!(
+        flow["flow_id"].is_string() && flow["expires_at"].is_i64(),
+        "{flow}"
+    );
+    assert!(flow["instructions"].is_array(), "{flow}");
+    let id = json!({"flow_id": flow["flow_id"]});
+    let (_, v) = gw
+        .post("/v1/providers/lmstudio/auth/poll", id.clone())
+        .await;
+    assert_eq!(v["status"], "pending", "{v}");
+    let (_, v) = gw.post("/v1/providers/lmstudio/auth/cancel", id).await;
+    assert_eq!(v["status"], "cancelled", "{v}");
+    let (s, v) = gw.delete("/v1/providers/lmstudio").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["id"] != "lmstudio"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -300,6 +300,16 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/mcp/servers/{name}/actions/kill"),
     ("POST", "/v1/mcp/servers/{name}/actions/start"),
     ("POST", "/v1/mcp/servers/{name}/auth/{step}"),
+    ("GET", "/v1/providers"),
+    ("POST", "/v1/providers"),
+    ("DELETE", "/v1/providers/{id}"),
+    ("GET", "/v1/providers/{id}/status"),
+    ("GET", "/v1/providers/{id}/limits"),
+    ("POST", "/v1/providers/{id}/auth/start"),
+    ("POST", "/v1/providers/{id}/auth/complete"),
+    ("POST", "/v1/providers/{id}/auth/poll"),
+    ("POST", "/v1/providers/{id}/auth/cancel"),
+    ("GET", "/v1/provider-presets"),
     ("POST", "/v1/sandbox/env"),
     ("PATCH", "/v1/sessions/{sid}"),
     ("GET", "/v1/sessions/actions/search"),
@@ -510,7 +520,8 @@ async fn bound_to_0_0_0_0_every_gated_route_needs_the_token_and_accepts_both_car
                         || p.contains("/projects/0000")
                         || p.contains("/jobs/")
                         || p.contains("/speech/voices/")
-                        || (p.contains("{name}") && !body.contains("no such route"))),
+                        || (p.contains("{name}") && !body.contains("no such route"))
+                        || (p.starts_with("/v1/providers/") && !body.contains("no such route"))),
                 "#{i} {m} {p} with {carrier}: unexpected 404 {body}"
             );
         }

@@ -9,6 +9,7 @@ mod parity_files;
 mod parity_machine;
 mod parity_sessions;
 mod path;
+mod providers;
 mod sessions;
 mod turns;
 
@@ -103,6 +104,21 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/mcp/servers/{name}/actions/kill", post(mcp::kill))
         .route("/v1/mcp/servers/{name}/actions/start", post(mcp::start))
         .route("/v1/mcp/servers/{name}/auth/{step}", post(mcp::auth))
+        .route("/v1/providers", get(providers::list).post(providers::add))
+        .route("/v1/providers/{id}", delete(providers::remove))
+        .route("/v1/providers/{id}/status", get(providers::status))
+        .route("/v1/providers/{id}/limits", get(providers::limits))
+        .route("/v1/providers/{id}/auth/start", post(providers::auth_start))
+        .route(
+            "/v1/providers/{id}/auth/complete",
+            post(providers::auth_complete),
+        )
+        .route("/v1/providers/{id}/auth/poll", post(providers::auth_poll))
+        .route(
+            "/v1/providers/{id}/auth/cancel",
+            post(providers::auth_cancel),
+        )
+        .route("/v1/provider-presets", get(providers::presets))
         // Companion parity (the app's calls beyond the core flow).
         .route("/v1/sessions/{sid}", patch(parity_sessions::patch_session))
         .route("/v1/sessions/actions/search", get(parity_sessions::search))

@@ -11,6 +11,8 @@
 mod anthropic;
 mod collect;
 mod error;
+pub mod limits;
+mod models;
 mod openai;
 mod retry;
 pub mod sse;
@@ -318,6 +320,8 @@ pub struct Client {
     http: reqwest::Client,
     backoff: retry::Backoff,
     secrets: error::Secrets,
+    /// Rate-limit headers of the last answer that carried some (shared by clones).
+    last_limits: std::sync::Arc<std::sync::Mutex<Option<limits::RateLimits>>>,
 }
 
 impl fmt::Debug for Client {
@@ -347,6 +351,7 @@ impl Client {
             cfg,
             http,
             backoff: retry::Backoff::default(),
+            last_limits: Default::default(),
         })
     }
 
@@ -407,6 +412,7 @@ impl Client {
             on_retry,
         )
         .await?;
+        self.note_limits(resp.headers());
         let is_json = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)

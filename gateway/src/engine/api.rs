@@ -66,6 +66,12 @@ impl Engine for Api {
         Some(Arc::new(crate::mcp::routes::McpRoutes(self.0.clone())))
     }
 
+    fn providers(&self) -> Option<Arc<dyn vis_companion_api::providers::ProvidersApi>> {
+        Some(Arc::new(crate::provider_admin::routes::ProviderRoutes(
+            self.0.clone(),
+        )))
+    }
+
     fn metric_families(&self) -> Vec<vis_companion_api::metrics::Family> {
         crate::metrics::families()
     }

@@ -106,6 +106,8 @@ pub struct Gateway {
     pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
     /// MCP servers: the phone's list and each session's connections.
     pub mcp: Arc<crate::mcp::Mcp>,
+    /// Providers saved from the phone and their sign-in flows.
+    pub provider_admin: Arc<crate::provider_admin::Admin>,
     /// Turns stopped because their events could not be stored (`storage.rs`).
     pub storage: storage::StorageWatch,
     /// State of the Companion app's routes beyond the core flow (`companion/`).
@@ -123,7 +125,8 @@ impl Gateway {
         concurrency: usize,
         retain: i64,
     ) -> anyhow::Result<Arc<Gateway>> {
-        let providers = Router::from_config(&config)?;
+        let provider_admin = Arc::new(crate::provider_admin::Admin::new(home.dir.clone()));
+        let providers = Router::from_config(&config, &provider_admin.saved())?;
         let max_ord = store.call(rows::max_turn_ord).await?;
         let bus = Arc::new(Bus::new(store.clone(), retain));
         let mut host_cfg = HostConfig::new(home.dir.clone());
@@ -169,6 +172,7 @@ impl Gateway {
             presentations,
             model_sandboxes: Arc::default(),
             mcp: Arc::new(crate::mcp::Mcp::new(home_dir_for_mcp)),
+            provider_admin,
             storage: Default::default(),
             companion: companion::State::default(),
         });

@@ -49,6 +49,14 @@ impl Sessions {
             .collect()
     }
 
+    /// Publishes `event` on the stream of every session in memory: how a change that is not
+    /// a session's own (providers, MCP servers) reaches every connected client.
+    pub fn broadcast(&self, event: vis_companion_api::events::Event) {
+        for (sid, _) in self.all() {
+            self.bus.publish(&sid, event.clone());
+        }
+    }
+
     /// Sessions with a running turn.
     pub fn running_count(&self) -> usize {
         self.all()

@@ -279,8 +279,8 @@ impl Gateway {
             .project_config(root)
             .await
             .map_err(|e| format!("{e}; {stay}"))?;
-        let router =
-            crate::providers::Router::from_config(&cfg).map_err(|e| format!("{e}; {stay}"))?;
+        let router = crate::providers::Router::from_config(&cfg, &self.provider_admin.saved())
+            .map_err(|e| format!("{e}; {stay}"))?;
         if let Some(sb) = self.sandbox.get() {
             sb.routes.refresh(&router.clients);
         }

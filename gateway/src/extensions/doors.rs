@@ -86,6 +86,15 @@ pub(super) async fn answer(
         .unwrap_or("(loading)")
         .to_string();
     match op {
+        "provider_auth_print" => {
+            let printer = str_field(&payload, "printer")?;
+            let line = str_field(&payload, "line")?;
+            let sink = host.printers.lock().get(printer).cloned();
+            if let Some(sink) = sink {
+                sink(line.to_string());
+            }
+            Ok(Value::Null)
+        }
         "state_get" => {
             let ext = owner(&payload)?;
             let key = str_field(&payload, "key")?;

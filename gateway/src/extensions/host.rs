@@ -23,6 +23,8 @@ pub(super) struct Inner {
     pub(super) frozen_cleared: std::sync::atomic::AtomicBool,
     /// `<home>/logs/…/extensions.log` (`vis.log` and what extension code prints).
     pub(super) log: Option<LogFile>,
+    /// Where the lines of running `auth_fn` logins go, by printer id.
+    pub(super) printers: Mutex<HashMap<String, super::providers::LinePrinter>>,
 }
 
 /// The extension host. Cheap to clone.
@@ -64,6 +66,7 @@ impl ExtensionHost {
             reload_lock: tokio::sync::Mutex::new(()),
             frozen_cleared: std::sync::atomic::AtomicBool::new(false),
             log,
+            printers: Mutex::new(HashMap::new()),
         });
         ExtensionHost { inner }
     }

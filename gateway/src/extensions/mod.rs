@@ -47,7 +47,7 @@ pub mod worker;
 
 pub(crate) use self::filters::LoadingScope;
 pub use self::host::ExtensionHost;
-pub use self::providers::{dialect_of, DRIVEN_API_STYLES};
+pub use self::providers::{dialect_of, LinePrinter, DRIVEN_API_STYLES};
 pub use self::traits::{DoorWorker, HostEvents, HumanDoors, StateStore};
 #[cfg(test)]
 pub use self::traits::{MemoryState, NoHumanDoors};

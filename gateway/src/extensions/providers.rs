@@ -31,6 +31,12 @@ pub fn dialect_of(api_style: &str) -> Option<vis_providers::Dialect> {
     })
 }
 
+/// Where the lines an `auth_fn` prints go.
+pub type LinePrinter = std::sync::Arc<dyn Fn(String) + Send + Sync>;
+
+/// The longest an `auth_fn` login may run.
+pub const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
 impl ExtensionHost {
     /// Every `vis.Provider` of the global extensions and of `project`.
     pub async fn providers(&self, project: Option<&Path>) -> Vec<ProviderInfo> {
@@ -61,6 +67,60 @@ impl ExtensionHost {
         slot: &str,
         args: Vec<Value>,
     ) -> Result<Value, ToolError> {
+        let payload = json!({"id": provider_id, "slot": slot, "args": args});
+        let timeout = self.inner.cfg.provider_timeout;
+        self.provider_request(extension, provider_id, payload, timeout)
+            .await
+    }
+
+    /// Runs a provider's `auth_fn` (an interactive login) in the registration worker:
+    /// each line it prints goes to `print` as it is printed; the answer is `Ok(message)`
+    /// for a sign-in (`"ok"`, `"authenticated"`, `"already-authenticated"`, `True`,
+    /// `None`), `Err(reason)` otherwise. Bounded by [`LOGIN_TIMEOUT`]; the worker serves
+    /// no other call meanwhile.
+    pub fn provider_login(
+        &self,
+        extension: &str,
+        provider_id: &str,
+        print: LinePrinter,
+    ) -> impl std::future::Future<Output = Result<String, String>> + Send + 'static {
+        let host = self.clone();
+        let (extension, provider_id) = (extension.to_string(), provider_id.to_string());
+        let token = uuid::Uuid::new_v4().to_string();
+        host.inner.printers.lock().insert(token.clone(), print);
+        async move {
+            let payload =
+                json!({"id": provider_id, "slot": "auth_fn", "args": [], "printer": token});
+            let r = host
+                .provider_request(&extension, &provider_id, payload, LOGIN_TIMEOUT)
+                .await;
+            host.inner.printers.lock().remove(&token);
+            match r {
+                Ok(Value::Null) | Ok(Value::Bool(true)) => {
+                    Ok(format!("signed in to {provider_id}"))
+                }
+                Ok(Value::String(s))
+                    if matches!(s.as_str(), "ok" | "authenticated" | "already-authenticated") =>
+                {
+                    Ok(format!("signed in to {provider_id} ({s})"))
+                }
+                Ok(Value::String(s)) => Err(s),
+                Ok(_) => Err(format!("the sign-in to {provider_id} did not succeed")),
+                Err(e) => Err(format!(
+                    "the sign-in to {provider_id} failed: {}",
+                    e.message
+                )),
+            }
+        }
+    }
+
+    async fn provider_request(
+        &self,
+        extension: &str,
+        provider_id: &str,
+        mut payload: Value,
+        timeout: std::time::Duration,
+    ) -> Result<Value, ToolError> {
         let entry = self
             .inner
             .registry
@@ -77,8 +137,7 @@ impl ExtensionHost {
                 hint: None,
                 kind: "unavailable".into(),
             })?;
-        let payload =
-            json!({"file": file_str(&entry.file), "id": provider_id, "slot": slot, "args": args});
+        payload["file"] = json!(file_str(&entry.file));
         let ctx = CallCtx {
             project_root: entry.scope.project_root().map(Path::to_path_buf),
             ..CallCtx::default()
@@ -86,7 +145,7 @@ impl ExtensionHost {
         self.inner
             .workers
             .registration()
-            .call(ctx, "provider", payload, self.inner.cfg.provider_timeout)
+            .call(ctx, "provider", payload, timeout)
             .await
             .map_err(ToolError::from_call)
     }

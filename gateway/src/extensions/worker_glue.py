@@ -322,12 +322,22 @@ def _wire(value):
     return _runtime.to_portable(value)
 
 
+def _printer(token):
+    """``auth_fn``'s ``printer``: each line goes to the gateway as it is printed."""
+    def printer(line=""):
+        _host.call("provider_auth_print", {"printer": token, "line": str(line)})
+    return printer
+
+
 def op_provider(p):
     ext = _ext(p["file"])
+    args = p.get("args") or []
+    if p["slot"] == "auth_fn" and p.get("printer"):
+        args = [_printer(p["printer"])]
     for provider in ext.providers:
         if provider.id == p["id"]:
             with _host.acting_for(ext.name, p["file"]):
-                return _wire(provider.call_slot(p["slot"], *(p.get("args") or [])))
+                return _wire(provider.call_slot(p["slot"], *args))
     raise LookupError(f"extension '{ext.name}' has no provider {p['id']!r}")
 
 

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use axum::http::StatusCode;
 use std::path::Path;
 use std::sync::Arc;
+use vis_companion_api::events::{Event, McpServersUpdated};
 use vis_companion_api::mcp::{
     McpApi, McpAuthCancelled, McpAuthFlow, McpAuthStatus, McpServer, McpServerInput, McpServers,
     McpTestResult, McpToolInfo, McpTransport,
@@ -68,6 +69,15 @@ fn auth_error(e: AuthFailure) -> ApiError {
 }
 
 impl McpRoutes {
+    /// The one place MCP server changes are published: a live-only `mcp.servers_updated`
+    /// event on every session in memory, so every connected client re-reads the list.
+    fn publish(&self, change: &str, server: &str) {
+        self.0.sessions.broadcast(Event::McpServersUpdated(McpServersUpdated {
+            change: change.to_string(),
+            server: server.to_string(),
+        }));
+    }
+
     async fn config(&self) -> ApiResult<crate::config::Config> {
         self.0
             .project_config(&self.0.default_root)
@@ -178,6 +188,7 @@ impl McpApi for McpRoutes {
         })
         .await?;
         self.0.mcp.drop_server(&name).await;
+        self.publish("saved", &name);
         Ok(self.0.mcp.view(&(name, input, true)).await)
     }
 
@@ -195,6 +206,7 @@ impl McpApi for McpRoutes {
         if !enabled {
             self.0.mcp.drop_server(name).await;
         }
+        self.publish(if enabled { "enabled" } else { "disabled" }, name);
         Ok(self.0.mcp.view(&(n, input, true)).await)
     }
 
@@ -216,6 +228,7 @@ impl McpApi for McpRoutes {
             .forget(name)
             .await
             .map_err(ApiError::engine)?;
+        self.publish("removed", name);
         Ok(())
     }
 
@@ -223,12 +236,14 @@ impl McpApi for McpRoutes {
         let e = self.entry(name).await?;
         self.0.mcp.killed.lock().insert(name.to_string());
         self.0.mcp.drop_server(name).await;
+        self.publish("killed", name);
         Ok(self.0.mcp.view(&e).await)
     }
 
     async fn start(&self, name: &str) -> ApiResult<McpServer> {
         let e = self.entry(name).await?;
         self.0.mcp.killed.lock().remove(name);
+        self.publish("started", name);
         Ok(self.0.mcp.view(&e).await)
     }
 
@@ -294,12 +309,15 @@ impl McpApi for McpRoutes {
         input: &str,
     ) -> ApiResult<McpAuthFlow> {
         self.oauth_server(name).await?;
-        self.0
+        let flow = self
+            .0
             .mcp
             .auth
             .complete(name, flow_id, input)
             .await
-            .map_err(auth_error)
+            .map_err(auth_error)?;
+        self.publish("signed-in", name);
+        Ok(flow)
     }
 
     async fn auth_poll(&self, name: &str, flow_id: &str) -> ApiResult<McpAuthFlow> {
@@ -327,6 +345,7 @@ impl McpApi for McpRoutes {
             self.0.mcp.drop_server(name).await;
             self.0.mcp.note_needs_auth(name);
         }
+        self.publish("signed-out", name);
         Ok(status)
     }
 }

@@ -272,6 +272,7 @@ impl Gateway {
                     Some(e) if e.api_key_env.is_some() => "env-var",
                     Some(_) if pc.api_key.is_some() => "env-var",
                     Some(_) => "config",
+                    None if r.sources.get(id) == Some(&crate::providers::Source::Saved) => "saved",
                     None => "env-var",
                 };
                 let has_key = pc.api_key.as_deref().is_some_and(|k| !k.is_empty());
