@@ -183,6 +183,8 @@ impl Engine for Api {
             sb.tokens.revoke(sid);
         }
         g.model_sandboxes.stop(sid);
+        // Its draft stays, parked: another session of the repository can resume it.
+        g.drafts.release(sid).await;
         g.mcp.stop_session(sid).await;
         g.extensions.stop_session(sid).await;
         let id = sid.to_string();
@@ -385,7 +387,7 @@ impl Engine for Api {
 
     async fn slashes(&self, sid: &str) -> ApiResult<Value> {
         let shared = self.0.session(sid).await?;
-        let root = std::path::PathBuf::from(shared.lock().row.root.clone());
+        let root = self.0.work_root(sid, &shared.lock().row.root);
         Ok(self.0.slash_palette(&root).await)
     }
 
@@ -481,7 +483,7 @@ impl Engine for Api {
             }
         };
         let shared = g.session(&sid).await?;
-        let root = std::path::PathBuf::from(shared.lock().row.root.clone());
+        let root = g.work_root(&sid, &shared.lock().row.root);
         let cfg = g
             .project_config(&root)
             .await
@@ -598,8 +600,38 @@ impl Engine for Api {
         self.0.fork_points(sid).await
     }
 
-    async fn fork_session(&self, sid: &str, through: Option<String>) -> ApiResult<String> {
-        self.0.fork_session(self, sid, through).await
+    async fn fork_session(&self, sid: &str, req: ForkRequest) -> ApiResult<String> {
+        self.0.fork_session(self, sid, req).await
+    }
+
+    async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {
+        self.0.route_drafts(sid).await
+    }
+
+    async fn create_draft(
+        &self,
+        sid: &str,
+        label: &str,
+        clean: bool,
+    ) -> ApiResult<WorkspaceChange> {
+        self.0.route_create_draft(sid, label, clean).await
+    }
+
+    async fn resume_draft(&self, sid: &str, workspace_id: &str) -> ApiResult<WorkspaceChange> {
+        self.0.route_resume_draft(sid, workspace_id).await
+    }
+
+    async fn stash_draft(&self, sid: &str) -> ApiResult<WorkspaceChange> {
+        self.0.route_stash_draft(sid).await
+    }
+
+    async fn abandon_draft(
+        &self,
+        sid: &str,
+        workspace_id: &str,
+        reason: Option<String>,
+    ) -> ApiResult<WorkspaceChange> {
+        self.0.route_abandon_draft(sid, workspace_id, reason).await
     }
 
     fn request_stop(&self) {

@@ -17,6 +17,7 @@ mod slash;
 mod storage;
 pub mod turn;
 mod views;
+pub mod workspace;
 
 pub use api::Api;
 
@@ -106,6 +107,8 @@ pub struct Gateway {
     pub storage: storage::StorageWatch,
     /// State of the Companion app's routes beyond the core flow (`companion/`).
     pub companion: companion::State,
+    /// Drafts: isolated workspaces, and which session is in which (`workspace.rs`).
+    pub drafts: Arc<crate::drafts::Drafts>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -143,6 +146,7 @@ impl Gateway {
             human_input.clone(),
         );
         let home_dir_for_mcp = home.dir.clone();
+        let drafts = Arc::new(crate::drafts::Drafts::open(store.clone(), &home.dir).await?);
         let gw = Arc::new(Gateway {
             store,
             bus,
@@ -166,6 +170,7 @@ impl Gateway {
             mcp: Arc::new(crate::mcp::Mcp::new(home_dir_for_mcp)),
             storage: Default::default(),
             companion: companion::State::default(),
+            drafts,
         });
         gw.human_input.bind(&gw);
         gw.watch_storage();
@@ -196,23 +201,26 @@ impl Gateway {
         self.next_ord.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The extension host's view of a session.
-    pub fn session_ctx(sid: &str, root: &std::path::Path) -> SessionCtx {
+    /// The extension host's view of a session in its current workspace: the project is
+    /// the real folder (`trunk`), the workspace is the draft's folder while it is in one.
+    pub fn session_in(&self, sid: &str, trunk: &std::path::Path) -> SessionCtx {
         SessionCtx {
             id: sid.to_string(),
-            project_root: Some(root.to_path_buf()),
-            workspace_root: root.to_path_buf(),
+            project_root: Some(trunk.to_path_buf()),
+            workspace_root: self.work_root(sid, &trunk.to_string_lossy()),
         }
     }
 
     /// Tools of a model turn and the extensions' prompt fragments: `apropos`/`doc`, the
     /// active extensions' Symbols, and the built-ins (wrapped in the op hooks).
     pub async fn turn_tools(
-        &self,
+        self: &Arc<Self>,
         sid: &str,
-        root: &std::path::Path,
+        trunk: &std::path::Path,
     ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
-        let session = Self::session_ctx(sid, root);
+        let session = self.session_in(sid, trunk);
+        let root = session.workspace_root.clone();
+        let root = root.as_path();
         let host = self.extensions.clone();
         let extras = host.turn(&session, Some("web")).await;
         let cfg = self.project_config(root).await.unwrap_or_default();
@@ -241,6 +249,7 @@ impl Gateway {
                     home: self.home.dir.clone(),
                     limit: cfg.block_limit(),
                     mcp: self.mcp.clone(),
+                    drafts: Some(workspace::model_drafts(self)),
                 },
                 symbols,
                 mcp_fns,
@@ -271,6 +280,13 @@ impl Gateway {
                 }));
             }
         }
+        let drafts = workspace::model_drafts(self);
+        let draft_tools = crate::drafts::FUNCTIONS.iter().map(|f| {
+            Arc::new(workspace::DraftTool {
+                name: f,
+                drafts: drafts.clone(),
+            }) as Arc<dyn Tool>
+        });
         for inner in self.extra_tools.read().iter() {
             tools.push(Arc::new(ext::Hooked {
                 host: host.clone(),
@@ -278,6 +294,8 @@ impl Gateway {
                 session: session.clone(),
             }));
         }
+        // Not wrapped: they cross `draft/*` and `git/commit` themselves.
+        tools.extend(draft_tools);
         (tools, extras.into_prompts())
     }
 

@@ -17,6 +17,29 @@ pub const BUILTINS: &[(&str, &str)] = &[
         "Reload the configuration (providers, policy) and extensions",
     ),
     ("extensions", "List loaded extensions and load failures"),
+    (
+        "draft",
+        "Isolated workspaces: /draft new NAME, /draft, /draft list, /draft apply, /draft stash, /draft resume NAME, /draft abandon",
+    ),
+];
+
+/// The `/draft` sub-commands, listed in the palette as commands of their own.
+const DRAFT_PALETTE: &[(&str, &str)] = &[
+    (
+        "draft new",
+        "Create an isolated draft workspace and enter it: /draft new NAME",
+    ),
+    ("draft list", "List the drafts of this repository"),
+    (
+        "draft apply",
+        "Land the draft's changes in the real folder (commit + merge in git)",
+    ),
+    (
+        "draft stash",
+        "Return to trunk, keeping the draft for /draft resume",
+    ),
+    ("draft resume", "Enter a stashed draft: /draft resume NAME"),
+    ("draft abandon", "Discard the current draft for good"),
 ];
 
 /// Commands that need the sandbox.
@@ -89,6 +112,9 @@ impl Gateway {
             .into_iter()
             .map(|(n, d)| json!({"name": format!("/{n}"), "doc": d}))
             .collect();
+        for (n, d) in DRAFT_PALETTE {
+            cmds.push(json!({"name": format!("/{n}"), "doc": d}));
+        }
         for (n, d) in CLIENT_NATIVE {
             if !cmds.iter().any(|c| c["name"] == format!("/{n}")) {
                 cmds.push(json!({"name": format!("/{n}"), "doc": d}));
@@ -130,16 +156,21 @@ impl Gateway {
             "reload" => self.reload_all(project).await,
             "extensions" => Ok(self.extensions.extensions_markdown(Some(project)).await),
             "sh" => self.slash_sh(sid, args, project).await,
+            "draft" => self.slash_draft(sid, args).await,
             "net-probe" => self.slash_net_probe(sid, args, project).await,
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self
                     .loaded_session(sid)
                     .map(|s| s.lock().row.channel.clone());
+                let trunk = self
+                    .loaded_session(sid)
+                    .map(|s| std::path::PathBuf::from(&s.lock().row.root))
+                    .unwrap_or_else(|| project.to_path_buf());
                 let out = self
                     .extensions
                     .run_slash_outcome(
-                        &Self::session_ctx(sid, project),
+                        &self.session_in(sid, &trunk),
                         other,
                         args,
                         channel.as_deref(),

@@ -64,6 +64,10 @@ impl Gateway {
         if let Some(f) = &row.first_request {
             m.insert("first_request".into(), json!(f));
         }
+        m.insert(
+            "workspace".into(),
+            json!(self.workspace_view(&row.id, &row.root)),
+        );
         s
     }
 
@@ -123,11 +127,7 @@ impl Gateway {
         };
         let end = q.limit.map(|l| (start + l).min(total)).unwrap_or(total);
         let empty = Live::default();
-        let soul_of = |r: &SessionRow| {
-            let mut s = self.soul(r, live.get(&r.id).unwrap_or(&empty));
-            s["workspace"] = json!({"root": r.root, "repo_root": repo_root(&r.root), "label": label(&r.root), "fork_ms": null, "is_draft": false});
-            s
-        };
+        let soul_of = |r: &SessionRow| self.soul(r, live.get(&r.id).unwrap_or(&empty));
         let page: Vec<Value> = listed[start..end]
             .iter()
             .map(|(_, _, r)| soul_of(r))
@@ -220,16 +220,6 @@ pub fn window(rows: Vec<Value>, limit: Option<usize>, offset: Option<usize>, cap
     }
     let page: Vec<Value> = rows[first..end].to_vec();
     json!({"turns": page, "total": total, "offset": first, "has_more": first > 0})
-}
-
-fn repo_root(root: &str) -> Option<String> {
-    let mut p = std::path::Path::new(root);
-    loop {
-        if p.join(".git").exists() {
-            return Some(p.to_string_lossy().to_string());
-        }
-        p = p.parent()?;
-    }
 }
 
 fn label(root: &str) -> String {

@@ -1,0 +1,466 @@
+//! The git backend: the real `git` CLI, run with `tokio::process`.
+//!
+//! Create: the trunk's current tree (tracked changes, staged or not, and untracked files
+//! that are not ignored) is written through a throwaway index — a copy of the user's, so
+//! only changed files are hashed — into a baseline commit; the user's index, working tree
+//! and refs are never touched. A worktree on the draft's own branch is checked out from it.
+//!
+//! Apply: the draft's changes are committed on its branch; `git merge-tree` merges them
+//! onto the target branch's tip (base: the baseline) without touching any working tree;
+//! `git read-tree -m -u` moves the trunk's index and files from the tip to the merge the
+//! way a checkout does (it refuses, changing nothing, when a file the merge changes has
+//! uncommitted edits in trunk); then the branch ref moves, compare-and-swap on the tip.
+//! The gateway's own plumbing runs with the repository's git hooks switched off: its commits
+//! cross the extensions' `git/commit` op hook instead.
+
+use super::{guard, DraftError, Hooks};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// A repository a trunk root lies in.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    pub top: PathBuf,
+    /// The trunk root relative to `top` (`""` or `"sub/dir/"`).
+    pub prefix: String,
+}
+
+struct Out {
+    ok: bool,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn exec(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Out, DraftError> {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("-C")
+        .arg(dir)
+        .args(["-c", "core.hooksPath=/dev/null"])
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .await
+        .map_err(|e| DraftError::failed(format!("cannot run git: {e}")))?;
+    Ok(Out {
+        ok: out.status.success(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Runs git and returns its trimmed stdout, or a failure naming the command and git's words.
+async fn git(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, DraftError> {
+    let out = exec(dir, args, env).await?;
+    if !out.ok {
+        return Err(DraftError::failed(format!(
+            "git {} failed: {}",
+            args.first().copied().unwrap_or(""),
+            out.stderr.trim()
+        )));
+    }
+    Ok(out.stdout.trim_end().to_string())
+}
+
+/// The repository `root` lies in, if any.
+pub async fn detect(root: &Path) -> Option<Repo> {
+    let out = exec(
+        root,
+        &["rev-parse", "--show-toplevel", "--show-prefix"],
+        &[],
+    )
+    .await
+    .ok()?;
+    if !out.ok {
+        return None;
+    }
+    let mut lines = out.stdout.lines();
+    let top = PathBuf::from(lines.next()?.trim());
+    let prefix = lines.next().unwrap_or("").trim().to_string();
+    Some(Repo { top, prefix })
+}
+
+/// Author and committer for the gateway's commits when the user has configured none.
+async fn identity(top: &Path) -> Vec<(&'static str, &'static str)> {
+    match exec(top, &["var", "GIT_COMMITTER_IDENT"], &[]).await {
+        Ok(o) if o.ok => Vec::new(),
+        _ => vec![
+            ("GIT_AUTHOR_NAME", "Vis"),
+            ("GIT_AUTHOR_EMAIL", "vis@localhost"),
+            ("GIT_COMMITTER_NAME", "Vis"),
+            ("GIT_COMMITTER_EMAIL", "vis@localhost"),
+        ],
+    }
+}
+
+async fn commit_tree(
+    top: &Path,
+    tree: &str,
+    parents: &[&str],
+    message: &str,
+) -> Result<String, DraftError> {
+    let mut args = vec!["commit-tree", tree];
+    for p in parents {
+        args.extend(["-p", p]);
+    }
+    args.extend(["-m", message]);
+    git(top, &args, &identity(top).await).await
+}
+
+/// A commit crossing the `git/commit` hooks: before (may refuse), make it, after.
+async fn hooked_commit(
+    hooks: &dyn Hooks,
+    args: Value,
+    make: impl std::future::Future<Output = Result<String, DraftError>>,
+) -> Result<String, DraftError> {
+    guard(hooks, "git/commit", &args).await?;
+    let sha = make.await?;
+    hooks.after("git/commit", &args, &sha).await;
+    Ok(sha)
+}
+
+/// What a new git draft starts from.
+pub struct Created {
+    pub baseline: String,
+    pub target_branch: String,
+}
+
+/// Makes the worktree `dir` on a new branch `branch`, from the trunk's current tree (or
+/// from `HEAD` when `clean`). `args` are the draft's hook arguments.
+pub async fn create(
+    repo: &Repo,
+    dir: &Path,
+    branch: &str,
+    clean: bool,
+    hooks: &dyn Hooks,
+    args: &Value,
+) -> Result<Created, DraftError> {
+    let top = &repo.top;
+    let head = git(top, &["rev-parse", "--verify", "-q", "HEAD^{commit}"], &[])
+        .await
+        .map_err(|_| {
+            DraftError::unavailable(format!(
+                "the repository at {} has no commit yet: commit once, then make a draft",
+                top.display()
+            ))
+        })?;
+    let target = git(top, &["symbolic-ref", "-q", "--short", "HEAD"], &[])
+        .await
+        .map_err(|_| {
+            DraftError::unavailable(
+                "trunk is on a detached HEAD: check out a branch to apply a draft into first",
+            )
+        })?;
+    let exists = exec(
+        top,
+        &[
+            "rev-parse",
+            "--verify",
+            "-q",
+            &format!("refs/heads/{branch}"),
+        ],
+        &[],
+    )
+    .await?;
+    if exists.ok {
+        return Err(DraftError::state(
+            "draft-exists",
+            format!("the branch {branch} already exists in {}", top.display()),
+        ));
+    }
+    let baseline = if clean {
+        head.clone()
+    } else {
+        snapshot(top, &head, dir, hooks, args).await?
+    };
+    if let Some(parent) = dir.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| DraftError::failed(format!("cannot make {}: {e}", parent.display())))?;
+    }
+    let d = dir.to_string_lossy();
+    git(
+        top,
+        &["worktree", "add", "--quiet", "-b", branch, &d, &baseline],
+        &[],
+    )
+    .await?;
+    Ok(Created {
+        baseline,
+        target_branch: target,
+    })
+}
+
+/// The trunk's working tree as a commit on top of `head` (`head` itself when unchanged).
+async fn snapshot(
+    top: &Path,
+    head: &str,
+    dir: &Path,
+    hooks: &dyn Hooks,
+    args: &Value,
+) -> Result<String, DraftError> {
+    // Beside the draft folders; a label never starts with a dot, so this name is free.
+    let parent = dir.parent().unwrap_or(dir);
+    let _ = tokio::fs::create_dir_all(parent).await;
+    let index = parent.join(format!(".{}.index", uuid::Uuid::new_v4()));
+    let real = PathBuf::from(
+        git(
+            top,
+            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
+            &[],
+        )
+        .await?,
+    );
+    let _ = tokio::fs::remove_file(&index).await;
+    if tokio::fs::metadata(&real).await.is_ok() {
+        tokio::fs::copy(&real, &index)
+            .await
+            .map_err(|e| DraftError::failed(format!("cannot copy the index: {e}")))?;
+    }
+    let idx = index.to_string_lossy().into_owned();
+    let env = [("GIT_INDEX_FILE", idx.as_str())];
+    let tree = async {
+        git(top, &["add", "-A", "--", "."], &env).await?;
+        git(top, &["write-tree"], &env).await
+    }
+    .await;
+    let _ = tokio::fs::remove_file(&index).await;
+    let tree = tree?;
+    if git(top, &["rev-parse", &format!("{head}^{{tree}}")], &[]).await? == tree {
+        return Ok(head.to_string());
+    }
+    let message = "vis: the trunk's uncommitted changes a draft started from";
+    let mut a = args.clone();
+    a["message"] = json!(message);
+    hooked_commit(hooks, a, commit_tree(top, &tree, &[head], message)).await
+}
+
+/// The draft's current tree (its index updated from its files) and the files that differ
+/// from the baseline.
+pub async fn changed(d: &super::Draft) -> Result<(String, Vec<String>), DraftError> {
+    let Some(base) = &d.baseline else {
+        return Err(DraftError::failed("the draft has no git baseline"));
+    };
+    git(&d.dir, &["add", "-A", "--", "."], &[]).await?;
+    let tree = git(&d.dir, &["write-tree"], &[]).await?;
+    let files = git(
+        &d.dir,
+        &["diff-tree", "-r", "--name-only", "-z", base, &tree],
+        &[],
+    )
+    .await?
+    .split('\0')
+    .filter(|f| !f.is_empty())
+    .map(str::to_string)
+    .collect();
+    Ok((tree, files))
+}
+
+/// An apply, checked and ready to land: nothing is written yet.
+#[derive(Debug)]
+pub struct Prepared {
+    pub files: Vec<String>,
+    draft_head: String,
+    draft_commit: String,
+    tip: String,
+    merged: String,
+}
+
+/// Commits the draft's state as an object (no ref moves), merges it onto the target
+/// branch in memory and checks that trunk can take the merge. `None`: nothing changed.
+pub async fn prepare(
+    d: &super::Draft,
+    top: &Path,
+    message: &str,
+) -> Result<Option<Prepared>, DraftError> {
+    let (Some(base), Some(target)) = (&d.baseline, &d.target_branch) else {
+        return Err(DraftError::failed("the draft has no git baseline"));
+    };
+    let dir = &d.dir;
+    let (tree, files) = changed(d).await?;
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let draft_head = git(dir, &["rev-parse", "HEAD"], &[]).await?;
+    let draft_commit = if git(dir, &["rev-parse", "HEAD^{tree}"], &[]).await? == tree {
+        draft_head.clone()
+    } else {
+        commit_tree(top, &tree, &[&draft_head], message).await?
+    };
+    let on = git(top, &["symbolic-ref", "-q", "HEAD"], &[])
+        .await
+        .unwrap_or_default();
+    if on != format!("refs/heads/{target}") {
+        return Err(DraftError::conflict(
+            format!(
+                "trunk is no longer on {target} (now {}): check out {target} to apply this draft",
+                if on.is_empty() {
+                    "a detached HEAD"
+                } else {
+                    on.trim_start_matches("refs/heads/")
+                }
+            ),
+            Vec::new(),
+        ));
+    }
+    let tip = git(top, &["rev-parse", "--verify", "HEAD^{commit}"], &[]).await?;
+    let mb = format!("--merge-base={base}");
+    let merge = exec(
+        top,
+        &[
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            "--no-messages",
+            &mb,
+            &tip,
+            &draft_commit,
+        ],
+        &[],
+    )
+    .await?;
+    let mut lines = merge.stdout.lines();
+    let merged = lines.next().unwrap_or("").trim().to_string();
+    match merge.code {
+        Some(0) => {}
+        Some(1) => {
+            let files: Vec<String> = lines
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect();
+            return Err(DraftError::conflict(
+                format!(
+                    "the draft conflicts with changes committed on {target} since it started ({}): \
+                     nothing was changed; reconcile them, then apply again",
+                    files.join(", ")
+                ),
+                files,
+            ));
+        }
+        _ => {
+            return Err(DraftError::failed(format!(
+                "git merge-tree failed: {}",
+                merge.stderr.trim()
+            )))
+        }
+    }
+    let _ = exec(top, &["update-index", "-q", "--refresh"], &[]).await;
+    let dry = exec(top, &["read-tree", "-m", "-u", "-n", &tip, &merged], &[]).await?;
+    if !dry.ok {
+        return Err(trunk_conflict(&dry.stderr));
+    }
+    Ok(Some(Prepared {
+        files,
+        draft_head,
+        draft_commit,
+        tip,
+        merged,
+    }))
+}
+
+/// Trunk has uncommitted edits (or untracked files) where the draft changes files.
+fn trunk_conflict(stderr: &str) -> DraftError {
+    let files: Vec<String> = stderr
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once('\'')?;
+            let (name, _) = rest.split_once('\'')?;
+            Some(name.to_string())
+        })
+        .collect();
+    let named = if files.is_empty() {
+        stderr.trim().to_string()
+    } else {
+        files.join(", ")
+    };
+    DraftError::conflict(
+        format!(
+            "trunk has uncommitted changes to files the draft also changes ({named}): nothing \
+             was changed; commit or undo them in trunk, then apply again"
+        ),
+        files,
+    )
+}
+
+/// Lands a prepared apply: the draft's commit on its branch, the merge commit, trunk's
+/// files and index, then the target branch (each commit through the `git/commit` hooks).
+/// Returns the merge commit.
+pub async fn land(
+    d: &super::Draft,
+    top: &Path,
+    p: &Prepared,
+    message: &str,
+    hooks: &dyn Hooks,
+) -> Result<String, DraftError> {
+    let (Some(branch), Some(target)) = (&d.branch, &d.target_branch) else {
+        return Err(DraftError::failed("the draft has no branch"));
+    };
+    let mut args = serde_json::Value::Object(d.hook_args());
+    args["message"] = json!(message);
+    args["files"] = json!(p.files);
+    if p.draft_commit != p.draft_head {
+        args["branch"] = json!(branch);
+        let r = format!("refs/heads/{branch}");
+        hooked_commit(hooks, args.clone(), async {
+            git(
+                top,
+                &["update-ref", &r, &p.draft_commit, &p.draft_head],
+                &[],
+            )
+            .await?;
+            Ok(p.draft_commit.clone())
+        })
+        .await?;
+    }
+    let merge_message = format!("Merge draft '{}' into {target}\n\n{message}", d.label);
+    args["branch"] = json!(target);
+    args["message"] = json!(merge_message);
+    let merge = hooked_commit(hooks, args, async {
+        let m = commit_tree(top, &p.merged, &[&p.tip, &p.draft_commit], &merge_message).await?;
+        let moved = exec(top, &["read-tree", "-m", "-u", &p.tip, &m], &[]).await?;
+        if !moved.ok {
+            return Err(trunk_conflict(&moved.stderr));
+        }
+        let r = format!("refs/heads/{target}");
+        git(
+            top,
+            &["update-ref", "-m", "vis: apply a draft", &r, &m, &p.tip],
+            &[],
+        )
+        .await?;
+        Ok(m)
+    })
+    .await?;
+    Ok(merge)
+}
+
+/// Removes the draft's worktree and branch (abandon, or after apply).
+pub async fn remove(d: &super::Draft, top: &Path) -> Result<(), DraftError> {
+    let dir = d.dir.to_string_lossy().into_owned();
+    let out = exec(
+        top,
+        &["worktree", "remove", "--force", "--force", &dir],
+        &[],
+    )
+    .await?;
+    if !out.ok {
+        // Already gone from disk: forget its administrative files.
+        let _ = tokio::fs::remove_dir_all(&d.dir).await;
+        let _ = exec(top, &["worktree", "prune"], &[]).await;
+    }
+    if let Some(b) = &d.branch {
+        let _ = exec(top, &["branch", "-D", "--quiet", b], &[]).await;
+    }
+    Ok(())
+}
