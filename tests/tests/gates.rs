@@ -312,6 +312,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sessions/{sid}/workspace/drafts"),
     ("POST", "/v1/sessions/{sid}/workspace/drafts"),
     ("POST", "/v1/sessions/{sid}/workspace/resume"),
+    ("POST", "/v1/sessions/{sid}/workspace/stash"),
+    ("DELETE", "/v1/sessions/{sid}/workspace/drafts/{wid}"),
     ("GET", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
     ("POST", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
     (
@@ -364,6 +366,7 @@ fn fill(template: &str, sid: &str) -> String {
         .replace("{token}", "unknown-device")
         .replace("{pid}", "00000000-0000-4000-8000-000000000005")
         .replace("{jid}", "job-1")
+        .replace("{wid}", "00000000-0000-4000-8000-000000000006")
         .replace("{id}", "reasoning_level");
     if path == "/v1/events" {
         format!("/v1/events?sids={sid}")

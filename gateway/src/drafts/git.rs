@@ -190,9 +190,20 @@ pub async fn create(
             .map_err(|e| DraftError::failed(format!("cannot make {}: {e}", parent.display())))?;
     }
     let d = dir.to_string_lossy();
+    // Parallel checkout: writing the files is most of a draft's cost on a large tree.
     git(
         top,
-        &["worktree", "add", "--quiet", "-b", branch, &d, &baseline],
+        &[
+            "-c",
+            "checkout.workers=8",
+            "worktree",
+            "add",
+            "--quiet",
+            "-b",
+            branch,
+            &d,
+            &baseline,
+        ],
         &[],
     )
     .await?;
