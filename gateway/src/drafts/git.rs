@@ -475,3 +475,121 @@ pub async fn remove(d: &super::Draft, top: &Path) -> Result<(), DraftError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drafts::{Backend, Draft, DraftState};
+
+    struct NoHooks;
+    #[async_trait::async_trait]
+    impl Hooks for NoHooks {
+        async fn before(&self, _: &str, _: &Value) -> Result<(), String> {
+            Ok(())
+        }
+        async fn after(&self, _: &str, _: &Value, _: &str) {}
+    }
+
+    fn sh(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn draft(repo: &Repo, dir: &Path, made: &Created) -> Draft {
+        Draft {
+            workspace_id: "w".into(),
+            label: "t".into(),
+            repo_root: repo.top.clone(),
+            trunk_root: repo.top.clone(),
+            dir: dir.to_path_buf(),
+            root: dir.to_path_buf(),
+            backend: Backend::Git,
+            branch: Some("vis-draft/t".into()),
+            target_branch: Some(made.target_branch.clone()),
+            baseline: Some(made.baseline.clone()),
+            state: DraftState::Active,
+            session_id: None,
+            created_by: "s".into(),
+            fork_ms: 0,
+            ended_ms: None,
+            reason: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_draft_starts_from_staged_unstaged_and_untracked_work_without_touching_the_users_index(
+    ) {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("repo");
+        std::fs::create_dir_all(&top).unwrap();
+        sh(&top, &["init", "-q", "-b", "main"]);
+        std::fs::write(top.join("a.txt"), "a\n").unwrap();
+        std::fs::write(top.join("b.txt"), "b\n").unwrap();
+        std::fs::write(top.join(".gitignore"), "*.log\n").unwrap();
+        sh(&top, &["add", "."]);
+        sh(&top, &["commit", "-qm", "init"]);
+        std::fs::write(top.join("a.txt"), "a staged\n").unwrap();
+        sh(&top, &["add", "a.txt"]);
+        std::fs::write(top.join("b.txt"), "b unstaged\n").unwrap();
+        std::fs::write(top.join("new.txt"), "untracked\n").unwrap();
+        std::fs::write(top.join("x.log"), "ignored\n").unwrap();
+        let index_before = std::fs::read(top.join(".git/index")).unwrap();
+        let status_before = sh(&top, &["status", "--porcelain"]);
+
+        let repo = detect(&top).await.unwrap();
+        let dir = t.path().join("drafts/t");
+        let made = create(&repo, &dir, "vis-draft/t", false, &NoHooks, &json!({}))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(top.join(".git/index")).unwrap(), index_before);
+        assert_eq!(sh(&top, &["status", "--porcelain"]), status_before);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("a.txt")).unwrap(),
+            "a staged\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("b.txt")).unwrap(),
+            "b unstaged\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("new.txt")).unwrap(),
+            "untracked\n"
+        );
+        assert!(!dir.join("x.log").exists());
+
+        // Apply lands only the draft's own change; trunk's work stays uncommitted.
+        let d = draft(&repo, &dir, &made);
+        std::fs::write(dir.join("c.txt"), "from the draft\n").unwrap();
+        let p = prepare(&d, &top, "add c").await.unwrap().unwrap();
+        assert_eq!(p.files, vec!["c.txt"]);
+        land(&d, &top, &p, "add c", &NoHooks).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(top.join("c.txt")).unwrap(),
+            "from the draft\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(top.join("b.txt")).unwrap(),
+            "b unstaged\n"
+        );
+        let status = sh(&top, &["status", "--porcelain"]);
+        assert!(
+            status.contains("M  a.txt") && status.contains(" M b.txt"),
+            "{status}"
+        );
+        assert!(!status.contains("c.txt"), "{status}");
+        let head_tree = sh(&top, &["show", "--stat", "--format=%s", "HEAD"]);
+        assert!(
+            head_tree.starts_with("Merge draft 't' into main"),
+            "{head_tree}"
+        );
+        remove(&d, &top).await.unwrap();
+        assert!(!dir.exists());
+    }
+}

@@ -158,13 +158,20 @@ impl Gateway {
                 self.drafts.current(sid).map(|c| c.workspace_id).as_deref(),
             )),
         };
-        self.bus.publish(
+        self.publish_workspace_event(
             sid,
             "session.workspace_updated",
-            payload(json!({"session_id": sid, "action": action.as_str(),
-                "workspace": change.workspace, "draft": change.draft})),
+            json!({"session_id": sid, "action": action.as_str(),
+                "workspace": change.workspace, "draft": change.draft}),
         );
         change
+    }
+
+    /// The one place draft and fork changes go onto a session's stream:
+    /// `session.workspace_updated {action, workspace, draft}` and `session.forked
+    /// {fork_session_id, through_turn_id}`.
+    pub fn publish_workspace_event(&self, sid: &str, kind: &str, data: Value) {
+        self.bus.publish(sid, kind, payload(data));
     }
 
     /// Refuses a route's workspace change while a turn runs or waits (its tools would

@@ -410,9 +410,15 @@ class HostFunction:
 def _enter(path):
     """Follow the session into (or out of) a draft: the rest of the block runs there."""
     global _workspace
-    if isinstance(path, str) and os.path.isdir(path):
-        _workspace = path
-        os.chdir(path)
+    if not isinstance(path, str):
+        return
+    if not os.path.isdir(path):
+        # Fail closed: the rest of this block must not write into the folder it just left.
+        raise PermissionError(f"the workspace moved to {path}, which this runtime cannot reach "
+                              "(the jail binds only the folder it started in); the next block "
+                              "runs there")
+    _workspace = path
+    os.chdir(path)
 
 
 class GrepFunction(HostFunction):

@@ -334,11 +334,11 @@ impl Gateway {
             })
             .await
             .map_err(store_err)?;
-        self.bus.publish(
+        self.publish_workspace_event(
             sid,
             "session.forked",
-            payload(json!({"session_id": sid, "fork_session_id": new_sid,
-                "through_turn_id": turns[end - 1].tid, "created_at": now})),
+            json!({"session_id": sid, "fork_session_id": new_sid,
+                "through_turn_id": turns[end - 1].tid, "created_at": now}),
         );
         if let Some(label) = &req.draft_label {
             if let Err(e) = self.draft_create(&new_sid, label, false).await {
