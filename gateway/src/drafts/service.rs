@@ -218,12 +218,13 @@ impl Drafts {
                 d.target_branch = Some(made.target_branch);
             }
             None => {
-                let (src, dst, skip, mpath) = (
-                    trunk.to_path_buf(),
-                    dir.clone(),
-                    self.skip.clone(),
-                    self.manifest_path(&d),
-                );
+                // The gateway's home is never copied (a folder inside it: only the drafts).
+                let skip = if self.skip.iter().any(|s| trunk.starts_with(s)) {
+                    vec![self.dir.clone()]
+                } else {
+                    self.skip.clone()
+                };
+                let (src, dst, mpath) = (trunk.to_path_buf(), dir.clone(), self.manifest_path(&d));
                 let made = tokio::task::spawn_blocking(move || {
                     let m = copy::create(&src, &dst, &skip)?;
                     if let Some(p) = mpath.parent() {
