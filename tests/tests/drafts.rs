@@ -526,3 +526,29 @@ async fn bad_draft_input_is_refused_clearly_and_changes_nothing_on_disk() {
     assert_eq!(branches(&root).trim(), "* main");
     assert_eq!(git(&root, &["status", "--porcelain"]).trim(), "");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sh_and_the_exec_environment_of_a_drafted_session_run_in_the_draft() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let root = dirs.root();
+    repo(&root);
+    let gw = start(&llm, dirs.clone()).await;
+    let sid = gw.create_session_at(&root).await;
+    slash(&gw, &sid, "/draft new kids").await.unwrap();
+    let draft = workspace(&gw, &sid).await["root"].as_str().unwrap().to_string();
+    let out = slash(&gw, &sid, "/sh pwd && echo sh > s.txt").await.unwrap();
+    assert!(out.contains(&draft), "{out}");
+    assert!(!root.join("s.txt").exists());
+    let env = gw.sandbox_env(&sid).await;
+    assert_eq!(env["cwd"], draft.as_str(), "{env}");
+    let ran = gw.exec(&sid, &["sh", "-c", "pwd"]).await;
+    assert!(ran.ok(), "{}", ran.stderr);
+    assert_eq!(ran.stdout.trim(), draft);
+    // The palette lists the draft commands.
+    let (_, pal) = gw.get(format!("/v1/sessions/{sid}/slashes")).await;
+    let names = pal["commands"].to_string();
+    for c in ["/draft", "/draft new", "/draft apply", "/draft stash", "/draft resume"] {
+        assert!(names.contains(&format!("\"{c}\"")), "{c}: {names}");
+    }
+}

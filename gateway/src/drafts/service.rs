@@ -182,9 +182,9 @@ impl Drafts {
                 format!("the draft folder {} already exists", dir.display()),
             ));
         }
-        let root = match &repo {
-            Some(r) => dir.join(&r.prefix),
-            None => dir.clone(),
+        let root = match repo.as_ref().map(|r| r.prefix.trim_end_matches('/')) {
+            Some(prefix) if !prefix.is_empty() => dir.join(prefix),
+            _ => dir.clone(),
         };
         let mut d = Draft {
             workspace_id: uuid::Uuid::new_v4().to_string(),

@@ -387,7 +387,7 @@ impl Engine for Api {
 
     async fn slashes(&self, sid: &str) -> ApiResult<Value> {
         let shared = self.0.session(sid).await?;
-        let root = self.0.work_root(sid, &shared.lock().row.root);
+        let root = std::path::PathBuf::from(shared.lock().row.root.clone());
         Ok(self.0.slash_palette(&root).await)
     }
 

@@ -298,7 +298,8 @@ impl Gateway {
             None if !request.trim_start().starts_with('/') => self.effective_model(pinned).await,
             None => None,
         };
-        if self.is_slash(&request, std::path::Path::new(&root)).await {
+        // Slash commands are the project's (its real folder), wherever the session works.
+        if self.is_slash(&request, &trunk).await {
             if let Some(r) = shared
                 .lock()
                 .running

@@ -142,7 +142,14 @@ impl Gateway {
             "chunk.slash",
             payload(json!({"turn_id": tid, "iteration": 1, "detail": detail.trim_end()})),
         );
-        let project = Path::new(root);
+        // `/sh` and `/net-probe` run where the session works (a draft's folder while it is in
+        // one); the command set, `/reload` and extensions are the project's (its real folder).
+        let work = Path::new(root);
+        let trunk = self
+            .loaded_session(sid)
+            .map(|s| std::path::PathBuf::from(&s.lock().row.root))
+            .unwrap_or_else(|| work.to_path_buf());
+        let project = trunk.as_path();
         // An extension command's `data` (kept in the transcript besides its Markdown).
         let mut data = None;
         let result: Result<String, String> = match name {
@@ -155,22 +162,18 @@ impl Gateway {
                 .join("\n")),
             "reload" => self.reload_all(project).await,
             "extensions" => Ok(self.extensions.extensions_markdown(Some(project)).await),
-            "sh" => self.slash_sh(sid, args, project).await,
+            "sh" => self.slash_sh(sid, args, work).await,
             "draft" => self.slash_draft(sid, args).await,
-            "net-probe" => self.slash_net_probe(sid, args, project).await,
+            "net-probe" => self.slash_net_probe(sid, args, work).await,
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self
                     .loaded_session(sid)
                     .map(|s| s.lock().row.channel.clone());
-                let trunk = self
-                    .loaded_session(sid)
-                    .map(|s| std::path::PathBuf::from(&s.lock().row.root))
-                    .unwrap_or_else(|| project.to_path_buf());
                 let out = self
                     .extensions
                     .run_slash_outcome(
-                        &self.session_in(sid, &trunk),
+                        &self.session_in(sid, project),
                         other,
                         args,
                         channel.as_deref(),
