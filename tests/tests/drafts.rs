@@ -536,8 +536,13 @@ async fn sh_and_the_exec_environment_of_a_drafted_session_run_in_the_draft() {
     let gw = start(&llm, dirs.clone()).await;
     let sid = gw.create_session_at(&root).await;
     slash(&gw, &sid, "/draft new kids").await.unwrap();
-    let draft = workspace(&gw, &sid).await["root"].as_str().unwrap().to_string();
-    let out = slash(&gw, &sid, "/sh pwd && echo sh > s.txt").await.unwrap();
+    let draft = workspace(&gw, &sid).await["root"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = slash(&gw, &sid, "/sh pwd && echo sh > s.txt")
+        .await
+        .unwrap();
     assert!(out.contains(&draft), "{out}");
     assert!(!root.join("s.txt").exists());
     let env = gw.sandbox_env(&sid).await;
@@ -548,7 +553,13 @@ async fn sh_and_the_exec_environment_of_a_drafted_session_run_in_the_draft() {
     // The palette lists the draft commands.
     let (_, pal) = gw.get(format!("/v1/sessions/{sid}/slashes")).await;
     let names = pal["commands"].to_string();
-    for c in ["/draft", "/draft new", "/draft apply", "/draft stash", "/draft resume"] {
+    for c in [
+        "/draft",
+        "/draft new",
+        "/draft apply",
+        "/draft stash",
+        "/draft resume",
+    ] {
         assert!(names.contains(&format!("\"{c}\"")), "{c}: {names}");
     }
 }

@@ -490,6 +490,93 @@ mod tests {
         async fn after(&self, _: &str, _: &Value, _: &str) {}
     }
 
+    /// Records every hook call; refuses `refuse` with a reason.
+    #[derive(Default)]
+    struct Recording {
+        calls: parking_lot::Mutex<Vec<(String, Value)>>,
+        refuse: Option<&'static str>,
+    }
+    #[async_trait::async_trait]
+    impl Hooks for Recording {
+        async fn before(&self, op: &str, args: &Value) -> Result<(), String> {
+            self.calls.lock().push((op.to_string(), args.clone()));
+            match self.refuse {
+                Some(r) if r == op => Err("no commits today".into()),
+                _ => Ok(()),
+            }
+        }
+        async fn after(&self, _: &str, _: &Value, _: &str) {}
+    }
+
+    #[tokio::test]
+    async fn every_commit_crosses_the_git_commit_hook_and_a_refusal_lands_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("repo");
+        std::fs::create_dir_all(top.join("sub")).unwrap();
+        sh(&top, &["init", "-q", "-b", "main"]);
+        std::fs::write(top.join("sub/a.txt"), "a\n").unwrap();
+        sh(&top, &["add", "."]);
+        sh(&top, &["commit", "-qm", "init"]);
+        std::fs::write(top.join("wip.txt"), "wip\n").unwrap();
+        // A session working in a sub folder of the repository.
+        let repo = detect(&top.join("sub")).await.unwrap();
+        assert_eq!(repo.prefix, "sub/");
+        let dir = t.path().join("drafts/t");
+        let hooks = Recording::default();
+        let made = create(
+            &repo,
+            &dir,
+            "vis-draft/t",
+            false,
+            &hooks,
+            &json!({"label": "t"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            hooks.calls.lock().len(),
+            1,
+            "the snapshot of uncommitted work is a commit"
+        );
+        assert_eq!(hooks.calls.lock()[0].0, "git/commit");
+        assert_eq!(hooks.calls.lock()[0].1["label"], "t");
+        let mut d = draft(&repo, &dir, &made);
+        d.root = dir.join("sub");
+        std::fs::write(d.root.join("a.txt"), "a2\n").unwrap();
+        let head = sh(&top, &["rev-parse", "HEAD"]);
+
+        let refusing = Recording {
+            refuse: Some("git/commit"),
+            ..Default::default()
+        };
+        let p = prepare(&d, &top, "m").await.unwrap().unwrap();
+        let e = land(&d, &top, &p, "m", &refusing).await.unwrap_err();
+        assert_eq!(e.kind, "blocked-by-hook");
+        assert_eq!(e.message, "no commits today");
+        assert_eq!(sh(&top, &["rev-parse", "HEAD"]), head);
+        assert_eq!(
+            std::fs::read_to_string(top.join("sub/a.txt")).unwrap(),
+            "a\n"
+        );
+
+        let hooks = Recording::default();
+        let p = prepare(&d, &top, "m").await.unwrap().unwrap();
+        assert_eq!(p.files, vec!["sub/a.txt"]);
+        land(&d, &top, &p, "m", &hooks).await.unwrap();
+        let ops: Vec<(String, Value)> = hooks.calls.lock().clone();
+        assert_eq!(ops.len(), 2, "the draft's commit and the merge: {ops:?}");
+        assert_eq!(ops[0].1["branch"], "vis-draft/t");
+        assert_eq!(ops[1].1["branch"], "main");
+        assert_eq!(
+            std::fs::read_to_string(top.join("sub/a.txt")).unwrap(),
+            "a2\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(top.join("wip.txt")).unwrap(),
+            "wip\n"
+        );
+    }
+
     fn sh(dir: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")
             .arg("-C")
