@@ -151,7 +151,7 @@ impl Drafts {
         if let Some(d) = self.current(sid) {
             return Err(Self::already_in(&d));
         }
-        if !trunk.is_dir() {
+        if !tokio::fs::metadata(trunk).await.is_ok_and(|m| m.is_dir()) {
             return Err(DraftError::unavailable(format!(
                 "the session's folder {} does not exist",
                 trunk.display()
@@ -176,7 +176,7 @@ impl Drafts {
             .unwrap_or_else(|| "root".into());
         let key = hex::encode(Sha256::digest(repo_root.to_string_lossy().as_bytes()));
         let dir = self.dir.join(format!("{name}-{}", &key[..10])).join(&label);
-        if dir.exists() {
+        if tokio::fs::symlink_metadata(&dir).await.is_ok() {
             return Err(DraftError::state(
                 "draft-exists",
                 format!("the draft folder {} already exists", dir.display()),
@@ -458,7 +458,10 @@ impl Drafts {
             .filter(|r| !r.is_empty())
             .map(str::to_string);
         self.save(&d).await?;
-        self.remove_files(&d).await?;
+        // The decision is made and stored; a folder that resists removal is only logged.
+        if let Err(e) = self.remove_files(&d).await {
+            tracing::warn!(draft = %d.workspace_id, "an abandoned draft's files stay: {e}");
+        }
         hooks.after("draft/discard", &args, "discarded").await;
         Ok(d)
     }
