@@ -255,7 +255,23 @@ pub trait Engine: Send + Sync + 'static {
     async fn push_status(&self) -> PushStatus;
     async fn delete_project(&self, pid: &str, recursive: bool) -> ApiResult<ProjectDeleted>;
     async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints>;
-    /// Copies the session through `through` (a turn id; all turns when `None`) into a new
-    /// session; returns its id.
-    async fn fork_session(&self, sid: &str, through: Option<String>) -> ApiResult<String>;
+    /// Copies the session through `req.through_turn_id` (all turns when `None`) into a new
+    /// session, in a new draft when `req.draft_label` is set; returns its id.
+    async fn fork_session(&self, sid: &str, req: ForkRequest) -> ApiResult<String>;
+    /// Active drafts of the session's repository, newest first.
+    async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>>;
+    /// Parks any current draft, makes a new one from trunk and enters it.
+    async fn create_draft(&self, sid: &str, label: &str, clean: bool)
+        -> ApiResult<WorkspaceChange>;
+    /// Parks any current draft, then enters `workspace_id`.
+    async fn resume_draft(&self, sid: &str, workspace_id: &str) -> ApiResult<WorkspaceChange>;
+    /// Returns to trunk keeping the draft (a no-op on trunk).
+    async fn stash_draft(&self, sid: &str) -> ApiResult<WorkspaceChange>;
+    /// Discards a current or parked draft for good.
+    async fn abandon_draft(
+        &self,
+        sid: &str,
+        workspace_id: &str,
+        reason: Option<String>,
+    ) -> ApiResult<WorkspaceChange>;
 }

@@ -48,6 +48,8 @@ pub enum EventKind {
     EgressDecision,
     ProvidersUpdated,
     McpServersUpdated,
+    SessionWorkspaceUpdated,
+    SessionForked,
     /// Control frame: the subscription is registered (never stored).
     SubscriptionReady,
     /// Control frame: stored events were trimmed (never stored).
@@ -94,6 +96,8 @@ impl EventKind {
             EgressDecision => "egress.decision",
             ProvidersUpdated => "providers.updated",
             McpServersUpdated => "mcp.servers_updated",
+            SessionWorkspaceUpdated => "session.workspace_updated",
+            SessionForked => "session.forked",
             SubscriptionReady => "subscription.ready",
             StreamGap => "stream.gap",
         }
@@ -123,7 +127,7 @@ impl EventKind {
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 37] = {
+    pub const ALL: [EventKind; 39] = {
         use EventKind::*;
         [
             TurnQueued,
@@ -161,6 +165,8 @@ impl EventKind {
             EgressDecision,
             ProvidersUpdated,
             McpServersUpdated,
+            SessionWorkspaceUpdated,
+            SessionForked,
             SubscriptionReady,
             StreamGap,
         ]
@@ -451,6 +457,25 @@ pub struct McpServersUpdated {
     pub server: String,
 }
 
+/// The session moved into, out of or between drafts, or applied one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkspaceUpdated {
+    pub session_id: String,
+    /// `created`, `applied`, `stashed`, `resumed` or `abandoned`.
+    pub action: String,
+    pub workspace: crate::records::SessionWorkspace,
+    pub draft: Option<crate::records::WorkspaceDraft>,
+}
+
+/// A new session was forked from this one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Forked {
+    pub session_id: String,
+    pub fork_session_id: String,
+    pub through_turn_id: String,
+    pub created_at: i64,
+}
+
 /// One event of a session stream, with its data. (Egress decisions take the bus's
 /// text fast path and are not built as values.)
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -495,6 +520,10 @@ pub enum Event {
     ProvidersUpdated(ProvidersUpdated),
     /// The MCP server list changed: clients re-read `/v1/mcp/servers`.
     McpServersUpdated(McpServersUpdated),
+    /// The session's workspace changed (drafts).
+    SessionWorkspaceUpdated(WorkspaceUpdated),
+    /// A fork of this session was made.
+    SessionForked(Forked),
 }
 
 impl Event {
@@ -534,6 +563,8 @@ impl Event {
             E::HumanInputLivePatch(_) => K::HumanInputLivePatch,
             E::HumanInputLiveClose(_) => K::HumanInputLiveClose,
             E::Notification(_) => K::Notification,
+            E::SessionForked(_) => K::SessionForked,
+            E::SessionWorkspaceUpdated(_) => K::SessionWorkspaceUpdated,
             E::McpServersUpdated(_) => K::McpServersUpdated,
             E::ProvidersUpdated(_) => K::ProvidersUpdated,
         }

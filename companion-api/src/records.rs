@@ -361,4 +361,58 @@ pub struct ForkPoint {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ForkPoints {
     pub turns: Vec<ForkPoint>,
+    /// The sessions forked from this one, oldest first.
+    #[serde(default)]
+    pub forks: Vec<ForkChild>,
+}
+
+/// One fork of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkChild {
+    pub session_id: String,
+    pub title: Option<String>,
+    /// The last turn of the parent the fork kept.
+    pub through_turn_id: Option<String>,
+    pub created_at: i64,
+}
+
+/// `POST /v1/sessions/:sid/forks`: where to cut and, optionally, a new draft to start in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ForkRequest {
+    pub through_turn_id: Option<String>,
+    /// Label of a new draft the fork starts in (its own isolated workspace).
+    pub draft_label: Option<String>,
+}
+
+/// One draft of a repository, as `GET …/workspace/drafts` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkspaceDraft {
+    pub workspace_id: String,
+    pub label: String,
+    pub root: String,
+    pub repo_root: String,
+    pub fork_ms: i64,
+    pub is_current: bool,
+    /// `git` (a worktree on its own branch) or `copy`.
+    pub backend: String,
+    pub branch: Option<String>,
+}
+
+/// Where a session's tools run: trunk (its real folder) or a draft.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionWorkspace {
+    pub root: String,
+    pub repo_root: Option<String>,
+    pub label: String,
+    pub fork_ms: Option<i64>,
+    pub is_draft: bool,
+    pub workspace_id: Option<String>,
+}
+
+/// The answer of a workspace change (create, resume, stash, abandon).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkspaceChange {
+    pub workspace: SessionWorkspace,
+    /// The draft the change was about.
+    pub draft: Option<WorkspaceDraft>,
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 mod bus;
 mod cli;
 mod config;
+mod drafts;
 mod engine;
 mod extensions;
 mod home;

@@ -322,6 +322,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/sessions/{sid}/workspace/drafts"),
     ("POST", "/v1/sessions/{sid}/workspace/drafts"),
     ("POST", "/v1/sessions/{sid}/workspace/resume"),
+    ("POST", "/v1/sessions/{sid}/workspace/stash"),
+    ("DELETE", "/v1/sessions/{sid}/workspace/drafts/{wid}"),
     ("GET", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
     ("POST", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
     (
@@ -374,6 +376,7 @@ fn fill(template: &str, sid: &str) -> String {
         .replace("{token}", "unknown-device")
         .replace("{pid}", "00000000-0000-4000-8000-000000000005")
         .replace("{jid}", "job-1")
+        .replace("{wid}", "00000000-0000-4000-8000-000000000006")
         .replace("{id}", "reasoning_level");
     if path == "/v1/events" {
         format!("/v1/events?sids={sid}")
@@ -520,6 +523,7 @@ async fn bound_to_0_0_0_0_every_gated_route_needs_the_token_and_accepts_both_car
                         || p.contains("/projects/0000")
                         || p.contains("/jobs/")
                         || p.contains("/speech/voices/")
+                        || p.contains("/workspace/drafts/0000")
                         || (p.contains("{name}") && !body.contains("no such route"))
                         || (p.starts_with("/v1/providers/") && !body.contains("no such route"))),
                 "#{i} {m} {p} with {carrier}: unexpected 404 {body}"

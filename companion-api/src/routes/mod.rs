@@ -138,11 +138,19 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/v1/sessions/{sid}/workspace/drafts",
-            get(parity_sessions::drafts).post(parity_sessions::drafts_unavailable),
+            get(parity_sessions::drafts).post(parity_sessions::create_draft),
+        )
+        .route(
+            "/v1/sessions/{sid}/workspace/drafts/{wid}",
+            delete(parity_sessions::abandon_draft),
         )
         .route(
             "/v1/sessions/{sid}/workspace/resume",
-            post(parity_sessions::drafts_unavailable),
+            post(parity_sessions::resume_draft),
+        )
+        .route(
+            "/v1/sessions/{sid}/workspace/stash",
+            post(parity_sessions::stash_draft),
         )
         .route(
             "/v1/sessions/{sid}/iterations/{iid}/attachments",

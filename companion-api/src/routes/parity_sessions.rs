@@ -5,7 +5,7 @@ use super::path::Path;
 use super::Q;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
-use crate::records::{ModelPref, SessionPatch};
+use crate::records::{ForkRequest, ModelPref, SessionPatch};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -165,34 +165,92 @@ pub async fn fork(
     Path(sid): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let through = match body.0.get("through_turn_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
-        Some(_) => return Err(invalid("through_turn_id must be a turn id")),
+    let text = |k: &str| -> ApiResult<Option<String>> {
+        match body.0.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
+            Some(_) => Err(invalid(format!("{k} must be a non-empty string"))),
+        }
     };
-    let new_sid = st.engine.fork_session(&sid, through).await?;
+    if !body.0.is_object() && !body.0.is_null() {
+        return Err(invalid(
+            "the body must be a JSON object {through_turn_id?, draft_label?}",
+        ));
+    }
+    let req = ForkRequest {
+        through_turn_id: text("through_turn_id")?,
+        draft_label: text("draft_label")?,
+    };
+    let new_sid = st.engine.fork_session(&sid, req).await?;
     let soul = st.engine.get_session(&new_sid, false).await?;
     Ok((StatusCode::CREATED, Json(json!({ "session": soul }))).into_response())
 }
 
-/// Drafts (per-session clones of a repository) are not made by this gateway: the list is
-/// honestly empty and creating or resuming one says why.
+/// `GET …/workspace/drafts`: the drafts of the session's repository, across sessions.
 pub async fn drafts(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Response> {
-    st.engine.get_session(&sid, false).await?;
-    Ok(Json(json!({"drafts": []})).into_response())
+    let drafts = st.engine.drafts(&sid).await?;
+    Ok(Json(json!({ "drafts": drafts })).into_response())
 }
 
-pub async fn drafts_unavailable(
+/// `POST …/workspace/drafts {label, clean?}`: a new draft, entered.
+pub async fn create_draft(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    body: JsonBody,
+) -> ApiResult<Response> {
+    let m = object(&body, "{label, clean?}")?;
+    let label = match m.get("label") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => return Err(invalid("label is required")),
+        Some(_) => return Err(invalid("label must be a string")),
+    };
+    let clean = match m.get("clean") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(invalid("clean must be true or false")),
+    };
+    let changed = st.engine.create_draft(&sid, &label, clean).await?;
+    Ok((StatusCode::CREATED, Json(changed)).into_response())
+}
+
+/// `POST …/workspace/resume {workspace_id}`.
+pub async fn resume_draft(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    body: JsonBody,
+) -> ApiResult<Response> {
+    let m = object(&body, "{workspace_id}")?;
+    let id = match m.get("workspace_id") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+        _ => {
+            return Err(invalid(
+                "workspace_id is required (a draft's id from the list)",
+            ))
+        }
+    };
+    Ok(Json(st.engine.resume_draft(&sid, &id).await?).into_response())
+}
+
+/// `POST …/workspace/stash {}`.
+pub async fn stash_draft(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Response> {
-    st.engine.get_session(&sid, false).await?;
-    Err(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "drafts-unavailable",
-        "this gateway does not make draft clones: a session works in its project folder; \
-         fork the session instead to branch the conversation",
-    ))
+    Ok(Json(st.engine.stash_draft(&sid).await?).into_response())
+}
+
+/// `DELETE …/workspace/drafts/:workspace_id {reason?}`.
+pub async fn abandon_draft(
+    State(st): State<AppState>,
+    Path((sid, id)): Path<(String, String)>,
+    body: JsonBody,
+) -> ApiResult<Response> {
+    let reason = match body.0.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(invalid("reason must be a string")),
+    };
+    Ok(Json(st.engine.abandon_draft(&sid, &id, reason).await?).into_response())
 }
 
 #[cfg(test)]

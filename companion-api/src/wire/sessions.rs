@@ -25,16 +25,6 @@ pub enum SessionStatus {
     Suspended,
 }
 
-/// The workspace a listed session works in.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Workspace {
-    pub root: String,
-    pub repo_root: Option<String>,
-    pub label: String,
-    pub fork_ms: Option<i64>,
-    pub is_draft: bool,
-}
-
 /// One session as `GET /v1/sessions/:sid` and the session list show it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
@@ -68,9 +58,9 @@ pub struct SessionRecord {
     pub running_started_at: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_request: Option<String>,
-    /// In the session list only.
+    /// Where the session's tools run: its real folder (trunk) or a draft.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<Workspace>,
+    pub workspace: Option<crate::records::SessionWorkspace>,
     /// With `?include=queued` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_turns: Option<Vec<TurnRecord>>,

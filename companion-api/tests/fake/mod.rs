@@ -573,8 +573,108 @@ impl Engine for FakeEngine {
         Ok(ForkPoints::default())
     }
 
-    async fn fork_session(&self, sid: &str, _through: Option<String>) -> ApiResult<String> {
+    async fn fork_session(&self, sid: &str, _req: ForkRequest) -> ApiResult<String> {
         known(sid)?;
         Ok(SID.into())
+    }
+
+    async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {
+        known(sid)?;
+        Ok(vec![draft(true)])
+    }
+
+    async fn create_draft(
+        &self,
+        sid: &str,
+        label: &str,
+        _clean: bool,
+    ) -> ApiResult<WorkspaceChange> {
+        known(sid)?;
+        let mut d = draft(true);
+        d.label = label.into();
+        Ok(WorkspaceChange {
+            workspace: workspace(Some(&d)),
+            draft: Some(d),
+        })
+    }
+
+    async fn resume_draft(&self, sid: &str, workspace_id: &str) -> ApiResult<WorkspaceChange> {
+        known(sid)?;
+        if workspace_id != DRAFT {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "draft-not-found",
+                "no such draft",
+            ));
+        }
+        let d = draft(true);
+        Ok(WorkspaceChange {
+            workspace: workspace(Some(&d)),
+            draft: Some(d),
+        })
+    }
+
+    async fn stash_draft(&self, sid: &str) -> ApiResult<WorkspaceChange> {
+        known(sid)?;
+        Ok(WorkspaceChange {
+            workspace: workspace(None),
+            draft: Some(draft(false)),
+        })
+    }
+
+    async fn abandon_draft(
+        &self,
+        sid: &str,
+        workspace_id: &str,
+        _reason: Option<String>,
+    ) -> ApiResult<WorkspaceChange> {
+        known(sid)?;
+        if workspace_id != DRAFT {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "draft-not-found",
+                "no such draft",
+            ));
+        }
+        Ok(WorkspaceChange {
+            workspace: workspace(None),
+            draft: Some(draft(false)),
+        })
+    }
+}
+
+const DRAFT: &str = "w-fake";
+
+fn draft(is_current: bool) -> WorkspaceDraft {
+    WorkspaceDraft {
+        workspace_id: DRAFT.into(),
+        label: "try".into(),
+        root: "/drafts/try".into(),
+        repo_root: "/repo".into(),
+        fork_ms: 1,
+        is_current,
+        backend: "git".into(),
+        branch: Some("vis-draft/try".into()),
+    }
+}
+
+fn workspace(d: Option<&WorkspaceDraft>) -> SessionWorkspace {
+    match d {
+        Some(d) => SessionWorkspace {
+            root: d.root.clone(),
+            repo_root: Some(d.repo_root.clone()),
+            label: d.label.clone(),
+            fork_ms: Some(d.fork_ms),
+            is_draft: true,
+            workspace_id: Some(d.workspace_id.clone()),
+        },
+        None => SessionWorkspace {
+            root: "/repo".into(),
+            repo_root: Some("/repo".into()),
+            label: "repo".into(),
+            fork_ms: None,
+            is_draft: false,
+            workspace_id: None,
+        },
     }
 }

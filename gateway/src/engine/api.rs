@@ -194,6 +194,8 @@ impl Engine for Api {
             sb.tokens.revoke(sid);
         }
         g.model_sandboxes.stop(sid);
+        // Its draft stays, parked: another session of the repository can resume it.
+        g.drafts.release(sid).await;
         g.mcp.stop_session(sid).await;
         g.extensions.stop_session(sid).await;
         let id = sid.to_string();
@@ -478,7 +480,7 @@ impl Engine for Api {
             }
         };
         let shared = g.sessions.get(&sid).await?;
-        let root = std::path::PathBuf::from(shared.lock().row.root.clone());
+        let root = g.work_root(&sid, &shared.lock().row.root);
         let cfg = g
             .project_config(&root)
             .await
@@ -599,8 +601,38 @@ impl Engine for Api {
         self.0.fork_points(sid).await
     }
 
-    async fn fork_session(&self, sid: &str, through: Option<String>) -> ApiResult<String> {
-        self.0.fork_session(self, sid, through).await
+    async fn fork_session(&self, sid: &str, req: ForkRequest) -> ApiResult<String> {
+        self.0.fork_session(self, sid, req).await
+    }
+
+    async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {
+        self.0.route_drafts(sid).await
+    }
+
+    async fn create_draft(
+        &self,
+        sid: &str,
+        label: &str,
+        clean: bool,
+    ) -> ApiResult<WorkspaceChange> {
+        self.0.route_create_draft(sid, label, clean).await
+    }
+
+    async fn resume_draft(&self, sid: &str, workspace_id: &str) -> ApiResult<WorkspaceChange> {
+        self.0.route_resume_draft(sid, workspace_id).await
+    }
+
+    async fn stash_draft(&self, sid: &str) -> ApiResult<WorkspaceChange> {
+        self.0.route_stash_draft(sid).await
+    }
+
+    async fn abandon_draft(
+        &self,
+        sid: &str,
+        workspace_id: &str,
+        reason: Option<String>,
+    ) -> ApiResult<WorkspaceChange> {
+        self.0.route_abandon_draft(sid, workspace_id, reason).await
     }
 
     fn request_stop(&self) {

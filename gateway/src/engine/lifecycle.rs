@@ -280,7 +280,7 @@ impl Gateway {
         let Ok(shared) = self.sessions.get(&l.sid).await else {
             return Terminal::Cancelled;
         };
-        let (request, model, root, attachments, pinned) = {
+        let (request, model, root, attachments, pinned, trunk) = {
             let st = shared.lock();
             let Some(r) = &st.running else {
                 return Terminal::Cancelled;
@@ -288,9 +288,12 @@ impl Gateway {
             (
                 r.turn.request.clone(),
                 r.turn.model.clone(),
-                st.row.root.clone(),
+                self.work_root(&l.sid, &st.row.root)
+                    .to_string_lossy()
+                    .into_owned(),
                 r.turn.attachments.clone(),
                 self.pinned_model(&st.row),
+                std::path::PathBuf::from(&st.row.root),
             )
         };
         // A turn without its own model runs on the session's pin, else the router default.
@@ -299,7 +302,8 @@ impl Gateway {
             None if !request.trim_start().starts_with('/') => self.effective_model(pinned).await,
             None => None,
         };
-        if self.is_slash(&request, std::path::Path::new(&root)).await {
+        // Slash commands are the project's (its real folder), wherever the session works.
+        if self.is_slash(&request, &trunk).await {
             if let Some(r) = shared
                 .lock()
                 .running
@@ -334,12 +338,13 @@ impl Gateway {
             &request,
             &attachments,
         ));
-        let (tools, prompts) = self.turn_tools(&l.sid, std::path::Path::new(&root)).await;
+        let (tools, prompts) = self.turn_tools(&l.sid, &trunk).await;
         let ctx = RunCtx {
             gw: self.clone(),
             sid: l.sid.clone(),
             tid: l.tid.clone(),
             root: root.into(),
+            trunk,
             progress: l.progress.clone(),
             cancel: l.cancel.clone(),
         };

@@ -22,6 +22,7 @@ mod slash;
 mod storage;
 pub mod turn;
 mod views;
+pub mod workspace;
 
 pub use api::Api;
 
@@ -112,6 +113,8 @@ pub struct Gateway {
     pub storage: storage::StorageWatch,
     /// State of the Companion app's routes beyond the core flow (`companion/`).
     pub companion: companion::State,
+    /// Drafts: isolated workspaces, and which session is in which (`workspace.rs`).
+    pub drafts: Arc<crate::drafts::Drafts>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -152,6 +155,7 @@ impl Gateway {
         let home_dir_for_mcp = home.dir.clone();
         let sessions = sessions::Sessions::new(store.clone(), bus.clone(), max_ord + 1);
         let egress = egress::EgressLog::new(store.clone());
+        let drafts = Arc::new(crate::drafts::Drafts::open(store.clone(), &home.dir).await?);
         let gw = Arc::new(Gateway {
             store,
             bus,
@@ -175,6 +179,7 @@ impl Gateway {
             provider_admin,
             storage: Default::default(),
             companion: companion::State::default(),
+            drafts,
         });
         gw.human_input.bind(&gw);
         gw.watch_storage();
@@ -201,23 +206,26 @@ impl Gateway {
             .map_err(|e| e.to_string())
     }
 
-    /// The extension host's view of a session.
-    pub fn session_ctx(sid: &str, root: &std::path::Path) -> SessionCtx {
+    /// The extension host's view of a session in its current workspace: the project is
+    /// the real folder (`trunk`), the workspace is the draft's folder while it is in one.
+    pub fn session_in(&self, sid: &str, trunk: &std::path::Path) -> SessionCtx {
         SessionCtx {
             id: sid.to_string(),
-            project_root: Some(root.to_path_buf()),
-            workspace_root: root.to_path_buf(),
+            project_root: Some(trunk.to_path_buf()),
+            workspace_root: self.work_root(sid, &trunk.to_string_lossy()),
         }
     }
 
     /// Tools of a model turn and the extensions' prompt fragments: `apropos`/`doc`, the
     /// active extensions' Symbols, and the built-ins (wrapped in the op hooks).
     pub async fn turn_tools(
-        &self,
+        self: &Arc<Self>,
         sid: &str,
-        root: &std::path::Path,
+        trunk: &std::path::Path,
     ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
-        let session = Self::session_ctx(sid, root);
+        let session = self.session_in(sid, trunk);
+        let root = session.workspace_root.clone();
+        let root = root.as_path();
         let host = self.extensions.clone();
         let extras = host.turn(&session, Some("web")).await;
         let cfg = self.project_config(root).await.unwrap_or_default();
@@ -246,6 +254,7 @@ impl Gateway {
                     home: self.home.dir.clone(),
                     limit: cfg.block_limit(),
                     mcp: self.mcp.clone(),
+                    drafts: Some(workspace::model_drafts(self)),
                 },
                 symbols,
                 mcp_fns,
@@ -276,6 +285,13 @@ impl Gateway {
                 }));
             }
         }
+        let drafts = workspace::model_drafts(self);
+        let draft_tools = crate::drafts::FUNCTIONS.iter().map(|f| {
+            Arc::new(workspace::DraftTool {
+                name: f,
+                drafts: drafts.clone(),
+            }) as Arc<dyn Tool>
+        });
         for inner in self.extra_tools.read().iter() {
             tools.push(Arc::new(ext::Hooked {
                 host: host.clone(),
@@ -283,6 +299,8 @@ impl Gateway {
                 session: session.clone(),
             }));
         }
+        // Not wrapped: they cross `draft/*` and `git/commit` themselves.
+        tools.extend(draft_tools);
         (tools, extras.into_prompts())
     }
 

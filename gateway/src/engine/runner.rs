@@ -90,6 +90,8 @@ pub struct RunCtx {
     pub sid: String,
     pub tid: String,
     pub root: std::path::PathBuf,
+    /// The session's real folder (`root` is a draft's while the session is in one).
+    pub trunk: std::path::PathBuf,
     pub progress: Arc<Mutex<Progress>>,
     pub cancel: CancellationToken,
 }
@@ -286,7 +288,8 @@ async fn run_tool(
                     session_id: ctx.sid.clone(),
                     turn_id: ctx.tid.clone(),
                     block_id: block_id.clone(),
-                    root: ctx.root.clone(),
+                    // Where the session is now: a draft made or left by an earlier call counts.
+                    root: ctx.gw.work_root(&ctx.sid, &ctx.trunk.to_string_lossy()),
                     cancel: ctx.cancel.clone(),
                 };
                 tool.call(&tctx, args).await

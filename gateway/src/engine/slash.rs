@@ -18,6 +18,29 @@ pub const BUILTINS: &[(&str, &str)] = &[
         "Reload the configuration (providers, policy) and extensions",
     ),
     ("extensions", "List loaded extensions and load failures"),
+    (
+        "draft",
+        "Isolated workspaces: /draft new NAME, /draft, /draft list, /draft apply, /draft stash, /draft resume NAME, /draft abandon",
+    ),
+];
+
+/// The `/draft` sub-commands, listed in the palette as commands of their own.
+const DRAFT_PALETTE: &[(&str, &str)] = &[
+    (
+        "draft new",
+        "Create an isolated draft workspace and enter it: /draft new NAME",
+    ),
+    ("draft list", "List the drafts of this repository"),
+    (
+        "draft apply",
+        "Land the draft's changes in the real folder (commit + merge in git)",
+    ),
+    (
+        "draft stash",
+        "Return to trunk, keeping the draft for /draft resume",
+    ),
+    ("draft resume", "Enter a stashed draft: /draft resume NAME"),
+    ("draft abandon", "Discard the current draft for good"),
 ];
 
 /// Commands that need the sandbox.
@@ -93,6 +116,12 @@ impl Gateway {
                 doc,
             })
             .collect();
+        for (n, d) in DRAFT_PALETTE {
+            commands.push(SlashCommand {
+                name: format!("/{n}"),
+                doc: d.to_string(),
+            });
+        }
         for (n, d) in CLIENT_NATIVE {
             let name = format!("/{n}");
             if !commands.iter().any(|c| c.name == name) {
@@ -127,7 +156,15 @@ impl Gateway {
                 detail: detail.trim_end().to_string(),
             }),
         );
-        let project = Path::new(root);
+        // `/sh` and `/net-probe` run where the session works (a draft's folder while it is in
+        // one); the command set, `/reload` and extensions are the project's (its real folder).
+        let work = Path::new(root);
+        let trunk = self
+            .sessions
+            .loaded(sid)
+            .map(|s| std::path::PathBuf::from(&s.lock().row.root))
+            .unwrap_or_else(|| work.to_path_buf());
+        let project = trunk.as_path();
         // An extension command's `data` (kept in the transcript besides its Markdown).
         let mut data = None;
         let result: Result<String, String> = match name {
@@ -140,8 +177,9 @@ impl Gateway {
                 .join("\n")),
             "reload" => self.reload_all(project).await,
             "extensions" => Ok(self.extensions.extensions_markdown(Some(project)).await),
-            "sh" => self.slash_sh(sid, args, project).await,
-            "net-probe" => self.slash_net_probe(sid, args, project).await,
+            "sh" => self.slash_sh(sid, args, work).await,
+            "draft" => self.slash_draft(sid, args).await,
+            "net-probe" => self.slash_net_probe(sid, args, work).await,
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self
@@ -151,7 +189,7 @@ impl Gateway {
                 let out = self
                     .extensions
                     .run_slash_outcome(
-                        &Self::session_ctx(sid, project),
+                        &self.session_in(sid, project),
                         other,
                         args,
                         channel.as_deref(),

@@ -6,8 +6,7 @@ use crate::store::rows::{self, SessionRow};
 use serde::Serialize;
 use std::collections::HashMap;
 use vis_companion_api::wire::{
-    Overview, ProjectOverview, SessionList, SessionRecord, SessionStatus, Transcript,
-    TranscriptRow, Workspace,
+    Overview, ProjectOverview, SessionList, SessionRecord, SessionStatus, Transcript, TranscriptRow,
 };
 use vis_companion_api::{ApiError, ApiResult, SessionListQuery};
 
@@ -77,7 +76,7 @@ impl Gateway {
                 .map(|(_, req, _)| super::turn::preview(req)),
             running_started_at: live.running.as_ref().map(|r| r.2),
             first_request: row.first_request.clone(),
-            workspace: None,
+            workspace: Some(self.workspace_view(&row.id, &row.root)),
             queued_turns: None,
         }
     }
@@ -139,16 +138,7 @@ impl Gateway {
         };
         let end = q.limit.map(|l| (start + l).min(total)).unwrap_or(total);
         let empty = Live::default();
-        let soul_of = |r: &SessionRow| SessionRecord {
-            workspace: Some(Workspace {
-                root: r.root.clone(),
-                repo_root: repo_root(&r.root),
-                label: label(&r.root),
-                fork_ms: None,
-                is_draft: false,
-            }),
-            ..self.soul(r, live.get(&r.id).unwrap_or(&empty))
-        };
+        let soul_of = |r: &SessionRow| self.soul(r, live.get(&r.id).unwrap_or(&empty));
         let sessions = listed[start..end]
             .iter()
             .map(|(_, _, r)| soul_of(r))
@@ -257,16 +247,6 @@ pub fn window<T: Serialize + Clone>(
         }
     }
     (rows[first..end].to_vec(), first)
-}
-
-fn repo_root(root: &str) -> Option<String> {
-    let mut p = std::path::Path::new(root);
-    loop {
-        if p.join(".git").exists() {
-            return Some(p.to_string_lossy().to_string());
-        }
-        p = p.parent()?;
-    }
 }
 
 fn label(root: &str) -> String {

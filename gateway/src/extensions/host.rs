@@ -6,8 +6,9 @@ use super::{
     logfile::LogFile, Entry, HostConfig, HostEvents, HumanDoors, Registry, SessionCtx,
     SlashOutcome, StateStore, TurnExtras,
 };
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 

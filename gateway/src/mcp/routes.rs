@@ -72,10 +72,12 @@ impl McpRoutes {
     /// The one place MCP server changes are published: a live-only `mcp.servers_updated`
     /// event on every session in memory, so every connected client re-reads the list.
     fn publish(&self, change: &str, server: &str) {
-        self.0.sessions.broadcast(Event::McpServersUpdated(McpServersUpdated {
-            change: change.to_string(),
-            server: server.to_string(),
-        }));
+        self.0
+            .sessions
+            .broadcast(Event::McpServersUpdated(McpServersUpdated {
+                change: change.to_string(),
+                server: server.to_string(),
+            }));
     }
 
     async fn config(&self) -> ApiResult<crate::config::Config> {

@@ -54,6 +54,26 @@ const BUILTINS: &[(&str, &str, &str, &str)] = &[
         "",
     ),
     (
+        "draft_create",
+        "draft_create(label) -> dict",
+        "Create an isolated draft workspace of the project and move the session into it.",
+        "Everything after it (files, shell, this block's cwd) works in the draft until \
+         draft_approve() lands it or draft_discard() throws it away; the real folder is untouched \
+         until then. Returns the new workspace.",
+    ),
+    (
+        "draft_approve",
+        "draft_approve(message=None) -> dict",
+        "Land the current draft in the real project (git: commit + merge into its branch) and return to it.",
+        "Refused, changing nothing, when trunk changed the same files since the draft started.",
+    ),
+    (
+        "draft_discard",
+        "draft_discard(reason=None) -> dict",
+        "Throw the current draft away for good and return to the real project.",
+        "",
+    ),
+    (
         "gather",
         "await gather(*aws) -> list",
         "Await several async calls (extension symbols, MCP tools) at once; results in order.",

@@ -33,6 +33,8 @@ pub struct SessionHost {
     pub block_id: String,
     pub turn_id: String,
     pub cancel: CancellationToken,
+    /// The session's drafts: where its files are right now, and the draft functions.
+    pub drafts: Option<Arc<dyn crate::drafts::SessionDrafts>>,
 }
 
 /// A Python exception type for an extension error (`ValueError: …` keeps its type).
@@ -116,8 +118,37 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl SessionHost {
+    /// The session as of this call: a draft made or left earlier in the block moves
+    /// every later call to the new folder.
+    fn ctx(&self) -> SessionCtx {
+        let mut s = self.session.clone();
+        if let Some(root) = self.drafts.as_ref().and_then(|d| d.root(&s.id)) {
+            s.workspace_root = root;
+        } else if let Some(trunk) = &s.project_root {
+            s.workspace_root = trunk.clone();
+        }
+        s
+    }
+
     fn workspace(&self) -> Result<vis_files::Workspace, CallError> {
-        vis_files::Workspace::new(vec![self.session.workspace_root.clone()]).map_err(file_error)
+        vis_files::Workspace::new(vec![self.ctx().workspace_root]).map_err(file_error)
+    }
+
+    async fn draft(&self, func: &str, args: &Map<String, Value>) -> Result<Value, CallError> {
+        let Some(drafts) = &self.drafts else {
+            return Err(CallError::new(
+                "RuntimeError",
+                "drafts are not available here",
+            ));
+        };
+        drafts
+            .call(&self.session.id, func, args)
+            .await
+            .map_err(|e| match e.status {
+                403 => CallError::permission(e.message),
+                400 => CallError::new("ValueError", e.message),
+                _ => CallError::new("RuntimeError", e.message),
+            })
     }
 
     fn activity(&self, op: &str, label: &str) {
@@ -134,7 +165,7 @@ impl SessionHost {
     /// The `fs_access` gates for `path` (fail closed: a gate that cannot run refuses).
     async fn gate(&self, operation: &str, path: &std::path::Path) -> Result<(), CallError> {
         self.host
-            .check_fs_access(&self.session, operation, path)
+            .check_fs_access(&self.ctx(), operation, path)
             .await
             .map_err(CallError::permission)
     }
@@ -155,7 +186,7 @@ impl SessionHost {
                 let paths = list_arg(args, "paths")?;
                 let ws = self.workspace()?;
                 let targets = if paths.is_empty() {
-                    vec![self.session.workspace_root.clone()]
+                    vec![self.ctx().workspace_root]
                 } else {
                     paths
                         .iter()
@@ -202,6 +233,7 @@ impl SessionHost {
                 ))
             }
             "shell" => self.shell(args).await,
+            d if crate::drafts::FUNCTIONS.contains(&d) => self.draft(d, args).await,
             "apropos" => {
                 let text = required(args, "text", "apropos")?;
                 let hits = self.index.search(&text, 20);
@@ -236,7 +268,7 @@ impl SessionHost {
             symbol => {
                 let r = self
                     .host
-                    .call_tool(&self.session, symbol, Value::Object(args.clone()))
+                    .call_tool(&self.ctx(), symbol, Value::Object(args.clone()))
                     .await
                     .map_err(tool_error)?;
                 Ok(r.value)
@@ -258,7 +290,7 @@ impl SessionHost {
             &spec.sandbox,
             &spec.home,
             &self.session.id,
-            &self.session.workspace_root,
+            &self.ctx().workspace_root,
             &cmd,
             timeout,
             &self.cancel,
@@ -285,14 +317,18 @@ impl HostCalls for SessionHost {
             _ => func.to_string(),
         };
         self.activity(func, &label);
-        if !Self::is_builtin(func) && !self.mcp_fns.contains_key(func) {
-            // Symbols run their own op hooks inside the extension host.
+        if !Self::is_builtin(func) && !self.mcp_fns.contains_key(func)
+            || crate::drafts::FUNCTIONS.contains(&func)
+        {
+            // Symbols run their own op hooks inside the extension host; the draft functions
+            // cross `draft/*` and `git/commit` in the gateway.
             return self.dispatch(func, &args).await;
         }
+        let session = self.ctx();
         let as_value = Value::Object(args.clone());
         if let Err(e) = self
             .host
-            .before_hooks(&self.session, func, std::slice::from_ref(&as_value))
+            .before_hooks(&session, func, std::slice::from_ref(&as_value))
             .await
         {
             return Err(tool_error(e));
@@ -304,7 +340,7 @@ impl HostCalls for SessionHost {
             Err(e) => format!("{}: {}", e.kind, e.message),
         };
         self.host
-            .after_hooks(&self.session, func, &[as_value], &shown)
+            .after_hooks(&session, func, &[as_value], &shown)
             .await;
         out
     }

@@ -72,7 +72,11 @@ BUILTIN_SIGNATURES = {                      # positional order of the known buil
     "shell": "cmd, timeout=None",
     "apropos": "text=None",
     "doc": "name=None",
+    "draft_create": "label",
+    "draft_approve": "message=None",
+    "draft_discard": "reason=None",
 }
+DRAFT_FUNCTIONS = ("draft_create", "draft_approve", "draft_discard")
 
 
 # -- values crossing the boundary ------------------------------------------------------
@@ -415,10 +419,27 @@ class HostFunction:
     def __call__(self, *args, **kwargs):
         arguments = _bind(self._vis_name, self._params, args, kwargs)
         if self.kind == "builtin":
-            return _call(self._vis_name, arguments)
+            result = _call(self._vis_name, arguments)
+            if self._vis_name in DRAFT_FUNCTIONS and isinstance(result, dict):
+                _enter(result.get("cwd"))
+            return result
         coroutine = _acall(*_encode_call(self._vis_name, arguments))
         coroutine.__qualname__ = self._vis_name  # "coroutine 'greet.hello' was never awaited"
         return coroutine
+
+
+def _enter(path):
+    """Follow the session into (or out of) a draft: the rest of the block runs there."""
+    global _workspace
+    if not isinstance(path, str):
+        return
+    if not os.path.isdir(path):
+        # Fail closed: the rest of this block must not write into the folder it just left.
+        raise PermissionError(f"the workspace moved to {path}, which this runtime cannot reach "
+                              "(the jail binds only the folder it started in); the next block "
+                              "runs there")
+    _workspace = path
+    os.chdir(path)
 
 
 class GrepFunction(HostFunction):

@@ -36,6 +36,8 @@ pub struct Parts {
     pub home: PathBuf,
     pub limit: Duration,
     pub mcp: Arc<crate::mcp::Mcp>,
+    /// The session's drafts (its current folder; `draft_create` and friends).
+    pub drafts: Option<Arc<dyn crate::drafts::SessionDrafts>>,
 }
 
 /// The tool, built per turn with the session's function table.
@@ -109,11 +111,16 @@ impl PythonExecution {
             .sandbox
             .clone()
             .ok_or("the egress proxy is not running, so no sandbox can start")?;
-        let (home, root, sid) = (
-            self.parts.home.clone(),
-            self.parts.session.workspace_root.clone(),
-            self.parts.session.id.clone(),
-        );
+        let sid = self.parts.session.id.clone();
+        // A session in a draft runs its runtime there (switching drafts restarts it).
+        let root = self
+            .parts
+            .drafts
+            .as_ref()
+            .and_then(|d| d.root(&sid))
+            .or_else(|| self.parts.session.project_root.clone())
+            .unwrap_or_else(|| self.parts.session.workspace_root.clone());
+        let home = self.parts.home.clone();
         tokio::task::spawn_blocking(move || {
             let cfg = crate::config::load(&home, &root).map_err(|e| e.to_string())?;
             let env = sandbox.child_env(&sid, &root, &cfg);
@@ -135,7 +142,8 @@ Each call is a fresh namespace: variables and imports do not survive between cal
 `await` works. Only what the code prints (stdout and stderr) and an uncaught exception's \
 traceback come back, capped at 64 KiB. Built-in functions (no import needed): cat(path, start, \
 end), grep(query, paths, include, exclude, is_regex), patch(path, edits), ls(path), shell(cmd, \
-timeout), apropos(text), doc(name), gather(*aws). Extension symbols are async functions at their \
+timeout), apropos(text), doc(name), gather(*aws), draft_create(label), draft_approve(message), \
+draft_discard(). Extension symbols are async functions at their \
 dotted names (`await todo.add('x')`). Start with apropos() and doc() to find what exists. The \
 standard library is available; network access goes through the session's egress policy.";
 
@@ -175,6 +183,7 @@ impl Tool for PythonExecution {
             block_id: ctx.block_id.clone(),
             turn_id: ctx.turn_id.clone(),
             cancel: ctx.cancel.clone(),
+            drafts: p.drafts.clone(),
         };
         let outcome = p
             .boxes

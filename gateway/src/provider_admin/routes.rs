@@ -79,7 +79,7 @@ pub(super) fn config_origin(home: &Path, root: &Path, id: &str) -> String {
         .filter(|p| {
             std::fs::read_to_string(p)
                 .ok()
-                .and_then(|t| serde_yaml::from_str::<serde_yaml::Value>(&t).ok())
+                .and_then(|t| serde_norway::from_str::<serde_norway::Value>(&t).ok())
                 .is_some_and(|v| v.get("providers").and_then(|ps| ps.get(id)).is_some())
         })
         .map(|p| p.display().to_string())

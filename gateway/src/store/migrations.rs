@@ -154,6 +154,29 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
     "#,
+    // 4: drafts (isolated workspaces; `record` is the whole draft as JSON, the columns are
+    // what lookups need) and forks (which session a fork was cut from, and where).
+    r#"
+    CREATE TABLE drafts (
+        id TEXT PRIMARY KEY,
+        repo_root TEXT NOT NULL,
+        label TEXT NOT NULL,
+        state TEXT NOT NULL,
+        session_id TEXT,
+        created_at INTEGER NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX drafts_by_repo ON drafts(repo_root, state, created_at);
+    CREATE UNIQUE INDEX drafts_active_label ON drafts(repo_root, label) WHERE state = 'active';
+    CREATE UNIQUE INDEX drafts_pinned ON drafts(session_id) WHERE session_id IS NOT NULL;
+    CREATE TABLE forks (
+        child TEXT PRIMARY KEY,
+        parent TEXT NOT NULL,
+        through_tid TEXT,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX forks_by_parent ON forks(parent, created_at);
+    "#,
 ];
 
 pub fn apply(conn: &Connection) -> rusqlite::Result<()> {

@@ -7,9 +7,10 @@ use crate::engine::{now_ms, Gateway};
 use crate::store::rows::{self, SessionRow};
 use serde_json::json;
 use std::sync::Arc;
-use vis_companion_api::events::{Event, FavoriteUpdated, ModelUpdated};
+use vis_companion_api::events::{Event, FavoriteUpdated, Forked, ModelUpdated};
 use vis_companion_api::records::{
-    ForkPoint, ForkPoints, ModelAnswer, ModelPref, ProjectDeleted, SessionPatch,
+    ForkChild, ForkPoint, ForkPoints, ForkRequest, ModelAnswer, ModelPref, ProjectDeleted,
+    SessionPatch,
 };
 use vis_companion_api::{ApiError, ApiResult, CreateSession, Engine};
 
@@ -218,7 +219,27 @@ impl Gateway {
     /// The settled turns of a session, oldest first (where a fork can be cut).
     pub async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints> {
         let turns = self.all_turns(sid).await?;
+        let parent = sid.to_string();
+        let forks = self
+            .store
+            .call(move |c| {
+                let rows = crate::drafts::rows::forks_of(c, &parent)?;
+                let mut out = Vec::new();
+                for f in rows {
+                    let title = rows::get_session(c, &f.session_id)?.and_then(|r| r.title);
+                    out.push(ForkChild {
+                        session_id: f.session_id,
+                        title,
+                        through_turn_id: f.through_turn_id,
+                        created_at: f.created_at,
+                    });
+                }
+                Ok(out)
+            })
+            .await
+            .map_err(store_err)?;
         Ok(ForkPoints {
+            forks,
             turns: turns
                 .into_iter()
                 .filter(|t| t.status.is_terminal())
@@ -237,8 +258,12 @@ impl Gateway {
         self: &Arc<Self>,
         api: &dyn Engine,
         sid: &str,
-        through: Option<String>,
+        req: ForkRequest,
     ) -> ApiResult<String> {
+        if let Some(l) = &req.draft_label {
+            crate::drafts::check_label(l).map_err(crate::engine::workspace::api_error)?;
+        }
+        let through = req.through_turn_id.clone();
         let turns: Vec<Turn> = self
             .all_turns(sid)
             .await?
@@ -258,8 +283,11 @@ impl Gateway {
                     .iter()
                     .position(|t| &t.tid == id || &t.engine_turn_id == id)
                     .ok_or_else(|| {
-                        ApiError::conflict("unknown-turn", format!("no finished turn {id}"))
-                            .with("turn_id", id.clone())
+                        ApiError::conflict(
+                            "unknown-turn",
+                            format!("no finished turn {id} in this session (a fork is cut at one of its own turns)"),
+                        )
+                        .with("turn_id", id.clone())
                     })?
                     + 1
             }
@@ -292,6 +320,7 @@ impl Gateway {
             }
             copies.push(c);
         }
+        let through_tid = turns[end - 1].tid.clone();
         let row = {
             let mut st = shared.lock();
             st.row.turn_count = copies.len() as i64;
@@ -300,6 +329,7 @@ impl Gateway {
             st.row.modified_at = copies.last().and_then(|t| t.completed_at);
             st.row.clone()
         };
+        let (parent, now) = (sid.to_string(), now_ms());
         self.store
             .call(move |c| {
                 crate::store::atomically(c, |c| {
@@ -308,11 +338,27 @@ impl Gateway {
                             .map_err(|e| crate::store::StoreError::Other(e.to_string()))?;
                         rows::put_turn(c, &t.tid, &t.sid, t.ord, t.status.as_str(), None, &rec)?;
                     }
-                    rows::put_session(c, &row)
+                    rows::put_session(c, &row)?;
+                    crate::drafts::rows::put_fork(c, &row.id, &parent, Some(&through_tid), now)
                 })
             })
             .await
             .map_err(store_err)?;
+        self.publish_workspace_event(
+            sid,
+            Event::SessionForked(Forked {
+                session_id: sid.to_string(),
+                fork_session_id: new_sid.clone(),
+                through_turn_id: turns[end - 1].tid.clone(),
+                created_at: now,
+            }),
+        );
+        if let Some(label) = &req.draft_label {
+            if let Err(e) = self.draft_create(&new_sid, label, false).await {
+                api.delete_session(&new_sid).await;
+                return Err(crate::engine::workspace::api_error(e));
+            }
+        }
         Ok(new_sid)
     }
 }
