@@ -280,3 +280,43 @@ async fn a_tool_whose_schema_is_not_valid_json_schema_is_left_out_with_the_reaso
     let err = v["servers"][0]["last_error"].as_str().unwrap_or_default();
     assert!(err.contains("broken") && err.contains("properties"), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn other_clients_hear_of_every_change_to_the_server_list() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let mut watcher = gw.events(&sid, -1).await;
+    let server = json!({"transport": "stdio", "command": FIXTURE, "args": ["stdio"],
+        "env": {"TOKEN": "never-on-the-stream"}});
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "tools", "server": server}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let evs = watcher
+        .collect_until("mcp.servers_updated", Duration::from_secs(10))
+        .await;
+    let ev = evs.last().unwrap();
+    assert_eq!(
+        (ev.data["change"].clone(), ev.data["server"].clone()),
+        (json!("saved"), json!("tools"))
+    );
+    assert!(!ev.data.to_string().contains("never-on-the-stream"));
+    let (s, _) = gw.post_empty("/v1/mcp/servers/tools/actions/kill").await;
+    assert_eq!(s, StatusCode::OK);
+    let evs = watcher
+        .collect_until("mcp.servers_updated", Duration::from_secs(10))
+        .await;
+    assert_eq!(evs.last().unwrap().data["change"], "killed");
+    let (s, _) = gw.delete("/v1/mcp/servers/tools").await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let evs = watcher
+        .collect_until("mcp.servers_updated", Duration::from_secs(10))
+        .await;
+    assert_eq!(evs.last().unwrap().data["change"], "removed");
+    // Live-only: a replay from the start does not carry them.
+    let replay = gw.events_since(&sid, 0).await;
+    assert!(
+        !replay.iter().any(|e| e["type"] == "mcp.servers_updated"),
+        "{replay:?}"
+    );
+}
