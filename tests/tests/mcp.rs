@@ -289,7 +289,10 @@ async fn other_clients_hear_of_every_change_to_the_server_list() {
     let server = json!({"transport": "stdio", "command": FIXTURE, "args": ["stdio"],
         "env": {"TOKEN": "never-on-the-stream"}});
     let (s, v) = gw
-        .post("/v1/mcp/servers", json!({"name": "tools", "server": server}))
+        .post(
+            "/v1/mcp/servers",
+            json!({"name": "tools", "server": server}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let evs = watcher
