@@ -6,7 +6,7 @@ import time
 import pytest
 
 BUILTINS = [{"name": n, "kind": "builtin"}
-            for n in ("cat", "grep", "patch", "ls", "shell", "apropos", "doc", "draft_create")]
+            for n in ("cat", "grep", "patch", "ls", "shell", "apropos", "doc", "draft_create", "future_tool")]
 HELLO = {
     "name": "greet.hello", "kind": "symbol", "doc": "Greet someone by name.",
     "contract": {
@@ -172,11 +172,19 @@ def test_builtin_returns_the_host_value(host):
 
 
 def test_unknown_builtin_takes_keywords_only(host):
-    done, calls = host.run("print(draft_create(name='spike'))\ndraft_create('spike')",
+    done, calls = host.run("print(future_tool(name='spike'))\nfuture_tool('spike')",
                            BUILTINS, answer=ok("created"))
     assert done["output"] == "created\n"
-    assert calls[0]["fn"] == "draft_create" and calls[0]["args"] == {"name": "spike"}
-    assert done["error"].splitlines()[-1] == "TypeError: draft_create() takes keyword arguments only"
+    assert calls[0]["fn"] == "future_tool" and calls[0]["args"] == {"name": "spike"}
+    assert done["error"].splitlines()[-1] == "TypeError: future_tool() takes keyword arguments only"
+
+
+def test_draft_create_takes_its_label_by_position_or_keyword(host):
+    done, calls = host.run("draft_create('spike')\ndraft_create(label='two')",
+                           BUILTINS, answer=ok("created"))
+    assert done["error"] is None
+    assert [(c["fn"], c["args"]) for c in calls] == [
+        ("draft_create", {"label": "spike"}), ("draft_create", {"label": "two"})]
 
 
 def test_doc_accepts_a_function_object(host):
