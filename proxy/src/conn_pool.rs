@@ -9,7 +9,7 @@
 //! the next request of the same client connection when that request was
 //! validated to the same address (and, for TLS, the same server name).
 //!
-//! Nothing about the decision changes (P1, P4): the caller decides and
+//! Nothing about the decision changes (docs/decisions.md, P1 and P4): the caller decides and
 //! validates every request first and hands over the validated address; this
 //! module only ever dials that address. When a plain-HTTP client connection
 //! ends, its idle upstream socket goes to a small process-wide pool

@@ -93,7 +93,7 @@ impl Proxy {
         self.shared.ca.ca_pem()
     }
 
-    /// The children's CA bundle (§7): the interception CA first, then every
+    /// The children's CA bundle: the interception CA first, then every
     /// root the proxy trusts upstream (system roots + `VIS_SYSTEM_CA_CERT`),
     /// deduplicated, as PEM. Write it to the file named by `SSL_CERT_FILE` & co.
     pub fn ca_bundle_pem(&self) -> String {

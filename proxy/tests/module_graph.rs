@@ -19,7 +19,10 @@ fn modules(src: &Path, dir: &Path, out: &mut BTreeMap<Module, String>) {
             continue;
         }
         let rel = path.strip_prefix(src).unwrap().with_extension("");
-        let mut m: Module = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        let mut m: Module = rel
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
         if m.last().map(String::as_str) == Some("mod") || m == ["lib"] {
             m.pop();
         }
@@ -72,7 +75,7 @@ fn paths(code: &str, prefix: &str) -> Vec<Vec<String>> {
     }
     fn split(s: &str) -> Vec<String> {
         s.split("::")
-            .map(|p| p.trim().split_whitespace().next().unwrap_or("").to_string())
+            .map(|p| p.split_whitespace().next().unwrap_or("").to_string())
             .filter(|p| !p.is_empty())
             .collect()
     }
@@ -103,7 +106,10 @@ fn graph() -> BTreeMap<Module, BTreeSet<Module>> {
     modules(&src, &src, &mut files);
     // `pub use module::{Name, …}` in lib.rs: Name → module
     let mut reexport: BTreeMap<String, Module> = BTreeMap::new();
-    for p in paths(&files[&Vec::new()].replace("pub use ", "pub use crate::"), "crate::") {
+    for p in paths(
+        &files[&Vec::new()].replace("pub use ", "pub use crate::"),
+        "crate::",
+    ) {
         if let (Some(first), Some(last)) = (p.first(), p.last()) {
             reexport.insert(last.clone(), vec![first.clone()]);
         }
@@ -184,8 +190,7 @@ fn the_modules_of_the_crate_import_each_other_without_a_cycle() {
     let g = graph();
     assert!(g.len() > 20, "the crate's modules were not found: {g:?}");
     assert!(
-        g[&vec!["lanes".to_string(), "forward".to_string()]]
-            .contains(&vec!["phases".to_string()]),
+        g[&vec!["lanes".to_string(), "forward".to_string()]].contains(&vec!["phases".to_string()]),
         "the graph misses a known import"
     );
     let cycles: Vec<String> = g
