@@ -183,7 +183,7 @@ pub(crate) async fn forward(
     };
     let (parts, body) = req.into_parts();
     let flow = HttpFlow {
-        shared: shared.clone(),
+        shared,
         who: Some(who),
         path: target.base.path.clone().unwrap_or_else(|| "/".into()),
         parts,
@@ -199,8 +199,8 @@ pub(crate) async fn forward(
 
 /// One HTTP request: its head, its body (streamed, or read for the filters) and where
 /// it goes.
-struct HttpFlow {
-    shared: Arc<Shared>,
+struct HttpFlow<'a> {
+    shared: &'a Shared,
     who: Option<Who>,
     /// Path + query sent upstream (the phantom in a `key=` parameter swapped).
     path: String,
@@ -217,7 +217,7 @@ struct HttpFlow {
     conn: Option<ConnGuard>,
 }
 
-impl HttpFlow {
+impl HttpFlow<'_> {
     /// Sent on the client connection's own upstream connections ([`ConnPool`], origin
     /// form) rather than a pooled client (absolute form). Upgrades keep the pooled
     /// clients: their upstream connection outlives the client connection's task.
@@ -239,7 +239,7 @@ fn pooled(r: Result<Response<Incoming>, hyper_util::client::legacy::Error>) -> S
 
 type Sent = Result<Response<Incoming>, Denial>;
 
-impl Framing for HttpFlow {
+impl Framing for HttpFlow<'_> {
     type Answer = Response<ProxyBody>;
     type Upstream = Response<Incoming>;
 
@@ -296,7 +296,7 @@ impl Framing for HttpFlow {
     }
 
     async fn connect(&mut self, target: &Target, c: &Cleared) -> Sent {
-        let shared = self.shared.clone();
+        let shared = self.shared;
         let base = &target.base;
         let authority_of = |default_port: u16| {
             if base.port == default_port {
