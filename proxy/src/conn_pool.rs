@@ -9,7 +9,7 @@
 //! the next request of the same client connection when that request was
 //! validated to the same address (and, for TLS, the same server name).
 //!
-//! Nothing about the decision changes (P1, P4): the caller decides and
+//! Nothing about the decision changes (docs/decisions.md, P1 and P4): the caller decides and
 //! validates every request first and hands over the validated address; this
 //! module only ever dials that address. When a plain-HTTP client connection
 //! ends, its idle upstream socket goes to a small process-wide pool
@@ -22,7 +22,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ use tokio::net::TcpStream;
 
 use crate::body::ProxyBody;
 use crate::deny::Denial;
-use crate::engine::Shared;
+use crate::traits::Dialer;
 use crate::upstream::{connect_tls, describe, UpstreamTls};
 
 /// Where an upstream connection goes: the validated address (and the
@@ -94,6 +94,19 @@ struct Inner {
     next_id: u64,
 }
 
+/// How upstream connections are opened: the dialer (validated addresses only), its
+/// timeout, the upstream TLS configuration and the process-wide idle sockets.
+pub(crate) struct Upstreams {
+    /// TCP connects.
+    pub dialer: Arc<dyn Dialer>,
+    /// Connect (and TLS handshake) timeout.
+    pub connect_timeout: Duration,
+    /// Upstream TLS client configuration (trusted roots).
+    pub tls: Arc<rustls::ClientConfig>,
+    /// Idle plain-HTTP upstream sockets left by ended client connections.
+    pub idle_tcp: IdleTcp,
+}
+
 /// Idle senders kept per client connection (more only with an h2 client
 /// side, whose requests run concurrently).
 const MAX_IDLE: usize = 4;
@@ -123,10 +136,10 @@ impl ConnPool {
     /// Drive `server` (the client connection) and this pool's upstream
     /// connections in the current task until `server` completes; then hand
     /// idle plain-HTTP upstream sockets to the process-wide pool.
-    pub(crate) fn run<'a, F: Future>(&'a self, shared: &'a Shared, server: F) -> Run<'a, F> {
+    pub(crate) fn run<'a, F: Future>(&'a self, up: &'a Upstreams, server: F) -> Run<'a, F> {
         Run {
             pool: self,
-            shared,
+            up,
             server: Box::pin(server),
         }
     }
@@ -205,12 +218,15 @@ impl ConnPool {
 
     /// A new upstream connection for `key`: a pooled idle socket (plain
     /// HTTP; `true` = reused) or a fresh dial of the validated address.
-    async fn open(&self, shared: &Shared, key: &Key) -> Result<(u64, Sender, bool), Denial> {
+    async fn open(&self, up: &Upstreams, key: &Key) -> Result<(u64, Sender, bool), Denial> {
         match key {
             Key::Plain(addr) => {
-                let (tcp, reused) = match shared.idle_tcp.take(*addr) {
+                let (tcp, reused) = match up.idle_tcp.take(*addr) {
                     Some(s) => (s, true),
-                    None => (crate::dial::connect(shared, *addr).await?, false),
+                    None => (
+                        crate::dial::connect(up.dialer.as_ref(), up.connect_timeout, *addr).await?,
+                        false,
+                    ),
                 };
                 let _ = tcp.set_nodelay(true);
                 let (sender, conn) = http1::Builder::new()
@@ -222,11 +238,11 @@ impl ConnPool {
             }
             Key::Tls(addr, name) => {
                 let tls = connect_tls(
-                    shared.svc.dialer.as_ref(),
-                    shared.cfg.connect_timeout,
+                    up.dialer.as_ref(),
+                    up.connect_timeout,
                     *addr,
                     name.clone(),
-                    shared.upstream_tls.clone(),
+                    up.tls.clone(),
                 )
                 .await
                 .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
@@ -260,7 +276,7 @@ impl ConnPool {
     /// idle) is retried on another connection.
     pub(crate) async fn send(
         &self,
-        shared: &Shared,
+        up: &Upstreams,
         key: &Key,
         authority: &str,
         mut req: Request<ProxyBody>,
@@ -272,7 +288,7 @@ impl ConnPool {
             attempts += 1;
             let (id, mut sender, reused) = match self.checkout(key) {
                 Some((id, s)) => (id, s, true),
-                None => self.open(shared, key).await?,
+                None => self.open(up, key).await?,
             };
             let res = match &mut sender {
                 Sender::H1(s) => {
@@ -314,7 +330,7 @@ impl ConnPool {
 
     /// Move idle plain-HTTP upstream sockets to the process-wide pool; every
     /// other connection closes with this pool.
-    fn retire(&self, shared: &Shared) {
+    fn retire(&self, up: &Upstreams) {
         let (idle, mut conns) = {
             let mut inner = self.lock();
             (
@@ -341,7 +357,7 @@ impl ConnPool {
             if let Poll::Ready(Ok(())) = noop_cx_poll(|cx| conn.poll_without_shutdown(cx)) {
                 let parts = (*conn).into_parts();
                 if parts.read_buf.is_empty() {
-                    shared.idle_tcp.put(addr, parts.io.into_inner());
+                    up.idle_tcp.put(addr, parts.io.into_inner());
                 }
             }
         }
@@ -370,7 +386,7 @@ fn h2_handshake(
 /// so that it is `Send` whenever the server connection is).
 pub(crate) struct Run<'a, F> {
     pool: &'a ConnPool,
-    shared: &'a Shared,
+    up: &'a Upstreams,
     server: Pin<Box<F>>,
 }
 
@@ -388,7 +404,7 @@ impl<F: Future> Future for Run<'_, F> {
         this.pool.in_poll.store(false, Ordering::SeqCst);
         match r {
             Poll::Ready(out) => {
-                this.pool.retire(this.shared);
+                this.pool.retire(this.up);
                 Poll::Ready(out)
             }
             Poll::Pending => {

@@ -6,7 +6,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 
 use crate::body::ProxyBody;
 
-/// `X-Vis-Egress-Error` values (decision P7).
+/// `X-Vis-Egress-Error` values (docs/decisions.md, P7).
 pub mod kind {
     /// Host matched a specific `denied_domains` entry (or `denied: [*]`).
     pub const DENYLIST: &str = "blocked-by-denylist";
@@ -55,7 +55,7 @@ pub mod reason {
     pub const MALFORMED: &str = "malformed proxy request";
 }
 
-/// Which part of the pipeline decided (companion-api §7 `decided_by.kind`).
+/// Which step decided (`decided_by.kind` of a decision record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeciderKind {
@@ -69,7 +69,8 @@ pub enum DeciderKind {
     Ssrf,
     /// A network filter.
     Filter,
-    /// Provider credential checks (not produced by this crate yet).
+    /// Provider credentials: a phantom sent to a foreign host, or a provider route
+    /// (allowed by the provider's configuration).
     Credential,
     /// No policy / nothing specific decided.
     Default,
@@ -249,15 +250,6 @@ impl Denial {
         )
     }
 
-    /// Whether this denial is a policy verdict (reported as `deny`) rather
-    /// than an upstream failure.
-    pub fn is_policy(&self) -> bool {
-        matches!(
-            self.class,
-            DenyClass::Auth | DenyClass::Policy(_) | DenyClass::PolicyError
-        )
-    }
-
     /// HTTP status for this denial.
     pub fn status(&self) -> StatusCode {
         match self.class {
@@ -365,7 +357,7 @@ mod tests {
         let r = d.to_response();
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()["x-vis-egress-error"], "upstream-dns-failure");
-        assert!(d.is_failure() && !d.is_policy());
+        assert!(d.is_failure());
         assert_eq!(d.record_kind(), Some("upstream-dns-failure"));
         let up = Denial::upstream(DenyClass::UpstreamRefused, "refused");
         assert!(up

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 use crate::deny::{kind, DeciderKind, Denial, DenyClass};
-use crate::engine::Shared;
 use crate::ssrf::{self, parse_ip_literal, FloorInput};
-use crate::traits::{Principal, Resolver};
+use crate::traits::{Dialer, Principal, Resolver};
 
 /// Names of metadata services refused at the floor whatever they resolve to.
 const METADATA_NAMES: [&str; 4] = [
@@ -62,28 +61,9 @@ async fn denied_addrs<'p>(
     Cow::Owned(out)
 }
 
-/// Resolve `host` once and pass every answer through the SSRF floor; the
-/// returned address is the only one that may be dialled.
-pub(crate) async fn validate(
-    shared: &Shared,
-    principal: &Principal,
-    host: &str,
-    port: u16,
-) -> Result<SocketAddr, Denial> {
-    let cache = Some((&shared.denied_cache, shared.cfg.denied_name_ttl));
-    validate_with(
-        shared.svc.resolver.as_ref(),
-        cache,
-        Some(shared.own_port),
-        principal,
-        host,
-        port,
-    )
-    .await
-}
-
-/// The SSRF floor for one target without a running proxy (also used by
-/// `/net-probe`): resolve once, classify every answer, return the address.
+/// The SSRF floor for one target: resolve once, classify every answer, return the one
+/// address that may be dialled. `cache` keeps what the policy's denied names resolve to;
+/// `own_port` is the proxy's port (always reserved).
 pub async fn validate_with(
     resolver: &dyn Resolver,
     cache: Option<(&DeniedCache, Duration)>,
@@ -130,8 +110,12 @@ pub fn classify_io(e: &io::Error) -> DenyClass {
 }
 
 /// Dial a validated address with the connect timeout.
-pub(crate) async fn connect(shared: &Shared, addr: SocketAddr) -> Result<TcpStream, Denial> {
-    match tokio::time::timeout(shared.cfg.connect_timeout, shared.svc.dialer.dial(addr)).await {
+pub(crate) async fn connect(
+    dialer: &dyn Dialer,
+    timeout: Duration,
+    addr: SocketAddr,
+) -> Result<TcpStream, Denial> {
+    match tokio::time::timeout(timeout, dialer.dial(addr)).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(Denial::upstream(classify_io(&e), e)),
         Err(_) => Err(Denial::upstream(

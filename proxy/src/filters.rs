@@ -1,4 +1,4 @@
-//! Running network filters (decision P6): registration order, first deny
+//! Running network filters (docs/decisions.md, P6): registration order, first deny
 //! wins, an error, a panic or a timeout DENIES with kind `filter-error`.
 
 use std::panic::AssertUnwindSafe;
@@ -40,6 +40,36 @@ pub async fn run_one(
     }
 }
 
+/// What one filter's answer means: `None` lets the request through; otherwise the
+/// denial (kind `blocked-by-filter`, or `filter-error` with the failure). The lanes and
+/// `/net-probe` read answers only through this.
+fn outcome(
+    name: &str,
+    answer: Result<FilterVerdict, FilterError>,
+) -> Option<(Denial, Option<FilterError>)> {
+    match answer {
+        Ok(FilterVerdict::Allow) => None,
+        Ok(FilterVerdict::Block(reason)) => {
+            let reason = if reason.trim().is_empty() {
+                "blocked by network filter".to_string()
+            } else {
+                reason
+            };
+            let d = Denial::policy(kind::FILTER, reason, DeciderKind::Filter).with_filter(name);
+            Some((d, None))
+        }
+        Err(e) => {
+            let d = Denial::policy(
+                kind::FILTER_ERROR,
+                error_reason(name, &e.message),
+                DeciderKind::Filter,
+            )
+            .with_filter(name);
+            Some((d, Some(e)))
+        }
+    }
+}
+
 /// Run filters in order; the first deny (or failure) stops and is returned.
 pub async fn run_filters(
     filters: &[Arc<dyn NetworkFilter>],
@@ -47,27 +77,11 @@ pub async fn run_filters(
     timeout: Duration,
 ) -> Result<(), Denial> {
     for f in filters {
-        match run_one(f.as_ref(), ctx, timeout).await {
-            Ok(FilterVerdict::Allow) => {}
-            Ok(FilterVerdict::Block(reason)) => {
-                let reason = if reason.trim().is_empty() {
-                    "blocked by network filter".to_string()
-                } else {
-                    reason
-                };
-                return Err(
-                    Denial::policy(kind::FILTER, reason, DeciderKind::Filter).with_filter(f.name())
-                );
-            }
-            Err(e) => {
+        if let Some((d, failure)) = outcome(f.name(), run_one(f.as_ref(), ctx, timeout).await) {
+            if let Some(e) = failure {
                 tracing::warn!(filter = f.name(), error = %e.message, "network filter failed (fail closed)");
-                return Err(Denial::policy(
-                    kind::FILTER_ERROR,
-                    error_reason(f.name(), &e.message),
-                    DeciderKind::Filter,
-                )
-                .with_filter(f.name()));
             }
+            return Err(d);
         }
     }
     Ok(())
@@ -95,7 +109,8 @@ pub struct FilterErrorView {
     pub trace: Option<String>,
 }
 
-/// Run EVERY filter (no short-circuit) for `/net-probe`.
+/// Run EVERY filter (no short-circuit) for `/net-probe`; each row reads the filter's
+/// answer as the lanes do (the first row that denies is what a lane answers).
 pub async fn run_all(
     filters: &[Arc<dyn NetworkFilter>],
     ctx: &FilterCtx,
@@ -103,24 +118,18 @@ pub async fn run_all(
 ) -> Vec<FilterRow> {
     let mut rows = Vec::new();
     for f in filters {
-        let row = match run_one(f.as_ref(), ctx, timeout).await {
-            Ok(FilterVerdict::Allow) => FilterRow {
+        let row = match outcome(f.name(), run_one(f.as_ref(), ctx, timeout).await) {
+            None => FilterRow {
                 owner: f.name().into(),
                 allow: true,
                 reason: None,
                 error: None,
             },
-            Ok(FilterVerdict::Block(r)) => FilterRow {
+            Some((d, failure)) => FilterRow {
                 owner: f.name().into(),
                 allow: false,
-                reason: Some(r),
-                error: None,
-            },
-            Err(e) => FilterRow {
-                owner: f.name().into(),
-                allow: false,
-                reason: Some(error_reason(f.name(), &e.message)),
-                error: Some(FilterErrorView {
+                reason: Some(d.reason),
+                error: failure.map(|e| FilterErrorView {
                     message: e.message,
                     trace: e.trace,
                 }),

@@ -4,7 +4,7 @@
 //! or TLS interception) and SOCKS5, with per-session attribution by proxy
 //! token, a domain/method/path/port policy, an SSRF floor, network filters
 //! and a decision record for every request. The crate knows nothing about
-//! sessions or Python (decision A5): it asks the traits in [`traits`].
+//! sessions or Python (docs/decisions.md, A5): it asks the traits in [`traits`].
 //!
 //! ## Pipeline (file names follow it)
 //!
@@ -12,26 +12,35 @@
 //! listener.rs   accept, overall connection cap
 //!   └ detect.rs first byte: 0x05 SOCKS5 · 0x04 SOCKS4 → clean close · else HTTP
 //!       (first-byte timeout; `PRI * HTTP/2.0` → 400)
+//! phases.rs     THE order every flow follows, written once:
+//!               attribute → slot → decide → request filters → credentials →
+//!               validate (SSRF) → connect → response filters → relay;
+//!               lanes implement `Framing` (target, refusal, connect, relay) only
 //! attribution.rs  Proxy-Authorization Basic username / RFC 1929 username → Attribution
 //! policy/         config.rs (parse) → compile.rs (once) → decide.rs (pure, per request)
 //! filters.rs      NetworkFilter chain (order, first deny wins, error/timeout denies)
+//! credentials.rs  phantom → secret swap on provider hosts (after filters)
 //! dial.rs + ssrf.rs  resolve ONCE, classify EVERY answer, return the one address to dial
 //! lanes/http.rs      hyper HTTP/1.1 server, keep-alive, every request decided alone
-//! lanes/connect.rs   CONNECT: decide host+port, SSRF, then opaque or intercept
+//! lanes/connect.rs   CONNECT: opaque tunnel or interception
 //! lanes/intercept.rs TLS server with a minted leaf, h2 + http/1.1 inside (or plain
 //!                    HTTP/1.1 when the first bytes are not TLS: prefixed.rs sniffs)
-//! lanes/forward.rs   per-request pipeline shared by plain HTTP and intercepted HTTPS
-//! lanes/socks5.rs    pure wire parsers + the SOCKS5 driver
+//! lanes/forward.rs   framing of HTTP requests (plain, intercepted, provider route)
+//! lanes/socks5.rs    pure wire parsers + the SOCKS5 framing
 //! lanes/provider.rs  /_vis/provider/<id>/<token>/… → the provider's base URL
-//! credentials.rs     phantom → secret swap on provider hosts (after filters)
+//! lanes/target.rs    request targets (CONNECT authority, head size)
+//! probe.rs           /net-probe: the same steps with a connector that does not dial,
+//!                    then every filter reported one by one
 //! conn_pool.rs       upstream connections driven in the client connection's task,
 //!                    reused per client connection; idle plain sockets shared
 //! upstream.rs        hyper-util pooled client connectors (only validated addresses)
 //! relay.rs           byte relay: half-close, idle teardown, byte counts
+//! metered.rs         a relayed body that counts bytes and emits the record at its end
 //! deny.rs            denial kinds and THE mapping to 400/403/407/502/503/504 and SOCKS REP codes
 //! record.rs          Decision records (denials at decision time, allows at the end)
 //! tls.rs             ephemeral ECDSA P-256 CA, leaf LRU, upstream client config
-//! probe.rs           /net-probe: decide + SSRF + every filter, no socket to the target
+//! state.rs           what a running proxy's connections share (services, settings, slots)
+//! engine.rs          the running Proxy: start, CA bundle, probe, shutdown
 //! standalone.rs      run from a YAML policy file
 //! ```
 //!
@@ -52,30 +61,30 @@
 //! * Stand-alone: [`run_standalone`]`(StandaloneConfig::new(path))`; the file
 //!   format is documented in [`standalone`].
 //!
-//! ## Decisions taken where the spec was silent (for ARCHITECTURE.md)
+//! ## Choices where the design record is silent
 //!
 //! * Attribution is async and three-way ([`Lookup::Found`] / `Unknown` → 407 /
 //!   `Failed` → 403 `vis-agent: session policy error`, header
-//!   `X-Vis-Egress-Error: blocked-by-denylist` as §9 suggests; SOCKS: `01 00`
+//!   `X-Vis-Egress-Error: blocked-by-denylist`; SOCKS: `01 00`
 //!   then REP `02`).
 //! * The proxy adds its own port to every principal's reserved ports.
 //! * Host patterns: `.example.com` means `example.com`; any other `*` than
-//!   a whole `*` or a leading `*.` is a config error naming the key (§15 Q6).
+//!   a whole `*` or a leading `*.` is a config error naming the key.
 //!   IP literals in any `inet_aton` spelling are canonicalized before the host
-//!   gate and the floor; IPv6 is matched in RFC 5952 form (§15 Q7).
-//! * Rule ties: longest pattern, then non-wildcard, then config order (Q8).
+//!   gate and the floor; IPv6 is matched in RFC 5952 form.
+//! * Rule ties: longest pattern, then non-wildcard, then config order.
 //!   A closed rule with `methods`/`allow` denies everything except those.
 //! * Interception happens when the selected rule can deny some method/path
 //!   (`restricts_requests`: not `*`, not ports-only) or any filter is
 //!   registered for the principal, and never for `exclude_domains`.
-//! * SSRF extras (Q10): 240.0.0.0/4 and all of 0.0.0.0/8 always denied;
+//! * SSRF extras: 240.0.0.0/4 and all of 0.0.0.0/8 always denied;
 //!   192.0.0.0/24 and 198.18.0.0/15 private; metadata addresses
 //!   169.254.169.254, 169.254.170.2, fd00:ec2::254/253/123, 100.100.100.200,
 //!   168.63.129.16, 192.0.0.192 always denied; names `metadata.google.internal`,
 //!   `metadata.goog`, `metadata`, `instance-data` refused at the floor; Teredo
 //!   (2001::/32) classified by its client IPv4 as well. Denied-name addresses
-//!   cached 30 s (Q12).
-//! * Upstream failures (Q3): HTTP 502 `upstream error: …` (504 on connect
+//!   cached 30 s.
+//! * Upstream failures: HTTP 502 `upstream error: …` (504 on connect
 //!   timeout) without an egress kind; SOCKS REP
 //!   `05` refused / `04` otherwise. A name that does not resolve is a 502 with kind
 //!   `upstream-dns-failure` (REP `04`), not an SSRF refusal. The record of a request that
@@ -85,8 +94,8 @@
 //! * Long-lived flows (opaque CONNECT, SOCKS5, upgraded connections, and responses still
 //!   streaming after 1 s) are reported twice: `state: open` when they start (or pass 1 s),
 //!   `state: closed` (same `flow`) with bytes at the end.
-//! * An absolute `https://` URI on the plain lane is refused with 400 (Q4).
-//! * Limits (P9): 10 s first byte and head, 15 s connect, 15 min idle, 5 s
+//! * An absolute `https://` URI on the plain lane is refused with 400.
+//! * Limits (docs/decisions.md, P9): 10 s first byte and head, 15 s connect, 15 min idle, 5 s
 //!   per filter, 2048 connections overall, established tunnels included, lowered to fit
 //!   the descriptor limit with a reserve (excess connections are closed), 60 s without
 //!   a byte of a streamed request body (408),
@@ -102,13 +111,13 @@
 //!   gives `[`, `{` and `/` meanings the spec forbids.
 //! * `VIS_SYSTEM_CA_CERT` may hold a PEM file path or PEM text.
 //! * `exclude_domains` keeps hosts opaque even when the rest of the block
-//!   compiles to "no policy" (the reference then excludes nothing; P5 says
-//!   always opaque, and registered filters would otherwise intercept them).
+//!   compiles to "no policy" (excluded hosts are always opaque, per
+//!   docs/decisions.md P5, and registered filters would otherwise intercept them).
 //! * When filters are registered, a request body of `Content-Length` ≤ 1 MiB
 //!   is read before the filters run and must arrive within the head timeout
 //!   (else 400); larger and chunked bodies are streamed and shown as `None`.
 //! * Filters never see `Proxy-Authorization` (the session's proxy token).
-//! * Provider credentials (P8): a phantom is looked for in `Authorization`,
+//! * Provider credentials (docs/decisions.md, P8): a phantom is looked for in `Authorization`,
 //!   `x-api-key`, `api-key` and a `key=` query parameter; on one of the
 //!   provider's hosts (its `hosts` plus its base URL's host) it is replaced by
 //!   the secret, anywhere else the request is denied (403,
@@ -136,6 +145,8 @@ mod io_threads;
 pub use io_threads::{default_io_threads, io_thread_index};
 pub mod lanes;
 mod listener;
+pub mod metered;
+mod phases;
 pub use listener::{effective_cap, nofile_limit, FDS_PER_CONNECTION};
 pub mod policy;
 pub mod prefixed;
@@ -145,12 +156,14 @@ pub mod relay;
 pub mod settings;
 pub mod ssrf;
 pub mod standalone;
+mod state;
 pub mod tls;
 pub mod traits;
 pub mod upstream;
 
-pub use engine::{Proxy, Services};
+pub use engine::Proxy;
 pub use error::{ProxyError, Result};
 pub use settings::ProxyConfig;
 pub use standalone::{run_standalone, start_standalone, StandaloneConfig};
+pub use state::Services;
 pub use traits::*;

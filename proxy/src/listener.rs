@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Semaphore};
 
 use crate::detect::{detect, Protocol};
-use crate::engine::Shared;
 use crate::io_threads::IoThreads;
+use crate::state::{ConnGuard, Shared};
 
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -62,10 +62,6 @@ pub(crate) async fn serve(
         });
     }
 }
-
-/// One client connection's place under the overall cap; shared by whatever outlives the
-/// connection's first exchange (a tunnel, an upgraded connection).
-pub(crate) type ConnGuard = Arc<OwnedSemaphorePermit>;
 
 /// Descriptors one proxy connection may hold at most: the client socket, the upstream
 /// socket and the two pipes of a `splice` relay.

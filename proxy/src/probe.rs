@@ -1,18 +1,33 @@
-//! `/net-probe` (§8.6, decision E8): host gate + SSRF classification +
-//! every filter on a synthetic request, WITHOUT opening a socket.
+//! `/net-probe` (docs/decisions.md, E8): the flow's steps ([`crate::phases`]) on a
+//! synthetic request with a connector that does not dial, then every filter one by one.
+//!
+//! Tier 1 is the steps up to the connect with no filters registered: the host gate,
+//! the rules and the SSRF floor (the name is resolved, no socket is opened). Only when
+//! Tier 1 allows does every filter run, each reported on its own; the final verdict is
+//! Tier 1's denial, else the first filter's, else allow — what a lane answers, except
+//! when both a filter and the SSRF floor would refuse: a lane runs its filters before
+//! the floor and reports the filter, the probe (whose Tier 1 runs no filter) the floor.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::deny::Denial;
+use crate::dial::validate_with;
 use crate::filters::{run_all, FilterRow};
-use crate::lanes::connect::parse_authority;
-use crate::policy::{decide, normalize_host, DecideInput};
-use crate::traits::{FilterCtx, FilterSet, Phase, Principal, Resolver};
+use crate::lanes::target::parse_authority;
+use crate::phases::{self, Cleared, Env, Framing, Step, Target};
+use crate::policy::normalize_host;
+use crate::record::RecordBase;
+use crate::traits::{
+    Decision, DecisionSink, FilterCtx, FilterSet, Lane, NetworkFilter, Phase, Principal,
+    ProviderCredential, Resolver,
+};
 
 /// Usage text for a blank target.
 pub const USAGE: &str = "Usage: /net-probe [METHOD] <url | host[:port]>";
@@ -156,6 +171,77 @@ fn tier1_deny(d: Denial) -> Tier1 {
     }
 }
 
+/// The probe's view of the proxy: Tier 1 has no filters (they are reported one by one
+/// afterwards), no credentials (a synthetic request carries no key), no session slot
+/// and no records.
+struct ProbeEnv<'a> {
+    deps: &'a ProbeDeps,
+    sink: Arc<dyn DecisionSink>,
+}
+
+/// Records of a probe go nowhere.
+struct Discard;
+
+impl DecisionSink for Discard {
+    fn record(&self, _: &str, _: Decision) {}
+}
+
+impl Env for ProbeEnv<'_> {
+    fn sink(&self) -> &Arc<dyn DecisionSink> {
+        &self.sink
+    }
+    fn slot(&self, _: &str) -> Option<Box<dyn Any + Send>> {
+        Some(Box::new(()))
+    }
+    fn filters(&self, _: &Principal) -> Vec<Arc<dyn NetworkFilter>> {
+        Vec::new()
+    }
+    fn filter_timeout(&self) -> Duration {
+        self.deps.filter_timeout
+    }
+    fn credentials(&self, _: &Principal) -> Vec<ProviderCredential> {
+        Vec::new()
+    }
+    async fn validate(
+        &self,
+        principal: &Principal,
+        host: &str,
+        port: u16,
+    ) -> Result<SocketAddr, Denial> {
+        let resolver = self.deps.resolver.as_ref();
+        validate_with(resolver, None, self.deps.proxy_port, principal, host, port).await
+    }
+}
+
+/// The synthetic request: known principal, a connector that does not dial.
+struct ProbeFlow {
+    principal: Option<Principal>,
+}
+
+impl Framing for ProbeFlow {
+    type Answer = Tier1;
+    type Upstream = ();
+
+    async fn attribute(&mut self) -> Result<Principal, Denial> {
+        self.principal
+            .take()
+            .ok_or_else(|| Denial::auth(crate::deny::reason::MISSING_TOKEN))
+    }
+    async fn connect(&mut self, _: &Target, _: &Cleared) -> Result<(), Denial> {
+        Ok(())
+    }
+    async fn relay(self, _: (), _: Target, _: Cleared) -> Tier1 {
+        Tier1 {
+            allow: true,
+            reason: None,
+            error_kind: None,
+        }
+    }
+    async fn refuse(self, _: Step, d: Denial) -> Tier1 {
+        tier1_deny(d)
+    }
+}
+
 /// Run a probe for `principal` (its frozen policy and reserved ports).
 pub async fn probe(
     deps: &ProbeDeps,
@@ -163,36 +249,34 @@ pub async fn probe(
     args: &str,
 ) -> Result<ProbeReport, ProbeError> {
     let t = parse_args(args)?;
-    let port = if t.port == 0 { None } else { Some(t.port) };
-    let verdict = decide(
-        &principal.policy,
-        DecideInput {
-            method: t.method.as_deref(),
-            host: &t.host,
-            path: t.path.as_deref(),
-            port,
-        },
-    );
-    let tier1 = match verdict {
-        Err(d) => tier1_deny(d),
-        Ok(_) => match crate::dial::validate_with(
-            deps.resolver.as_ref(),
-            None,
-            deps.proxy_port,
-            principal,
-            &t.host,
-            t.port,
-        )
-        .await
-        {
-            Ok(_) => Tier1 {
-                allow: true,
-                reason: None,
-                error_kind: None,
+    let target = Target {
+        base: RecordBase {
+            lane: if t.phase == Phase::Socks {
+                Lane::Socks
+            } else {
+                Lane::Http
             },
-            Err(d) => tier1_deny(d),
+            phase: t.phase.as_str(),
+            method: t.method.clone(),
+            path: t.path.clone(),
+            host: t.host.clone(),
+            port: t.port,
+            is_intercepted: false,
         },
+        // a bare host (port 0) skips the port checks
+        check_port: (t.port != 0).then_some(t.port),
+        route: None,
+        request_phase: Some(t.phase),
+        response_phase: None,
     };
+    let env = ProbeEnv {
+        deps,
+        sink: Arc::new(Discard),
+    };
+    let flow = ProbeFlow {
+        principal: Some(principal.clone()),
+    };
+    let tier1 = phases::run(&env, target, flow).await;
     let mut filters = Vec::new();
     if tier1.allow {
         let ctx = FilterCtx {
@@ -232,7 +316,7 @@ pub async fn probe(
 }
 
 impl ProbeReport {
-    /// The text body of the slash command (§8.6 layout).
+    /// The text body of the slash command.
     pub fn render(&self) -> String {
         let t = &self.target;
         let mut out = String::new();
@@ -299,24 +383,6 @@ impl ProbeReport {
             verdict(self.final_verdict.allow, &self.final_verdict.reason)
         );
         out
-    }
-}
-
-impl crate::Proxy {
-    /// `/net-probe` with this proxy's resolver, filters and reserved port.
-    pub async fn probe(
-        &self,
-        principal: &Principal,
-        args: &str,
-    ) -> Result<ProbeReport, ProbeError> {
-        let s = &self.shared;
-        let deps = ProbeDeps {
-            resolver: s.svc.resolver.clone(),
-            filters: s.svc.filters.clone(),
-            filter_timeout: s.cfg.filter_timeout,
-            proxy_port: Some(s.own_port),
-        };
-        probe(&deps, principal, args).await
     }
 }
 

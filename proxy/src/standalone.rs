@@ -25,11 +25,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use crate::engine::{Proxy, Services};
+use crate::engine::Proxy;
 use crate::error::ProxyError;
 use crate::policy::config::{NonBlank, Port};
 use crate::policy::{NetworkConfig, Policy};
 use crate::settings::ProxyConfig;
+use crate::state::Services;
 use crate::traits::{Attribution, LogSink, Lookup, Principal};
 
 /// The policy file.

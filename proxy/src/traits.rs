@@ -1,4 +1,4 @@
-//! The seams between the proxy and its host (decision A5). The gateway
+//! The seams between the proxy and its host (docs/decisions.md, A5). The gateway
 //! implements these; the proxy never knows about sessions or Python.
 
 use std::collections::BTreeMap;
@@ -69,7 +69,7 @@ pub enum Lane {
     Https,
     /// SOCKS5.
     Socks,
-    /// Provider route (not produced by this crate yet).
+    /// Provider route (`/_vis/provider/<id>/<token>/…`).
     Provider,
 }
 
@@ -84,7 +84,7 @@ pub struct DecidedBy {
     pub filter: Option<String>,
 }
 
-/// One egress decision record (companion-api.md §7 minus `id`/`seq`, which
+/// One egress decision record (the Companion API's record minus `id`/`seq`, which
 /// the gateway assigns when it stores/publishes the record).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
@@ -147,7 +147,7 @@ pub trait DecisionSink: Send + Sync + 'static {
     fn record(&self, session_id: &str, decision: Decision);
 }
 
-/// Phase of a network filter call (decision P6).
+/// Phase of a network filter call (docs/decisions.md, P6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Phase {
     /// Plain HTTP request.
@@ -222,7 +222,7 @@ pub struct FilterError {
     pub trace: Option<String>,
 }
 
-/// A network filter (decision P6).
+/// A network filter (docs/decisions.md, P6).
 #[async_trait]
 pub trait NetworkFilter: Send + Sync + 'static {
     /// Owner / extension name, used in reasons and reports.
@@ -257,7 +257,7 @@ impl FilterSet for StaticFilters {
     }
 }
 
-/// One provider credential for a principal (decision P8).
+/// One provider credential for a principal (docs/decisions.md, P8).
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProviderCredential {
     /// Provider id (reported in decisions).

@@ -1,55 +1,24 @@
-//! CONNECT (§6.2): decide host + port, SSRF, then an opaque tunnel or
-//! interception (decision P5).
+//! CONNECT: the flow's steps decide host + port and validate the address (no request
+//! filters here: the tunnel's inner requests are filtered); then an opaque tunnel, or
+//! interception when the host's traffic must be inspected (a rule that can deny some
+//! method or path, a registered filter, or a provider host; never an excluded host).
 
 use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 use crate::attribution::{authorize, token_from_headers};
 use crate::body::{self, ProxyBody};
 use crate::deny::{reason, Denial};
-use crate::engine::Shared;
-use crate::listener::ConnGuard;
-use crate::policy::{decide, normalize_host, DecideInput};
-use crate::record::{emit_denial, AllowRecord, RecordBase};
-use crate::traits::Lane;
+use crate::phases::{self, Cleared, Framing, Step, Target};
+use crate::record::RecordBase;
+use crate::state::{ConnGuard, Shared};
+use crate::traits::{Lane, Principal};
 
-/// Parse a CONNECT target `host[:port]` / `[v6]:port` (port defaults to
-/// 443). Pure; `None` when malformed.
-pub fn parse_authority(s: &str) -> Option<(String, u16)> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let end = rest.find(']')?;
-        let host = &rest[..end];
-        let tail = &rest[end + 1..];
-        let port = match tail.strip_prefix(':') {
-            Some(p) => p.parse::<u16>().ok()?,
-            None if tail.is_empty() => 443,
-            None => return None,
-        };
-        (host.to_string(), port)
-    } else {
-        match s.rsplit_once(':') {
-            Some((h, p)) if !h.contains(':') => (h.to_string(), p.parse::<u16>().ok()?),
-            Some(_) => return None,
-            None => (s.to_string(), 443),
-        }
-    };
-    if host.is_empty()
-        || port == 0
-        || host
-            .chars()
-            .any(|c| c.is_whitespace() || c == '/' || c == '@')
-    {
-        return None;
-    }
-    Some((normalize_host(&host), port))
-}
+pub use crate::lanes::target::parse_authority;
 
 fn established() -> Response<ProxyBody> {
     let mut r = Response::new(body::empty());
@@ -64,7 +33,7 @@ fn established() -> Response<ProxyBody> {
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     conn: ConnGuard,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let Some((host, port)) = req
         .uri()
@@ -73,177 +42,148 @@ pub(crate) async fn handle(
     else {
         return Denial::bad_request(reason::MALFORMED).to_response();
     };
-    let principal = match authorize(
-        shared.svc.attribution.as_ref(),
-        token_from_headers(req.headers()).as_deref(),
-    )
-    .await
-    {
-        Ok(p) => p,
-        Err(d) => return d.to_response(),
-    };
-    let base = RecordBase {
-        lane: Lane::Connect,
-        phase: "connect",
-        method: None,
-        path: None,
-        host: host.clone(),
-        port,
-        is_intercepted: false,
-    };
-    let sink = shared.svc.sink.clone();
-    let sid = principal.session_id.clone();
-    let refuse = |d: Denial| {
-        emit_denial(sink.as_ref(), &sid, &base, &d);
-        d.to_response()
-    };
-    let Some(slot) = shared.session_slot(&sid) else {
-        return refuse(Denial::overloaded("per session"));
-    };
-    let allowed = match decide(
-        &principal.policy,
-        DecideInput {
+    let target = Target {
+        base: RecordBase {
+            lane: Lane::Connect,
+            phase: "connect",
             method: None,
-            host: &host,
             path: None,
-            port: Some(port),
-        },
-    ) {
-        Ok(a) => a,
-        Err(d) => return refuse(d),
-    };
-    let addr = match crate::dial::validate(&shared, &principal, &host, port).await {
-        Ok(a) => a,
-        Err(d) => return refuse(d),
-    };
-    let filters = shared.filters(&principal);
-    let rule_restricts = principal
-        .policy
-        .select_rule(&host)
-        .map(|r| r.restricts_requests())
-        .unwrap_or(false);
-    let provider_host = shared
-        .svc
-        .credentials
-        .credentials(&principal)
-        .iter()
-        .any(|c| c.covers(&host));
-    let intercept = !principal.policy.is_excluded(&host)
-        && (rule_restricts || !filters.is_empty() || provider_host);
-    let on_upgrade = hyper::upgrade::on(&mut req);
-
-    if intercept {
-        let shared2 = shared.clone();
-        let tunnel = crate::lanes::intercept::Target {
-            principal,
             host,
             port,
-            addr,
-            conn,
-            allowed,
-        };
-        tokio::spawn(async move {
-            let _slot = slot;
-            match on_upgrade.await {
-                Ok(up) => crate::lanes::intercept::run(shared2, tunnel, TokioIo::new(up)).await,
-                Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
-            }
-        });
-        return established();
-    }
-
-    let upstream = match crate::dial::connect(&shared, addr).await {
-        Ok(s) => s,
-        Err(d) => {
-            let rec = AllowRecord::new(
-                sink.clone(),
-                sid.clone(),
-                base.clone(),
-                allowed.decider,
-                allowed.rule_host.clone(),
-            );
-            rec.fail_with(&d);
-            return d.to_response();
-        }
+            is_intercepted: false,
+        },
+        check_port: Some(port),
+        route: None,
+        request_phase: None,
+        response_phase: None,
     };
-    let record = AllowRecord::new(
-        sink.clone(),
-        sid.clone(),
-        base.clone(),
-        allowed.decider,
-        allowed.rule_host,
-    );
-    // The tunnel may run for hours: the phone learns of it now, and of its bytes at the end.
-    record.open();
-    let idle = shared.cfg.idle_timeout;
-    tokio::spawn(async move {
-        // The tunnel counts against the overall connection cap until it ends.
-        let _conn = conn;
-        let _slot = slot;
-        match on_upgrade.await {
-            Ok(up) => {
-                // The client side is the accepted TCP socket (plus any bytes
-                // hyper read past the CONNECT head): relay TCP to TCP.
-                let r = match up.downcast::<TokioIo<tokio::net::TcpStream>>() {
-                    Ok(parts) => {
-                        crate::relay::relay_tcp(
-                            parts.io.into_inner(),
-                            &parts.read_buf,
-                            upstream,
-                            idle,
-                            &record.up,
-                            &record.down,
-                        )
-                        .await
-                    }
-                    Err(up) => {
-                        crate::relay::relay(
-                            TokioIo::new(up),
-                            upstream,
-                            idle,
-                            &record.up,
-                            &record.down,
-                        )
-                        .await
-                    }
-                };
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "tunnel ended with an error");
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
-        }
-        drop(record);
-    });
-    established()
+    let flow = ConnectFlow {
+        token: token_from_headers(req.headers()),
+        shared: shared.clone(),
+        conn,
+        req,
+    };
+    phases::run(&shared, target, flow).await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_authority;
+/// One CONNECT request.
+struct ConnectFlow {
+    shared: Arc<Shared>,
+    token: Option<String>,
+    conn: ConnGuard,
+    req: Request<Incoming>,
+}
 
-    #[test]
-    fn connect_targets_parse_including_bracketed_ipv6() {
-        assert_eq!(
-            parse_authority("example.com:8443"),
-            Some(("example.com".into(), 8443))
-        );
-        assert_eq!(
-            parse_authority("Example.com"),
-            Some(("example.com".into(), 443))
-        );
-        assert_eq!(parse_authority("[::1]:443"), Some(("::1".into(), 443)));
-        assert_eq!(
-            parse_authority("[0:0:0:0:0:0:0:1]:80"),
-            Some(("::1".into(), 80))
-        );
-        assert_eq!(
-            parse_authority("2130706433:80"),
-            Some(("127.0.0.1".into(), 80))
-        );
-        assert_eq!(parse_authority("::1:443"), None);
-        assert_eq!(parse_authority("x:99999"), None);
-        assert_eq!(parse_authority(":80"), None);
-        assert_eq!(parse_authority(""), None);
+/// What the tunnel becomes.
+enum Tunnel {
+    /// Bytes relayed as they are, to this upstream socket.
+    Opaque(TcpStream),
+    /// TLS (or plain HTTP) served here, every inner request decided on its own.
+    Intercept,
+}
+
+impl Framing for ConnectFlow {
+    type Answer = Response<ProxyBody>;
+    type Upstream = Tunnel;
+
+    async fn attribute(&mut self) -> Result<Principal, Denial> {
+        authorize(self.shared.svc.attribution.as_ref(), self.token.as_deref()).await
+    }
+
+    async fn connect(&mut self, target: &Target, c: &Cleared) -> Result<Tunnel, Denial> {
+        let host = target.base.host.as_str();
+        let policy = &c.principal.policy;
+        let rule_restricts = policy
+            .select_rule(host)
+            .map(|r| r.restricts_requests())
+            .unwrap_or(false);
+        let provider_host = c.credentials.iter().any(|cr| cr.covers(host));
+        let intercept =
+            !policy.is_excluded(host) && (rule_restricts || !c.filters.is_empty() || provider_host);
+        if intercept {
+            return Ok(Tunnel::Intercept);
+        }
+        let up = &self.shared.up;
+        crate::dial::connect(up.dialer.as_ref(), up.connect_timeout, c.addr)
+            .await
+            .map(Tunnel::Opaque)
+    }
+
+    async fn relay(mut self, up: Tunnel, target: Target, c: Cleared) -> Response<ProxyBody> {
+        let on_upgrade = hyper::upgrade::on(&mut self.req);
+        let shared = self.shared;
+        let conn = self.conn;
+        let upstream = match up {
+            Tunnel::Opaque(s) => s,
+            Tunnel::Intercept => {
+                // the inner requests are recorded one by one, not the tunnel
+                c.record.cancel();
+                let tunnel = crate::lanes::intercept::Tunnel {
+                    principal: c.principal,
+                    host: target.base.host,
+                    port: target.base.port,
+                    addr: c.addr,
+                    conn,
+                    allowed: c.allowed,
+                    hold: c.record,
+                };
+                tokio::spawn(async move {
+                    match on_upgrade.await {
+                        Ok(up) => {
+                            crate::lanes::intercept::run(shared, tunnel, TokioIo::new(up)).await
+                        }
+                        Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+                    }
+                });
+                return established();
+            }
+        };
+        let record = c.record;
+        // The tunnel may run for hours: the phone learns of it now, and of its bytes at the end.
+        record.open();
+        let idle = shared.cfg.idle_timeout;
+        tokio::spawn(async move {
+            // The tunnel counts against the overall connection cap until it ends.
+            let _conn = conn;
+            match on_upgrade.await {
+                Ok(up) => {
+                    // The client side is the accepted TCP socket (plus any bytes
+                    // hyper read past the CONNECT head): relay TCP to TCP.
+                    let r = match up.downcast::<TokioIo<TcpStream>>() {
+                        Ok(parts) => {
+                            crate::relay::relay_tcp(
+                                parts.io.into_inner(),
+                                &parts.read_buf,
+                                upstream,
+                                idle,
+                                &record.up,
+                                &record.down,
+                            )
+                            .await
+                        }
+                        Err(up) => {
+                            crate::relay::relay(
+                                TokioIo::new(up),
+                                upstream,
+                                idle,
+                                &record.up,
+                                &record.down,
+                            )
+                            .await
+                        }
+                    };
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "tunnel ended with an error");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+            }
+            drop(record);
+        });
+        established()
+    }
+
+    async fn refuse(self, _: Step, d: Denial) -> Response<ProxyBody> {
+        d.to_response()
     }
 }

@@ -1,6 +1,8 @@
-//! The per-request pipeline shared by plain HTTP and intercepted HTTPS:
-//! decide → request filters → SSRF/validated address → pooled upstream →
-//! response filters → streamed, metered response.
+//! HTTP requests (plain, intercepted and provider routes) as a lane of the flow's steps
+//! ([`crate::phases`]): the filters' view of the request (with a small body), the
+//! credential swap, sending upstream (on the client connection's own upstream
+//! connections, or a pooled client), the response filters' view, and the streamed,
+//! metered response (or an upgraded connection).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,15 +15,15 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioIo;
 
+use crate::attribution::authorize;
 use crate::body::{self, ProxyBody};
 use crate::conn_pool::{ConnPool, Key};
-use crate::deny::Denial;
-use crate::engine::Shared;
-use crate::filters::{header_map, run_filters};
-use crate::listener::ConnGuard;
-use crate::policy::{decide, DecideInput};
-use crate::record::{emit_denial, AllowRecord, RecordBase};
-use crate::traits::{FilterCtx, Phase, Principal};
+use crate::deny::{reason, Denial};
+use crate::filters::header_map;
+use crate::lanes::target::bracket;
+use crate::phases::{self, Cleared, Framing, RequestView, ResponseView, Step, Target};
+use crate::state::{ConnGuard, Shared};
+use crate::traits::{Principal, ProviderCredential};
 use crate::upstream::{describe, TunnelTlsConnector};
 
 /// Request bodies up to this size are shown to request filters.
@@ -32,6 +34,8 @@ pub const FILTER_BODY_LIMIT: u64 = 1024 * 1024;
 pub(crate) struct TunnelUpstream {
     /// Connections driven in the tunnel's task (every request but upgrades).
     pub local: ConnPool,
+    /// The address validated at CONNECT.
+    pub addr: SocketAddr,
     /// `Key::Tls(validated address, server name)`.
     pub key: Key,
     /// `host[:port]` for the upstream request.
@@ -57,22 +61,6 @@ pub(crate) enum Upstream {
     /// Provider route to an `https://` base URL: validate the host now, then
     /// TLS (hostname verified) on a one-request client.
     Tls,
-}
-
-pub(crate) struct Job {
-    pub principal: Principal,
-    pub base: RecordBase,
-    pub req_phase: Phase,
-    pub resp_phase: Phase,
-    /// Port used for the rule port check (`None` inside a tunnel).
-    pub check_port: Option<u16>,
-    pub upstream: Upstream,
-    /// Provider route id: skips the session's host policy (the provider's
-    /// configuration allows it), replaces `Host`, reports the provider.
-    pub route: Option<String>,
-    /// The client connection's place under the overall connection cap; an upgraded
-    /// connection keeps it until its relay ends.
-    pub conn: Option<ConnGuard>,
 }
 
 const HOP_COUNT: usize = 8;
@@ -153,20 +141,10 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-fn deny(shared: &Shared, job: &Job, d: Denial) -> Response<ProxyBody> {
-    emit_denial(
-        shared.svc.sink.as_ref(),
-        &job.principal.session_id,
-        &job.base,
-        &d,
-    );
-    d.to_response()
-}
-
 /// Reads what is left of a request body that will not be forwarded, bounded in size and
 /// time, so that the client sees a clean answer instead of a reset stream (HTTP/2) or a
 /// closed socket it is still writing to (HTTP/1.1) racing the denial.
-async fn settle_body(body: Incoming, _version: Version, wait: std::time::Duration) {
+async fn settle_body(body: Incoming, wait: std::time::Duration) {
     let limited = http_body_util::Limited::new(body, FILTER_BODY_LIMIT as usize);
     let _ = tokio::time::timeout(wait, limited.collect()).await;
 }
@@ -180,319 +158,301 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-pub(crate) async fn forward(
-    shared: Arc<Shared>,
-    job: Job,
-    mut req: Request<Incoming>,
-) -> Response<ProxyBody> {
-    let Some(slot) = shared.session_slot(&job.principal.session_id) else {
-        return deny(&shared, &job, Denial::overloaded("per session"));
-    };
-    let base = &job.base;
-    let verdict = match &job.route {
-        // a provider route is allowed by the provider's configuration
-        Some(_) => Ok(crate::policy::Allowed {
-            decider: crate::deny::DeciderKind::Credential,
-            rule_host: None,
-        }),
-        None => decide(
-            &job.principal.policy,
-            DecideInput {
-                method: base.method.as_deref(),
-                host: &base.host,
-                path: base.path.as_deref(),
-                port: job.check_port,
-            },
-        ),
-    };
-    let allowed = match verdict {
-        Ok(a) => a,
-        Err(d) => {
-            let version = req.version();
-            let response = deny(&shared, &job, d);
-            settle_body(req.into_body(), version, shared.cfg.head_timeout).await;
-            return response;
-        }
-    };
+/// Who sent a request.
+pub(crate) enum Who {
+    /// Attribute by this proxy token (`Proxy-Authorization`).
+    Token(Option<String>),
+    /// Known already (the tunnel's principal; the provider route's token).
+    Known(Principal),
+}
 
-    // Request filters (body pre-read only when filters exist and the body is small).
-    let filters = shared.filters(&job.principal);
+/// Run one HTTP request (plain, intercepted or provider route) through the flow's steps.
+pub(crate) async fn forward(
+    shared: &Arc<Shared>,
+    target: Target,
+    who: Who,
+    mut req: Request<Incoming>,
+    upstream: Upstream,
+    conn: Option<ConnGuard>,
+) -> Response<ProxyBody> {
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = if upgrade {
         Some(hyper::upgrade::on(&mut req))
     } else {
         None
     };
-    let (mut parts, incoming) = req.into_parts();
-    let mut pre_read: Option<Bytes> = None;
-    let mut stream_body: Option<Incoming> = Some(incoming);
-    if !filters.is_empty() {
-        let mut body_text = None;
-        if matches!(content_length(&parts.headers), Some(n) if n <= FILTER_BODY_LIMIT) {
-            if let Some(incoming) = stream_body.take() {
-                // the small body shown to filters must arrive within the head timeout
-                let bytes = match tokio::time::timeout(shared.cfg.head_timeout, incoming.collect())
-                    .await
-                {
+    let (parts, body) = req.into_parts();
+    let flow = HttpFlow {
+        shared,
+        who: Some(who),
+        path: target.base.path.clone().unwrap_or_else(|| "/".into()),
+        parts,
+        body: Some(body),
+        pre_read: None,
+        upgrade,
+        client_upgrade,
+        upstream,
+        conn,
+    };
+    phases::run(shared, target, flow).await
+}
+
+/// One HTTP request: its head, its body (streamed, or read for the filters) and where
+/// it goes.
+struct HttpFlow<'a> {
+    shared: &'a Shared,
+    who: Option<Who>,
+    /// Path + query sent upstream (the phantom in a `key=` parameter swapped).
+    path: String,
+    parts: http::request::Parts,
+    /// The body still to stream (`None` once read for the filters).
+    body: Option<Incoming>,
+    /// The body read for the filters.
+    pre_read: Option<Bytes>,
+    upgrade: bool,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    upstream: Upstream,
+    /// The client connection's place under the overall connection cap; an upgraded
+    /// connection keeps it until its relay ends.
+    conn: Option<ConnGuard>,
+}
+
+impl HttpFlow<'_> {
+    /// Sent on the client connection's own upstream connections ([`ConnPool`], origin
+    /// form) rather than a pooled client (absolute form). Upgrades keep the pooled
+    /// clients: their upstream connection outlives the client connection's task.
+    fn local(&self) -> bool {
+        !self.upgrade
+            && matches!(
+                &self.upstream,
+                Upstream::Plain { local: Some(_) } | Upstream::Tunnel(_) | Upstream::PlainAt { .. }
+            )
+    }
+}
+
+fn pooled(r: Result<Response<Incoming>, hyper_util::client::legacy::Error>) -> Sent {
+    r.map_err(|e| {
+        let (class, msg) = describe(&e);
+        Denial::upstream(class, msg)
+    })
+}
+
+type Sent = Result<Response<Incoming>, Denial>;
+
+impl Framing for HttpFlow<'_> {
+    type Answer = Response<ProxyBody>;
+    type Upstream = Response<Incoming>;
+
+    async fn attribute(&mut self) -> Result<Principal, Denial> {
+        match self.who.take() {
+            Some(Who::Known(p)) => Ok(p),
+            Some(Who::Token(token)) => {
+                authorize(self.shared.svc.attribution.as_ref(), token.as_deref()).await
+            }
+            None => Err(Denial::auth(reason::MISSING_TOKEN)),
+        }
+    }
+
+    /// Headers, and the body when it is small: it must arrive within the head timeout.
+    async fn request_view(&mut self) -> Result<RequestView, Denial> {
+        let mut body = None;
+        if matches!(content_length(&self.parts.headers), Some(n) if n <= FILTER_BODY_LIMIT) {
+            if let Some(incoming) = self.body.take() {
+                let wait = self.shared.cfg.head_timeout;
+                let bytes = match tokio::time::timeout(wait, incoming.collect()).await {
                     Ok(Ok(c)) => c.to_bytes(),
-                    _ => {
-                        return Denial::bad_request("request body could not be read").to_response()
-                    }
+                    _ => return Err(Denial::bad_request("request body could not be read")),
                 };
-                body_text = Some(String::from_utf8_lossy(&bytes).into_owned());
-                pre_read = Some(bytes);
+                body = Some(String::from_utf8_lossy(&bytes).into_owned());
+                self.pre_read = Some(bytes);
             }
         }
-        let ctx = FilterCtx {
-            phase: job.req_phase,
-            method: base.method.clone(),
-            host: base.host.clone(),
-            port: base.port,
-            path: base.path.clone(),
-            headers: header_map(&parts.headers),
-            body: body_text,
-            status: None,
-        };
-        if let Err(d) = run_filters(&filters, &ctx, shared.cfg.filter_timeout).await {
-            let response = deny(&shared, &job, d.with_rule(allowed.rule_host.clone()));
-            if let Some(body) = stream_body.take() {
-                settle_body(body, parts.version, shared.cfg.head_timeout).await;
-            }
-            return response;
-        }
-    }
-
-    // Provider credentials: after the filters (they saw the phantom), before the dial.
-    let mut path = base.path.clone().unwrap_or_else(|| "/".into());
-    let creds = shared.svc.credentials.credentials(&job.principal);
-    let mut provider = None;
-    if !creds.is_empty() {
-        match crate::credentials::apply(
-            &creds,
-            &base.host,
-            job.route.as_deref(),
-            &mut parts.headers,
-            &mut path,
-        ) {
-            Ok(p) => provider = p,
-            Err(d) => return deny(&shared, &job, d.with_rule(allowed.rule_host.clone())),
-        }
-    }
-    if job.route.is_some() {
-        provider = job.route.clone();
-    }
-    let authority_of = |default_port: u16| {
-        if base.port == default_port {
-            bracket(&base.host)
-        } else {
-            format!("{}:{}", bracket(&base.host), base.port)
-        }
-    };
-    let mut tls_client = None;
-    let mut plain_addr = None;
-    // Requests sent on the client connection's own upstream connections
-    // (`ConnPool`) carry the origin form; the pooled clients want the
-    // absolute form.
-    let local = !upgrade
-        && matches!(
-            &job.upstream,
-            Upstream::Plain { local: Some(_) } | Upstream::Tunnel(_) | Upstream::PlainAt { .. }
-        );
-
-    // SSRF floor and the upstream URI.
-    let uri = match &job.upstream {
-        Upstream::Plain { .. } => {
-            let addr: SocketAddr =
-                match crate::dial::validate(&shared, &job.principal, &base.host, base.port).await {
-                    Ok(a) => a,
-                    Err(d) => return deny(&shared, &job, d),
-                };
-            plain_addr = Some(addr);
-            if local {
-                origin_form(&path)
-            } else {
-                format!("http://{addr}{path}").parse::<Uri>().ok()
-            }
-        }
-        Upstream::PlainAt { addr, .. } => {
-            plain_addr = Some(*addr);
-            if local {
-                origin_form(&path)
-            } else {
-                format!("http://{addr}{path}").parse::<Uri>().ok()
-            }
-        }
-        Upstream::Tls => {
-            let addr: SocketAddr =
-                match crate::dial::validate(&shared, &job.principal, &base.host, base.port).await {
-                    Ok(a) => a,
-                    Err(d) => return deny(&shared, &job, d),
-                };
-            let Ok(name) = rustls::pki_types::ServerName::try_from(base.host.clone()) else {
-                return deny(
-                    &shared,
-                    &job,
-                    Denial::bad_request(crate::deny::reason::MALFORMED),
-                );
-            };
-            let connector = TunnelTlsConnector {
-                dialer: shared.svc.dialer.clone(),
-                timeout: shared.cfg.connect_timeout,
-                addr,
-                name,
-                tls: shared.upstream_tls.clone(),
-            };
-            tls_client =
-                Some(Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector));
-            format!("https://{}{path}", authority_of(443))
-                .parse::<Uri>()
-                .ok()
-        }
-        Upstream::Tunnel(_) if local => origin_form(&path),
-        Upstream::Tunnel(t) => format!("https://{}{path}", t.authority).parse::<Uri>().ok(),
-    };
-    let Some(uri) = uri else {
-        return deny(
-            &shared,
-            &job,
-            Denial::bad_request(crate::deny::reason::MALFORMED),
-        );
-    };
-    if job.route.is_some() || !parts.headers.contains_key(header::HOST) {
-        let host_value = match &job.upstream {
-            Upstream::Plain { .. } | Upstream::PlainAt { .. } => authority_of(80),
-            Upstream::Tls => authority_of(443),
-            Upstream::Tunnel(t) => t.authority.clone(),
-        };
-        if let Ok(v) = HeaderValue::from_str(&host_value) {
-            parts.headers.insert(header::HOST, v);
-        }
-    }
-
-    let record = AllowRecord::new(
-        shared.svc.sink.clone(),
-        job.principal.session_id.clone(),
-        base.clone(),
-        allowed.decider,
-        allowed.rule_host.clone(),
-    );
-    let record = record.with_provider(provider);
-    record.keep(Box::new(slot));
-    strip_hop_by_hop(&mut parts.headers);
-    parts.uri = uri;
-    parts.version = Version::HTTP_11;
-    let out_body = match (pre_read, stream_body) {
-        (Some(b), _) => {
-            record
-                .up
-                .fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            body::full(b)
-        }
-        (None, Some(incoming)) => body::metered(
-            body::Paced::new(incoming, shared.cfg.body_idle_timeout),
-            record.up.clone(),
-            None,
-        ),
-        (None, None) => body::empty(),
-    };
-    let out = Request::from_parts(parts, out_body);
-    // Until the response head arrives, a record dropped (the client gave up) says the
-    // upstream never answered.
-    record.awaiting_response(true);
-    let pooled = |r: Result<Response<Incoming>, hyper_util::client::legacy::Error>| {
-        r.map_err(|e| {
-            let (class, msg) = describe(&e);
-            Denial::upstream(class, msg)
+        Ok(RequestView {
+            headers: header_map(&self.parts.headers),
+            body,
         })
-    };
-    // Upgrades keep the pooled clients: their upstream connection outlives
-    // the client connection's task (it is handed to the relay).
-    let send = async {
-        match (&job.upstream, plain_addr) {
-            (Upstream::Plain { local: Some(pool) }, Some(addr))
-            | (Upstream::PlainAt { local: pool, .. }, Some(addr))
+    }
+
+    fn credentials(
+        &mut self,
+        creds: &[ProviderCredential],
+        target: &Target,
+    ) -> Result<Option<String>, Denial> {
+        crate::credentials::apply(
+            creds,
+            &target.base.host,
+            target.route.as_deref(),
+            &mut self.parts.headers,
+            &mut self.path,
+        )
+    }
+
+    fn validated(&self) -> Option<SocketAddr> {
+        match &self.upstream {
+            Upstream::Tunnel(t) => Some(t.addr),
+            Upstream::PlainAt { addr, .. } => Some(*addr),
+            Upstream::Plain { .. } | Upstream::Tls => None,
+        }
+    }
+
+    async fn connect(&mut self, target: &Target, c: &Cleared) -> Sent {
+        let shared = self.shared;
+        let base = &target.base;
+        let authority_of = |default_port: u16| {
+            if base.port == default_port {
+                bracket(&base.host)
+            } else {
+                format!("{}:{}", bracket(&base.host), base.port)
+            }
+        };
+        let local = self.local();
+        let path = &self.path;
+        let absolute_plain = || format!("http://{}{path}", c.addr).parse::<Uri>().ok();
+        let mut tls_client = None;
+        let uri = match &self.upstream {
+            Upstream::Plain { .. } | Upstream::PlainAt { .. } if local => origin_form(path),
+            Upstream::Plain { .. } | Upstream::PlainAt { .. } => absolute_plain(),
+            Upstream::Tls => {
+                let Ok(name) = rustls::pki_types::ServerName::try_from(base.host.clone()) else {
+                    return Err(Denial::bad_request(reason::MALFORMED));
+                };
+                let connector = TunnelTlsConnector {
+                    dialer: shared.svc.dialer.clone(),
+                    timeout: shared.cfg.connect_timeout,
+                    addr: c.addr,
+                    name,
+                    tls: shared.up.tls.clone(),
+                };
+                tls_client =
+                    Some(Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector));
+                format!("https://{}{path}", authority_of(443))
+                    .parse::<Uri>()
+                    .ok()
+            }
+            Upstream::Tunnel(_) if local => origin_form(path),
+            Upstream::Tunnel(t) => format!("https://{}{path}", t.authority).parse::<Uri>().ok(),
+        };
+        let Some(uri) = uri else {
+            return Err(Denial::bad_request(reason::MALFORMED));
+        };
+        let mut parts = std::mem::replace(&mut self.parts, Request::new(()).into_parts().0);
+        if target.route.is_some() || !parts.headers.contains_key(header::HOST) {
+            let host_value = match &self.upstream {
+                Upstream::Plain { .. } | Upstream::PlainAt { .. } => authority_of(80),
+                Upstream::Tls => authority_of(443),
+                Upstream::Tunnel(t) => t.authority.clone(),
+            };
+            if let Ok(v) = HeaderValue::from_str(&host_value) {
+                parts.headers.insert(header::HOST, v);
+            }
+        }
+        strip_hop_by_hop(&mut parts.headers);
+        parts.uri = uri;
+        parts.version = Version::HTTP_11;
+        let record = &c.record;
+        let out_body = match (self.pre_read.take(), self.body.take()) {
+            (Some(b), _) => {
+                record
+                    .up
+                    .fetch_add(b.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                body::full(b)
+            }
+            (None, Some(incoming)) => crate::metered::metered(
+                body::Paced::new(incoming, shared.cfg.body_idle_timeout),
+                record.up.clone(),
+                None,
+            ),
+            (None, None) => body::empty(),
+        };
+        let out = Request::from_parts(parts, out_body);
+        // Until the response head arrives, a record dropped (the client gave up) says the
+        // upstream never answered.
+        record.awaiting_response(true);
+        let sent = match &self.upstream {
+            Upstream::Plain { local: Some(pool) } | Upstream::PlainAt { local: pool, .. }
                 if local =>
             {
-                pool.send(&shared, &Key::Plain(addr), "", out).await
+                pool.send(&shared.up, &Key::Plain(c.addr), "", out).await
             }
-            (Upstream::PlainAt { .. }, _) => pooled(shared.http_client.request(out).await),
-            (Upstream::Plain { .. }, _) => pooled(shared.http_client.request(out).await),
-            (Upstream::Tunnel(t), _) if local => {
-                t.local.send(&shared, &t.key, &t.authority, out).await
+            Upstream::Plain { .. } | Upstream::PlainAt { .. } => {
+                pooled(shared.http_client.request(out).await)
             }
-            (Upstream::Tunnel(t), _) => pooled(t.client.request(out).await),
-            (Upstream::Tls, _) => match &tls_client {
-                Some(c) => pooled(c.request(out).await),
-                None => Err(Denial::bad_request(crate::deny::reason::MALFORMED)),
+            Upstream::Tunnel(t) if local => {
+                t.local.send(&shared.up, &t.key, &t.authority, out).await
+            }
+            Upstream::Tunnel(t) => pooled(t.client.request(out).await),
+            Upstream::Tls => match &tls_client {
+                Some(client) => pooled(client.request(out).await),
+                None => Err(Denial::bad_request(reason::MALFORMED)),
             },
-        }
-    };
-    // No upstream read timeout (P9): an upstream that never answers holds the request
-    // until the client gives up, and the record then says so (`upstream-no-response`).
-    let sent = send.await;
-    record.awaiting_response(false);
-    let mut resp = match sent {
-        Ok(r) => r,
-        Err(d) => {
-            // (a stalled request body comes back as a `BodyTimeout`: 408)
-            record.fail_with(&d);
-            return d.to_response();
-        }
-    };
-
-    // Response filters see the status line and headers, never the body.
-    if !filters.is_empty() {
-        let ctx = FilterCtx {
-            phase: job.resp_phase,
-            method: base.method.clone(),
-            host: base.host.clone(),
-            port: base.port,
-            path: base.path.clone(),
-            headers: header_map(resp.headers()),
-            body: None,
-            status: Some(resp.status().as_u16()),
         };
-        if let Err(d) = run_filters(&filters, &ctx, shared.cfg.filter_timeout).await {
-            record.cancel();
-            let mut rb = base.clone();
-            rb.phase = job.resp_phase.as_str();
-            emit_denial(shared.svc.sink.as_ref(), &job.principal.session_id, &rb, &d);
-            return d.to_response();
-        }
+        // No upstream read timeout: an upstream that never answers holds the request
+        // until the client gives up, and the record then says so (`upstream-no-response`).
+        // A stalled request body comes back as a `BodyTimeout`: 408.
+        record.awaiting_response(false);
+        sent
     }
 
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client_up) = client_upgrade {
-            let upstream_up = hyper::upgrade::on(&mut resp);
-            let idle = shared.cfg.idle_timeout;
-            // an upgraded connection (WebSocket) is a long-lived flow: reported now, and
-            // again with its bytes when it closes
-            record.open();
-            let conn = job.conn.clone();
-            tokio::spawn(async move {
-                let _conn = conn;
-                if let (Ok(c), Ok(u)) = (client_up.await, upstream_up.await) {
-                    let _ = crate::relay::relay(
-                        TokioIo::new(c),
-                        TokioIo::new(u),
-                        idle,
-                        &record.up,
-                        &record.down,
-                    )
-                    .await;
-                }
-                drop(record);
-            });
-            let (mut parts, _) = resp.into_parts();
-            parts.version = Version::HTTP_11;
-            return Response::from_parts(parts, body::empty());
-        }
+    /// Response filters see the status line and headers, never the body.
+    fn response_view(&self, resp: &Response<Incoming>) -> Option<ResponseView> {
+        Some(ResponseView {
+            status: resp.status().as_u16(),
+            headers: header_map(resp.headers()),
+        })
     }
-    let (mut parts, incoming) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    parts.version = Version::HTTP_11;
-    let down = record.down.clone();
-    Response::from_parts(parts, body::metered(incoming, down, Some(record)))
+
+    async fn relay(
+        self,
+        mut resp: Response<Incoming>,
+        _: Target,
+        c: Cleared,
+    ) -> Response<ProxyBody> {
+        let record = c.record;
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(client_up) = self.client_upgrade {
+                let upstream_up = hyper::upgrade::on(&mut resp);
+                let idle = self.shared.cfg.idle_timeout;
+                // an upgraded connection (WebSocket) is a long-lived flow: reported now, and
+                // again with its bytes when it closes
+                record.open();
+                let conn = self.conn;
+                tokio::spawn(async move {
+                    let _conn = conn;
+                    if let (Ok(c), Ok(u)) = (client_up.await, upstream_up.await) {
+                        let _ = crate::relay::relay(
+                            TokioIo::new(c),
+                            TokioIo::new(u),
+                            idle,
+                            &record.up,
+                            &record.down,
+                        )
+                        .await;
+                    }
+                    drop(record);
+                });
+                let (mut parts, _) = resp.into_parts();
+                parts.version = Version::HTTP_11;
+                return Response::from_parts(parts, body::empty());
+            }
+        }
+        let (mut parts, incoming) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts.version = Version::HTTP_11;
+        let down = record.down.clone();
+        Response::from_parts(parts, crate::metered::metered(incoming, down, Some(record)))
+    }
+
+    /// A request refused by its verdict (the policy or a request filter) has the rest of
+    /// its body read first, so that the client sees the answer.
+    async fn refuse(self, step: Step, d: Denial) -> Response<ProxyBody> {
+        let response = d.to_response();
+        if matches!(step, Step::Decide | Step::RequestFilters) {
+            if let Some(body) = self.body {
+                settle_body(body, self.shared.cfg.head_timeout).await;
+            }
+        }
+        response
+    }
 }
 
 /// `path` (path + query) as an origin-form URI.
@@ -501,14 +461,6 @@ fn origin_form(path: &str) -> Option<Uri> {
         path.parse().ok()
     } else {
         format!("/{path}").parse().ok()
-    }
-}
-
-fn bracket(host: &str) -> String {
-    if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
     }
 }
 

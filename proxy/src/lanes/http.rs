@@ -1,5 +1,6 @@
-//! Plain HTTP lane (§6.1): hyper HTTP/1.1 server with keep-alive; every
-//! request is attributed and decided on its own (decision P1).
+//! Plain HTTP lane: hyper HTTP/1.1 server with keep-alive; every request is attributed
+//! and decided on its own, nothing inherited from the connection's first request
+//! (docs/decisions.md, P1). CONNECT requests and provider routes go to their lanes.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,15 +12,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
-use crate::attribution::{authorize, token_from_headers};
+use crate::attribution::token_from_headers;
 use crate::body::ProxyBody;
 use crate::conn_pool::ConnPool;
 use crate::deny::{reason, Denial};
-use crate::engine::Shared;
-use crate::lanes::forward::{forward, Job, Upstream};
-use crate::listener::ConnGuard;
+use crate::lanes::forward::{forward, Upstream, Who};
+use crate::lanes::target::head_size;
+use crate::phases::Target;
 use crate::policy::normalize_host;
 use crate::record::RecordBase;
+use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Phase};
 
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
@@ -41,7 +43,7 @@ pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, conn: ConnGuar
     let conn = b
         .serve_connection(TokioIo::new(stream), svc)
         .with_upgrades();
-    if let Err(e) = local.run(&shared, conn).await {
+    if let Err(e) = local.run(&shared.up, conn).await {
         tracing::debug!(error = %e, "proxy client connection ended with an error");
     }
 }
@@ -62,20 +64,6 @@ fn provider_route(shared: &Shared, uri: &http::Uri) -> Option<crate::lanes::prov
         }
     }
     crate::lanes::provider::parse_route(pq)
-}
-
-/// Approximate size of a request head (names, values, separators).
-pub(crate) fn head_size(req: &Request<Incoming>) -> usize {
-    let uri = req.uri();
-    let uri_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
-        + uri.authority().map_or(0, |a| a.as_str().len())
-        + uri.path_and_query().map_or(1, |p| p.as_str().len());
-    let line = req.method().as_str().len() + uri_len + 12;
-    line + req
-        .headers()
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum::<usize>()
 }
 
 async fn handle(
@@ -105,21 +93,12 @@ async fn handle(
         Some(h) if !h.trim().is_empty() => normalize_host(h),
         _ => return Denial::bad_request(reason::MALFORMED).to_response(),
     };
-    let principal = match authorize(
-        shared.svc.attribution.as_ref(),
-        token_from_headers(req.headers()).as_deref(),
-    )
-    .await
-    {
-        Ok(p) => p,
-        Err(d) => return d.to_response(),
-    };
     let port = uri.port_u16().unwrap_or(80);
     let path = uri
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
-    let job = Job {
+    let target = Target {
         base: RecordBase {
             lane: Lane::Http,
             phase: "http",
@@ -129,13 +108,12 @@ async fn handle(
             port,
             is_intercepted: false,
         },
-        principal,
-        req_phase: Phase::Http,
-        resp_phase: Phase::HttpResponse,
         check_port: Some(port),
-        upstream: Upstream::Plain { local: Some(local) },
         route: None,
-        conn: Some(conn),
+        request_phase: Some(Phase::Http),
+        response_phase: Some(Phase::HttpResponse),
     };
-    forward(shared, job, req).await
+    let who = Who::Token(token_from_headers(req.headers()));
+    let upstream = Upstream::Plain { local: Some(local) };
+    forward(&shared, target, who, req, upstream, Some(conn)).await
 }

@@ -1,6 +1,6 @@
-//! HTTPS interception (§6.3, decision P5): TLS server with a leaf for the
-//! SNI (CONNECT host as fallback), HTTP/1.1 + h2 inside, every inner request
-//! decided on its own, upstream TLS to the address validated at CONNECT.
+//! HTTPS interception: TLS server with a leaf for the SNI (CONNECT host as fallback),
+//! HTTP/1.1 + h2 inside, every inner request run through the flow's steps on its own
+//! ([`crate::phases`]), upstream TLS to the address validated at CONNECT.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,18 +19,18 @@ use tokio_rustls::LazyConfigAcceptor;
 use crate::body::ProxyBody;
 use crate::conn_pool::{ConnPool, Key};
 use crate::deny::{kind, reason, Denial};
-use crate::engine::Shared;
-use crate::lanes::connect::parse_authority;
-use crate::lanes::forward::{forward, Job, TunnelUpstream, Upstream};
-use crate::listener::ConnGuard;
+use crate::lanes::forward::{forward, TunnelUpstream, Upstream, Who};
+use crate::lanes::target::{bracket, head_size, parse_authority};
+use crate::phases::Target;
 use crate::policy::Allowed;
 use crate::prefixed::{sniff, Inner, Prefixed};
 use crate::record::{emit_denial, AllowRecord, RecordBase};
+use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Phase, Principal};
 use crate::upstream::TunnelTlsConnector;
 
 /// What CONNECT decided for an intercepted tunnel.
-pub(crate) struct Target {
+pub(crate) struct Tunnel {
     pub principal: Principal,
     pub host: String,
     pub port: u16,
@@ -40,6 +40,9 @@ pub(crate) struct Target {
     pub conn: ConnGuard,
     /// How CONNECT was allowed (for the tunnel's own record).
     pub allowed: Allowed,
+    /// The CONNECT's own (cancelled) record: it holds the session's slot for the
+    /// tunnel's life.
+    pub hold: AllowRecord,
 }
 
 /// Where the tunnel's inner requests go.
@@ -50,18 +53,20 @@ enum InnerUpstream {
     Plain(Arc<ConnPool>, SocketAddr),
 }
 
-struct Tunnel {
+/// A tunnel being served.
+struct Inside {
     shared: Arc<Shared>,
     principal: Principal,
     host: String,
     port: u16,
     up: InnerUpstream,
     conn: ConnGuard,
+    _hold: AllowRecord,
 }
 
 /// The tunnel itself as a record (lane `connect`), for what happens before any inner
 /// request: a client that refuses the interception certificate.
-fn tunnel_record(shared: &Shared, t: &Target) -> AllowRecord {
+fn tunnel_record(shared: &Shared, t: &Tunnel) -> AllowRecord {
     AllowRecord::new(
         shared.svc.sink.clone(),
         t.principal.session_id.clone(),
@@ -79,7 +84,7 @@ fn tunnel_record(shared: &Shared, t: &Target) -> AllowRecord {
     )
 }
 
-pub(crate) async fn run<IO>(shared: Arc<Shared>, t: Target, mut io: IO)
+pub(crate) async fn run<IO>(shared: Arc<Shared>, t: Tunnel, mut io: IO)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -118,7 +123,7 @@ where
     }
 }
 
-async fn run_tls<IO>(shared: Arc<Shared>, t: Target, io: IO)
+async fn run_tls<IO>(shared: Arc<Shared>, t: Tunnel, io: IO)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -181,15 +186,16 @@ where
         timeout: shared.cfg.connect_timeout,
         addr: t.addr,
         name: server_name.clone(),
-        tls: shared.upstream_tls.clone(),
+        tls: shared.up.tls.clone(),
     };
     let authority = if t.port == 443 {
-        bracketed(&t.host)
+        bracket(&t.host)
     } else {
-        format!("{}:{}", bracketed(&t.host), t.port)
+        format!("{}:{}", bracket(&t.host), t.port)
     };
     let up = Arc::new(TunnelUpstream {
         local: ConnPool::default(),
+        addr: t.addr,
         key: Key::Tls(t.addr, server_name),
         authority,
         client: Client::builder(TokioExecutor::new()).build(connector),
@@ -198,7 +204,7 @@ where
 }
 
 /// Serve the requests inside the tunnel (HTTP/1.1, or h2 over TLS), each decided alone.
-async fn serve_inner<IO>(shared: Arc<Shared>, t: Target, up: InnerUpstream, io: IO)
+async fn serve_inner<IO>(shared: Arc<Shared>, t: Tunnel, up: InnerUpstream, io: IO)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -207,13 +213,14 @@ where
         InnerUpstream::Tls(u) => u.clone(),
         InnerUpstream::Plain(p, _) => p.clone(),
     };
-    let tunnel = Arc::new(Tunnel {
+    let tunnel = Arc::new(Inside {
         shared: shared.clone(),
         principal: t.principal,
         host: t.host,
         port: t.port,
         up,
         conn: t.conn,
+        _hold: t.hold,
     });
     let svc = service_fn(move |req| {
         let t = tunnel.clone();
@@ -226,7 +233,7 @@ where
         .max_buf_size(shared.cfg.max_header_bytes.max(8192));
     // The tunnel's upstream connections are driven in this task.
     let conn = b.serve_connection_with_upgrades(TokioIo::new(io), svc);
-    if let Err(e) = pool.pool().run(&shared, conn).await {
+    if let Err(e) = pool.pool().run(&shared.up, conn).await {
         tracing::debug!(error = %e, "intercepted connection ended with an error");
     }
 }
@@ -273,8 +280,8 @@ fn authority_matches(req: &Request<Incoming>, host: &str, port: u16) -> bool {
     }
 }
 
-async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
-    if crate::lanes::http::head_size(&req) > t.shared.cfg.max_header_bytes {
+async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
+    if head_size(&req) > t.shared.cfg.max_header_bytes {
         return Denial::head_too_large().to_response();
     }
     if req.method() == Method::CONNECT {
@@ -316,7 +323,7 @@ async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
             },
         ),
     };
-    let job = Job {
+    let target = Target {
         base: RecordBase {
             lane,
             phase,
@@ -326,21 +333,12 @@ async fn inner(t: Arc<Tunnel>, req: Request<Incoming>) -> Response<ProxyBody> {
             port: t.port,
             is_intercepted,
         },
-        principal: t.principal.clone(),
-        req_phase,
-        resp_phase,
+        // the port was checked at CONNECT
         check_port: None,
-        upstream,
         route: None,
-        conn: Some(t.conn.clone()),
+        request_phase: Some(req_phase),
+        response_phase: Some(resp_phase),
     };
-    forward(t.shared.clone(), job, req).await
-}
-
-fn bracketed(h: &str) -> String {
-    if h.contains(':') {
-        format!("[{h}]")
-    } else {
-        h.to_string()
-    }
+    let who = Who::Known(t.principal.clone());
+    forward(&t.shared, target, who, req, upstream, Some(t.conn.clone())).await
 }

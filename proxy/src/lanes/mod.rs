@@ -1,6 +1,7 @@
-//! The four lanes: plain HTTP forwarding, CONNECT tunnels, HTTPS
-//! interception and SOCKS5. `forward` is the per-request pipeline shared by
-//! plain HTTP and intercepted requests.
+//! The lanes: plain HTTP forwarding, CONNECT tunnels, HTTPS interception, provider
+//! routes and SOCKS5. Each adapts framing only; the steps every flow goes through are
+//! in [`crate::phases`]. `forward` frames the HTTP requests of the plain, intercepted
+//! and provider lanes; `target` reads request targets.
 
 pub mod connect;
 pub(crate) mod forward;
@@ -8,3 +9,4 @@ pub mod http;
 pub(crate) mod intercept;
 pub mod provider;
 pub mod socks5;
+pub(crate) mod target;

@@ -1,4 +1,4 @@
-//! Provider routes (decision P8, §11): `/_vis/provider/<provider>/<token>/<rest>`
+//! Provider routes (docs/decisions.md, P8): `/_vis/provider/<provider>/<token>/<rest>`
 //! on the proxy's own address forwards to the provider's configured base URL
 //! (+ `<rest>` + query) with its credential swapped in. Accepted in origin
 //! form (a child calling `OPENAI_BASE_URL` directly) and in absolute form
@@ -12,11 +12,11 @@ use hyper::body::Incoming;
 use crate::attribution::authorize;
 use crate::body::ProxyBody;
 use crate::deny::Denial;
-use crate::engine::Shared;
-use crate::lanes::forward::{forward, Job, Upstream};
-use crate::listener::ConnGuard;
+use crate::lanes::forward::{forward, Upstream, Who};
+use crate::phases::Target;
 use crate::policy::normalize_host;
 use crate::record::RecordBase;
+use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Phase};
 
 /// The route prefix.
@@ -92,7 +92,7 @@ pub(crate) async fn handle(
     };
     let port = base.port_u16().unwrap_or(if https { 443 } else { 80 });
     let path = format!("{}{}", base.path().trim_end_matches('/'), route.rest);
-    let job = Job {
+    let target = Target {
         base: RecordBase {
             lane: Lane::Provider,
             phase: if https { "https" } else { "http" },
@@ -102,23 +102,23 @@ pub(crate) async fn handle(
             port,
             is_intercepted: false,
         },
-        principal,
-        req_phase: if https { Phase::Https } else { Phase::Http },
-        resp_phase: if https {
+        check_port: Some(port),
+        route: Some(route.provider),
+        request_phase: Some(if https { Phase::Https } else { Phase::Http }),
+        response_phase: Some(if https {
             Phase::HttpsResponse
         } else {
             Phase::HttpResponse
-        },
-        check_port: Some(port),
-        upstream: if https {
-            Upstream::Tls
-        } else {
-            Upstream::Plain { local: None }
-        },
-        route: Some(route.provider),
-        conn: Some(conn),
+        }),
     };
-    forward(shared, job, req).await
+    let upstream = if https {
+        Upstream::Tls
+    } else {
+        Upstream::Plain { local: None }
+    };
+    // the token in the path attributed the request already
+    let who = Who::Known(principal);
+    forward(&shared, target, who, req, upstream, Some(conn)).await
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-//! SOCKS5 (§6.4, RFC 1928 + RFC 1929). The wire parsers are pure functions
-//! over byte slices (fuzzed in `proxy/fuzz`); `serve` drives them.
+//! SOCKS5 (RFC 1928 + RFC 1929). The wire parsers are pure functions over byte slices
+//! (fuzzed in `proxy/fuzz`); `serve` reads the handshake and runs the flow's steps
+//! ([`crate::phases`]), answering refusals with REP codes.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -9,12 +9,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::attribution::authorize;
-use crate::deny::{reason, socks_reply_frame, DenyClass};
-use crate::engine::Shared;
-use crate::filters::run_filters;
-use crate::policy::{decide, normalize_host, DecideInput};
-use crate::record::{emit_denial, AllowRecord, RecordBase};
-use crate::traits::{FilterCtx, Lane, Phase};
+use crate::deny::{reason, socks_reply_frame, Denial, DenyClass};
+use crate::phases::{self, Cleared, Framing, Step, Target};
+use crate::policy::normalize_host;
+use crate::record::RecordBase;
+use crate::state::Shared;
+use crate::traits::{Lane, Phase, Principal};
 
 /// A malformed SOCKS5 message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,103 +158,96 @@ async fn read_msg<R: AsyncRead + Unpin, T>(
 
 pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>) {
     let head = shared.cfg.head_timeout;
-    let Ok(Some((principal, req))) = tokio::time::timeout(head, handshake(&mut s, &shared)).await
+    let Ok(Some((attributed, req))) = tokio::time::timeout(head, handshake(&mut s, &shared)).await
     else {
         let _ = s.shutdown().await;
         return;
-    };
-    let principal = match principal {
-        Ok(p) => p,
-        Err(_) => {
-            let _ = s.write_all(&socks_reply_frame(0x02)).await;
-            return;
-        }
     };
     let host = match &req.addr {
         SocksAddr::Ip(ip) => normalize_host(&ip.to_string()),
         SocksAddr::Domain(d) => normalize_host(d),
     };
-    let port = req.port;
-    let base = RecordBase {
-        lane: Lane::Socks,
-        phase: "socks",
-        method: None,
-        path: None,
-        host: host.clone(),
-        port,
-        is_intercepted: false,
+    let target = Target {
+        base: RecordBase {
+            lane: Lane::Socks,
+            phase: "socks",
+            method: None,
+            path: None,
+            host,
+            port: req.port,
+            is_intercepted: false,
+        },
+        check_port: Some(req.port),
+        route: None,
+        request_phase: Some(Phase::Socks),
+        response_phase: None,
     };
-    let sink = shared.svc.sink.clone();
-    let sid = principal.session_id.clone();
-    let verdict = async {
-        let slot = shared
-            .session_slot(&sid)
-            .ok_or_else(|| crate::deny::Denial::overloaded("per session"))?;
-        let allowed = decide(
-            &principal.policy,
-            DecideInput {
-                method: None,
-                host: &host,
-                path: None,
-                port: Some(port),
-            },
-        )?;
-        let filters = shared.filters(&principal);
-        if !filters.is_empty() {
-            let ctx = FilterCtx {
-                phase: Phase::Socks,
-                method: None,
-                host: host.clone(),
-                port,
-                path: None,
-                headers: BTreeMap::new(),
-                body: None,
-                status: None,
-            };
-            run_filters(&filters, &ctx, shared.cfg.filter_timeout).await?;
-        }
-        let addr = crate::dial::validate(&shared, &principal, &host, port).await?;
-        Ok::<_, crate::deny::Denial>((slot, allowed, addr))
+    let flow = SocksFlow {
+        stream: s,
+        attributed: Some(attributed),
+        shared: shared.clone(),
+    };
+    phases::run(&shared, target, flow).await
+}
+
+/// A SOCKS5 CONNECT after the handshake: refusals are REP codes, the relay is TCP to TCP.
+struct SocksFlow {
+    stream: TcpStream,
+    /// What the handshake's RFC 1929 username attributed to.
+    attributed: Option<Attributed>,
+    shared: Arc<Shared>,
+}
+
+impl Framing for SocksFlow {
+    type Answer = ();
+    type Upstream = TcpStream;
+
+    async fn attribute(&mut self) -> Result<Principal, Denial> {
+        self.attributed
+            .take()
+            .unwrap_or_else(|| Err(Denial::auth(reason::MISSING_TOKEN)))
     }
-    .await;
-    let (slot, allowed, addr) = match verdict {
-        Ok(v) => v,
-        Err(d) => {
-            emit_denial(sink.as_ref(), &sid, &base, &d);
-            let _ = s.write_all(&socks_reply_frame(d.socks_reply())).await;
+
+    async fn connect(&mut self, _: &Target, cleared: &Cleared) -> Result<TcpStream, Denial> {
+        let up = &self.shared.up;
+        crate::dial::connect(up.dialer.as_ref(), up.connect_timeout, cleared.addr).await
+    }
+
+    async fn relay(mut self, upstream: TcpStream, _: Target, cleared: Cleared) {
+        if self
+            .stream
+            .write_all(&socks_reply_frame(0x00))
+            .await
+            .is_err()
+        {
             return;
         }
-    };
-    let record = AllowRecord::new(sink, sid, base, allowed.decider, allowed.rule_host);
-    record.keep(Box::new(slot));
-    let upstream = match crate::dial::connect(&shared, addr).await {
-        Ok(u) => u,
-        Err(d) => {
-            record.fail_with(&d);
-            let _ = s.write_all(&socks_reply_frame(d.socks_reply())).await;
-            return;
+        let record = cleared.record;
+        // a SOCKS connection may run for hours: reported now, and with its bytes at the end
+        record.open();
+        if let Err(e) = crate::relay::relay_tcp(
+            self.stream,
+            &[],
+            upstream,
+            self.shared.cfg.idle_timeout,
+            &record.up,
+            &record.down,
+        )
+        .await
+        {
+            tracing::debug!(error = %e, "socks tunnel ended with an error");
         }
-    };
-    if s.write_all(&socks_reply_frame(0x00)).await.is_err() {
-        return;
     }
-    // a SOCKS connection may run for hours: reported now, and with its bytes at the end
-    record.open();
-    if let Err(e) = crate::relay::relay_tcp(
-        s,
-        &[],
-        upstream,
-        shared.cfg.idle_timeout,
-        &record.up,
-        &record.down,
-    )
-    .await
-    {
-        tracing::debug!(error = %e, "socks tunnel ended with an error");
+
+    async fn refuse(mut self, _: Step, d: Denial) {
+        let _ = self
+            .stream
+            .write_all(&socks_reply_frame(d.socks_reply()))
+            .await;
     }
 }
 
-type Attributed = Result<crate::traits::Principal, crate::deny::Denial>;
+type Attributed = Result<Principal, Denial>;
 
 /// Greeting, optional RFC 1929 auth and the request. `None` = connection
 /// already answered/closed.
@@ -284,7 +277,7 @@ async fn handshake(s: &mut TcpStream, shared: &Shared) -> Option<(Attributed, So
             "socks5 client without credentials: {}",
             reason::MISSING_TOKEN
         );
-        Err(crate::deny::Denial::auth(reason::MISSING_TOKEN))
+        Err(Denial::auth(reason::MISSING_TOKEN))
     } else {
         let _ = s.write_all(&[0x05, 0xff]).await;
         return None;

@@ -3,11 +3,11 @@
 
 use std::collections::HashSet;
 
-use super::compile::{Policy, Rule};
+use super::compile::{HostPattern, Policy, Rule};
 use crate::deny::{kind, DeciderKind, Denial};
 
 /// What `decide` looks at. `host` must already be normalized
-/// ([`super::normalize_host`]); `method` is `None` for CONNECT/SOCKS;
+/// ([`super::compile::normalize_host`]); `method` is `None` for CONNECT/SOCKS;
 /// `path` is the raw request target path with its query.
 #[derive(Debug, Clone, Copy)]
 pub struct DecideInput<'a> {
@@ -31,11 +31,11 @@ pub struct Allowed {
 }
 
 fn host_denial(policy: &Policy, host: &str) -> Option<Denial> {
-    let specific = |list: &[super::HostPattern], set: Option<&HashSet<String>>| match set {
+    let specific = |list: &[HostPattern], set: Option<&HashSet<String>>| match set {
         Some(set) => super::compile::domain_set_matches(set, host),
         None => list.iter().any(|p| !p.is_any() && p.matches(host)),
     };
-    let has_star = |list: &[super::HostPattern]| list.iter().any(|p| p.is_any());
+    let has_star = |list: &[HostPattern]| list.iter().any(|p| p.is_any());
     let index = policy.index.as_deref();
     let reason = || format!("host not permitted: {host}");
     if specific(&policy.denied, index.map(|i| &i.denied)) {

@@ -1,0 +1,94 @@
+//! Reading a request's target: pure helpers the lanes share (the CONNECT authority, the
+//! size of a request head, the bracketed form of an IPv6 host).
+
+use http::Request;
+
+use crate::policy::normalize_host;
+
+/// Parse a CONNECT target `host[:port]` / `[v6]:port` (port defaults to
+/// 443). Pure; `None` when malformed.
+pub fn parse_authority(s: &str) -> Option<(String, u16)> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let end = rest.find(']')?;
+        let host = &rest[..end];
+        let tail = &rest[end + 1..];
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse::<u16>().ok()?,
+            None if tail.is_empty() => 443,
+            None => return None,
+        };
+        (host.to_string(), port)
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => (h.to_string(), p.parse::<u16>().ok()?),
+            Some(_) => return None,
+            None => (s.to_string(), 443),
+        }
+    };
+    if host.is_empty()
+        || port == 0
+        || host
+            .chars()
+            .any(|c| c.is_whitespace() || c == '/' || c == '@')
+    {
+        return None;
+    }
+    Some((normalize_host(&host), port))
+}
+
+/// Approximate size of a request head (names, values, separators).
+pub(crate) fn head_size<B>(req: &Request<B>) -> usize {
+    let uri = req.uri();
+    let uri_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method().as_str().len() + uri_len + 12;
+    line + req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum::<usize>()
+}
+
+/// `host` as it appears in an authority (`[v6]`, else as is).
+pub(crate) fn bracket(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_authority;
+
+    #[test]
+    fn connect_targets_parse_including_bracketed_ipv6() {
+        assert_eq!(
+            parse_authority("example.com:8443"),
+            Some(("example.com".into(), 8443))
+        );
+        assert_eq!(
+            parse_authority("Example.com"),
+            Some(("example.com".into(), 443))
+        );
+        assert_eq!(parse_authority("[::1]:443"), Some(("::1".into(), 443)));
+        assert_eq!(
+            parse_authority("[0:0:0:0:0:0:0:1]:80"),
+            Some(("::1".into(), 80))
+        );
+        assert_eq!(
+            parse_authority("2130706433:80"),
+            Some(("127.0.0.1".into(), 80))
+        );
+        assert_eq!(parse_authority("::1:443"), None);
+        assert_eq!(parse_authority("x:99999"), None);
+        assert_eq!(parse_authority(":80"), None);
+        assert_eq!(parse_authority(""), None);
+    }
+}

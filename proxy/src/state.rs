@@ -1,0 +1,160 @@
+//! What every connection of a running proxy shares: the services the host handed in,
+//! the settings, the CA, the upstream clients and the per-session concurrency slots.
+//! Nothing here starts or serves anything (that is [`crate::Proxy`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use hyper_util::client::legacy::Client;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::body::ProxyBody;
+use crate::conn_pool::Upstreams;
+use crate::dial::DeniedCache;
+use crate::settings::ProxyConfig;
+use crate::tls::CertAuthority;
+use crate::traits::{
+    Attribution, Credentials, DecisionSink, Dialer, FilterSet, NoCredentials, NoFilters, Resolver,
+    SystemResolver, TcpDialer,
+};
+use crate::upstream::ValidatedConnector;
+
+/// Everything the proxy asks its host for (the proxy knows nothing of sessions or
+/// Python: it asks these).
+#[derive(Clone)]
+pub struct Services {
+    /// token → principal.
+    pub attribution: Arc<dyn Attribution>,
+    /// Where decisions go.
+    pub sink: Arc<dyn DecisionSink>,
+    /// Ordered network filters.
+    pub filters: Arc<dyn FilterSet>,
+    /// DNS.
+    pub resolver: Arc<dyn Resolver>,
+    /// TCP connects.
+    pub dialer: Arc<dyn Dialer>,
+    /// Provider credentials (phantom → secret swap).
+    pub credentials: Arc<dyn Credentials>,
+}
+
+impl Services {
+    /// Services with no filters, the system resolver and real TCP dials.
+    pub fn new(attribution: Arc<dyn Attribution>, sink: Arc<dyn DecisionSink>) -> Self {
+        Services {
+            attribution,
+            sink,
+            filters: Arc::new(NoFilters),
+            resolver: Arc::new(SystemResolver),
+            dialer: Arc::new(TcpDialer),
+            credentials: Arc::new(NoCredentials),
+        }
+    }
+    /// Replace the filter set.
+    pub fn with_filters(mut self, f: Arc<dyn FilterSet>) -> Self {
+        self.filters = f;
+        self
+    }
+    /// Replace the resolver.
+    pub fn with_resolver(mut self, r: Arc<dyn Resolver>) -> Self {
+        self.resolver = r;
+        self
+    }
+    /// Replace the provider credentials.
+    pub fn with_credentials(mut self, c: Arc<dyn Credentials>) -> Self {
+        self.credentials = c;
+        self
+    }
+    /// Replace the dialer.
+    pub fn with_dialer(mut self, d: Arc<dyn Dialer>) -> Self {
+        self.dialer = d;
+        self
+    }
+}
+
+/// One client connection's place under the overall cap; shared by whatever outlives the
+/// connection's first exchange (a tunnel, an upgraded connection).
+pub(crate) type ConnGuard = Arc<OwnedSemaphorePermit>;
+
+/// The state of one running proxy, shared by all its connections.
+pub(crate) struct Shared {
+    pub cfg: ProxyConfig,
+    pub svc: Services,
+    pub ca: CertAuthority,
+    pub trusted_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Pooled client for requests whose upstream connection outlives the client
+    /// connection's task (upgrades) and for provider routes to plain HTTP.
+    pub http_client: Client<ValidatedConnector, ProxyBody>,
+    /// How upstream connections are opened (dialer, timeout, TLS, idle sockets).
+    pub up: Upstreams,
+    pub own_port: u16,
+    pub denied_cache: DeniedCache,
+    sessions: Mutex<HashMap<String, usize>>,
+}
+
+/// Holds one of a session's concurrency slots.
+pub(crate) struct SessionSlot {
+    shared: Arc<Shared>,
+    sid: String,
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.shared.sessions.lock() {
+            if let Some(n) = m.get_mut(&self.sid) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    m.remove(&self.sid);
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Assemble the state (the listener is started by [`crate::Proxy::start`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: ProxyConfig,
+        svc: Services,
+        ca: CertAuthority,
+        upstream_tls: Arc<rustls::ClientConfig>,
+        trusted_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+        http_client: Client<ValidatedConnector, ProxyBody>,
+        own_port: u16,
+    ) -> Self {
+        let up = Upstreams {
+            dialer: svc.dialer.clone(),
+            connect_timeout: cfg.connect_timeout,
+            tls: upstream_tls,
+            idle_tcp: Default::default(),
+        };
+        Shared {
+            cfg,
+            svc,
+            ca,
+            trusted_roots,
+            http_client,
+            up,
+            own_port,
+            denied_cache: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Take a per-session slot, or `None` when the session is at its cap.
+    pub fn session_slot(self: &Arc<Self>, sid: &str) -> Option<SessionSlot> {
+        let mut m = self.sessions.lock().ok()?;
+        let n = match m.get_mut(sid) {
+            Some(n) => n,
+            None => m.entry(sid.to_string()).or_insert(0),
+        };
+        if *n >= self.cfg.max_per_session {
+            return None;
+        }
+        *n += 1;
+        Some(SessionSlot {
+            shared: self.clone(),
+            sid: sid.to_string(),
+        })
+    }
+}
