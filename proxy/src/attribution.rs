@@ -1,4 +1,4 @@
-//! Attribution (§3, decision P2): extract the token, ask [`Attribution`].
+//! Attribution (docs/decisions.md, P2): extract the token, ask [`Attribution`].
 
 use base64::Engine;
 

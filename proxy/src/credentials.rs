@@ -1,4 +1,4 @@
-//! Provider credential injection (decision P8, §11): a request carrying a
+//! Provider credential injection (docs/decisions.md, P8): a request carrying a
 //! session's phantom key gets the real secret only when it goes to that
 //! provider's own hosts; a phantom sent anywhere else is denied. Runs AFTER
 //! the network filters, so filters only ever see the phantom.

@@ -1,4 +1,4 @@
-//! First-byte demultiplexing (decision P1): `0x05` SOCKS5, `0x04` SOCKS4
+//! First-byte demultiplexing (docs/decisions.md, P1): `0x05` SOCKS5, `0x04` SOCKS4
 //! (refused, clean close), anything else HTTP.
 
 use std::io;

@@ -1,4 +1,4 @@
-//! Byte relay for tunnels and upgraded connections (§13): two independent
+//! Byte relay for tunnels and upgraded connections (docs/decisions.md, egress policy rules): two independent
 //! directions, half-close propagation, idle teardown, byte counting.
 //!
 //! Two implementations behind one contract:

@@ -1,4 +1,4 @@
-//! Limits and TLS trust settings (decision P9 defaults).
+//! Limits and TLS trust settings (defaults of docs/decisions.md, P9).
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The SSRF floor (§5, decision P4): a pure classifier over `IpAddr`, the
+//! The SSRF floor (docs/decisions.md, P4): a pure classifier over `IpAddr`, the
 //! `inet_aton`-compatible IP-literal parser, and the per-request check that
 //! picks the one validated address to dial.
 
@@ -216,7 +216,7 @@ fn ssrf_denial(msg: &str, host: &str) -> Denial {
     )
 }
 
-/// Apply §5's checks, in order, to every answer; return the one address to dial.
+/// Apply the floor's checks, in order, to every answer; return the one address to dial.
 pub fn check(answers: &[IpAddr], f: FloorInput<'_>) -> Result<IpAddr, Denial> {
     if answers.is_empty() && !f.host.is_empty() {
         return Err(Denial::unresolvable(f.host));

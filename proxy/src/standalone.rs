@@ -1,4 +1,4 @@
-//! Stand-alone mode (decision A5): run the proxy from a policy file, for
+//! Stand-alone mode (docs/decisions.md, A5): run the proxy from a policy file, for
 //! users who only want the egress proxy (`vis-gateway proxy --policy FILE`).
 //!
 //! File format (YAML, closed maps — unknown keys are errors naming the key):
@@ -8,7 +8,7 @@
 //! tokens:                       # required; each is a valid proxy token
 //!   - 0b7c2a9e-2f9b-4c1e-9d43-1c1b1f0e8a11
 //! reserved_ports: [7890]        # optional; loopback ports always denied
-//! network:                      # optional; the `jail.network` keys (§4.1)
+//! network:                      # optional; the `jail.network` keys
 //!   allowed_domains: [example.com]
 //!   rules:
 //!     - {host: api.example.com, access: read-only}

@@ -1,4 +1,4 @@
-//! The interception CA (§7, decision P5): one ephemeral ECDSA P-256 CA per
+//! The interception CA (docs/decisions.md, P5): one ephemeral ECDSA P-256 CA per
 //! process, leaves per name in a bounded LRU, and the upstream client config.
 
 use std::net::IpAddr;

@@ -1,4 +1,4 @@
-//! Compile a [`NetworkConfig`] once into a frozen [`Policy`] (§4.2–4.5).
+//! Compile a [`NetworkConfig`] once into a frozen [`Policy`] (docs/decisions.md, egress policy rules).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub fn normalize_host(raw: &str) -> String {
     }
 }
 
-/// A compiled host pattern (§4.3).
+/// A compiled host pattern (docs/decisions.md, egress policy rules).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostPattern {
     /// `*`: every host.
@@ -42,7 +42,7 @@ pub enum HostPattern {
 
 impl HostPattern {
     /// Compile a pattern; `key` names the config path for errors. Wildcards
-    /// other than `*` and a leading `*.` are rejected (§15 Q6); a leading dot
+    /// other than `*` and a leading `*.` are rejected; a leading dot
     /// is treated as the bare domain.
     pub fn parse(raw: &str, key: &str) -> Result<(String, HostPattern), ProxyError> {
         let n = normalize_host(raw);
@@ -84,7 +84,7 @@ impl HostPattern {
     }
 }
 
-/// One compiled rule (§4.5).
+/// One compiled rule (docs/decisions.md, egress policy rules).
 #[derive(Debug, Clone)]
 pub struct Rule {
     /// Normalized host pattern text (used for selection by length and reports).
@@ -95,7 +95,7 @@ pub struct Rule {
     pub(crate) allow: Vec<(String, Glob)>,
     /// Allowed ports; empty = any.
     pub ports: BTreeSet<u16>,
-    /// `access: none` (decision P3).
+    /// `access: none` (docs/decisions.md, P3).
     pub closed: bool,
     order: usize,
 }
@@ -216,7 +216,7 @@ impl Policy {
     }
 
     /// The rule selected for a host: longest pattern text, then a
-    /// non-wildcard pattern, then configuration order (§15 Q8).
+    /// non-wildcard pattern, then configuration order.
     pub fn select_rule(&self, host: &str) -> Option<&Rule> {
         self.rules
             .iter()
@@ -295,7 +295,7 @@ impl Policy {
             && rules.is_empty()
             && !cfg.allow_private;
         if no_policy {
-            // Decision P5 beats the reference: excluded hosts stay opaque even
+            // (docs/decisions.md, P5) beats the reference: excluded hosts stay opaque even
             // without a policy (filters could otherwise intercept them).
             return Ok(Policy {
                 exclude: exclude.into_iter().map(|(_, p)| p).collect(),
@@ -376,7 +376,7 @@ mod tests {
         assert!(only_exclude.is_unrestricted());
         assert!(
             only_exclude.is_excluded("api.pinned.example"),
-            "P5: always opaque"
+            "excluded hosts stay opaque (docs/decisions.md, P5)"
         );
     }
 

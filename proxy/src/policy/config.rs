@@ -1,4 +1,4 @@
-//! `jail.network` configuration (egress-proxy.md §4.1): a closed map parsed
+//! `jail.network` configuration (docs/decisions.md, egress policy rules): a closed map parsed
 //! with serde; unknown keys and bad values are errors naming the key path.
 
 use serde::de::{self, Deserializer, Visitor};
@@ -77,7 +77,7 @@ pub enum Access {
         alias = "all"
     )]
     ReadWrite,
-    /// No method (closed rule, decision P3).
+    /// No method (closed rule; docs/decisions.md, P3).
     #[serde(rename = "none", alias = "deny", alias = "closed")]
     None,
 }
@@ -175,7 +175,7 @@ impl NetworkConfig {
         cfg.validate()
     }
 
-    /// The model-facing view (§4.2) without the gateway-owned keys
+    /// The model-facing view without the gateway-owned keys
     /// (`is_jailed`, `changes_require`, `generation`): `enabled`,
     /// `allowed_domains`, `denied_domains`, `exclude_domains`,
     /// `allow_private`, `inbound_ports` (rules are not shown).

@@ -1,5 +1,5 @@
 //! `decide(policy, request)` — a pure function, evaluated in the order of
-//! §4.7 with decision P3's fixes.
+//! The evaluation order of docs/decisions.md, egress policy rules, with the fixes of (docs/decisions.md, P3).
 
 use std::collections::HashSet;
 
@@ -65,7 +65,7 @@ fn host_denial(policy: &Policy, host: &str) -> Option<Denial> {
     ))
 }
 
-/// Percent-decode the path part, remove dot segments (RFC 3986 §5.2.4) and
+/// Percent-decode the path part, remove dot segments (RFC 3986, section 5.2.4) and
 /// re-append the raw query: the string rule globs are matched against.
 pub fn normalize_path(raw: &str) -> String {
     let (path, query) = match raw.find('?') {
@@ -121,7 +121,7 @@ fn method_allowed(rule: &Rule, method: &str, path: &str) -> bool {
         .any(|(m, g)| (m == "*" || m == method) && g.matches(&norm))
 }
 
-/// Evaluate a request against a policy (§4.7).
+/// Evaluate a request against a policy (docs/decisions.md, egress policy rules).
 pub fn decide(policy: &Policy, req: DecideInput<'_>) -> Result<Allowed, Denial> {
     if !policy.restricted {
         return Ok(Allowed {

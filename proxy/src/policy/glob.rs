@@ -1,4 +1,4 @@
-//! Path globs (§4.6): anchored full match; `?` = one character; `*` (and
+//! Path globs (docs/decisions.md, egress policy rules): anchored full match; `?` = one character; `*` (and
 //! `**`) = any run of characters INCLUDING `/`; everything else literal.
 //! Hand-written because globset treats `[`, `{` and `/` specially, which the
 //! spec forbids.
