@@ -304,6 +304,7 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::TurnStatus;
 
     #[test]
     fn live_only_kinds_are_the_ones_never_replayed() {

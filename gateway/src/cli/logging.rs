@@ -11,9 +11,24 @@ pub fn colours() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// Targets that print secrets at debug level whatever `VIS_LOG` asks: the MCP SDK's OAuth
+/// client logs the single-use authorization code it exchanges.
+const SECRET_TARGETS: &[&str] = &["rmcp::transport::auth=info"];
+
+pub fn filter(spec: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let mut f = spec
+        .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    for d in SECRET_TARGETS {
+        if let Ok(d) = d.parse() {
+            f = f.add_directive(d);
+        }
+    }
+    f
+}
+
 pub fn init(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("VIS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = filter(std::env::var("VIS_LOG").ok().as_deref());
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -22,5 +37,28 @@ pub fn init(json: bool) {
         b.json().init();
     } else {
         b.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing::level_filters::LevelFilter;
+
+    #[test]
+    fn the_oauth_client_never_logs_below_info_even_when_everything_else_does() {
+        for spec in [
+            "trace",
+            "debug",
+            "rmcp=trace",
+            "rmcp::transport::auth=trace",
+        ] {
+            let f = super::filter(Some(spec)).to_string();
+            assert!(f.contains("rmcp::transport::auth=info"), "{spec}: {f}");
+            assert!(!f.contains("rmcp::transport::auth=trace"), "{spec}: {f}");
+        }
+        assert_eq!(
+            super::filter(None).max_level_hint(),
+            Some(LevelFilter::INFO)
+        );
     }
 }
