@@ -117,9 +117,11 @@ pub fn load_or_create_token(path: &Path) -> Result<String> {
     Ok(token)
 }
 
-/// Writes a file with mode 0600 via a temporary file and a rename.
+/// Writes a file with mode 0600 from its first byte, via a temporary file and a rename (a
+/// stale temporary file is removed first: opening an existing one would keep its mode).
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
     {
         let mut f = OpenOptions::new()
             .create(true)

@@ -23,23 +23,9 @@ pub fn load(home: &Path) -> Result<Servers, String> {
 }
 
 pub fn save(home: &Path, servers: &Servers) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let p = path(home);
-    let tmp = home.join(format!(".mcp-servers.json.{}", std::process::id()));
     let text = serde_json::to_vec_pretty(servers).map_err(|e| e.to_string())?;
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&text)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &p)
-    };
-    write().map_err(|e| format!("cannot write {}: {e}", p.display()))
+    crate::home::write_private(&p, &text).map_err(|e| format!("cannot write {}: {e}", p.display()))
 }
 
 #[cfg(test)]

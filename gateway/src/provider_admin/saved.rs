@@ -64,26 +64,9 @@ pub fn load(home: &Path) -> Result<Saved, String> {
 
 /// Writes the list (0600 from the first byte; replaced by rename).
 pub fn save(home: &Path, saved: &Saved) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let p = path(home);
-    let tmp = home.join(format!(".provider-keys.json.{}", std::process::id()));
     let text = serde_json::to_vec_pretty(saved).map_err(|e| e.to_string())?;
-    let write = || -> std::io::Result<()> {
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&text)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &p)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot write {}: {e}", p.display())
-    })
+    crate::home::write_private(&p, &text).map_err(|e| format!("cannot write {}: {e}", p.display()))
 }
 
 #[cfg(test)]
