@@ -73,22 +73,7 @@ impl Drop for OAuthServer {
 }
 
 async fn block(gw: &Gateway, llm: &FixtureLlm, sid: &str, code: &str) -> String {
-    let before = llm.request_count();
-    llm.push(Script::tool_call("python_execution", json!({"code": code})));
-    llm.push(Script::text(&["done"]));
-    let (evs, last) = gw.run_turn(sid, "go").await;
-    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
-    let reqs = llm.requests();
-    let msgs = reqs[before + 1].body["messages"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    msgs.iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_string()
+    gw.run_block(llm, sid, code).await.1
 }
 
 /// The browser: opens the authorization URL and reads where the server sends it back.

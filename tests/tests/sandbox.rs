@@ -16,38 +16,12 @@ async fn start(llm: &FixtureLlm, dirs: Arc<Dirs>) -> Gateway {
     Gateway::start_in(dirs, Opts::openai(llm).sandbox()).await
 }
 
-/// Pushes one block then a closing answer, runs the turn, and returns its events and what
-/// the model was sent back for the block (the tool result text).
+/// One block and its closing answer (two requests to the model), as `Gateway::run_block`.
 async fn run_block(gw: &Gateway, llm: &FixtureLlm, sid: &str, code: &str) -> (Vec<Event>, String) {
     let before = llm.request_count();
-    llm.push(Script::tool_call("python_execution", json!({"code": code})));
-    llm.push(Script::text(&["done"]));
-    let (evs, last) = gw.run_turn(sid, "go").await;
-    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
-    let reqs = llm.requests();
-    assert_eq!(reqs.len(), before + 2, "one block, one answer");
-    (evs, tool_result(&reqs[before + 1].body))
-}
-
-/// The tool result the model received, in either dialect.
-fn tool_result(body: &Value) -> String {
-    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-    for m in msgs.iter().rev() {
-        if m["role"] == "tool" {
-            return m["content"].as_str().unwrap_or_default().to_string();
-        }
-        if let Some(parts) = m["content"].as_array() {
-            for p in parts {
-                if p["type"] == "tool_result" {
-                    return match &p["content"] {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                }
-            }
-        }
-    }
-    panic!("no tool result in {body}")
+    let out = gw.run_block(llm, sid, code).await;
+    assert_eq!(llm.requests().len(), before + 2, "one block, one answer");
+    out
 }
 
 fn output_event(evs: &[Event]) -> Value {

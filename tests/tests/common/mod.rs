@@ -827,6 +827,39 @@ impl Gateway {
         let last = evs.last().cloned().unwrap();
         (evs, last)
     }
+
+    /// Pushes one `python_execution` block then a closing answer, runs the turn (it must
+    /// complete), and returns its events and what the model was sent back for the block.
+    pub async fn run_block(&self, llm: &FixtureLlm, sid: &str, code: &str) -> (Vec<Event>, String) {
+        let before = llm.request_count();
+        llm.push(Script::tool_call("python_execution", json!({"code": code})));
+        llm.push(Script::text(&["done"]));
+        let (evs, last) = self.run_turn(sid, "go").await;
+        assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+        let reqs = llm.requests();
+        (evs, tool_result(&reqs[before + 1].body))
+    }
+}
+
+/// The tool result the model received, in either dialect.
+pub fn tool_result(body: &Value) -> String {
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    for m in msgs.iter().rev() {
+        if m["role"] == "tool" {
+            return m["content"].as_str().unwrap_or_default().to_string();
+        }
+        if let Some(parts) = m["content"].as_array() {
+            for p in parts {
+                if p["type"] == "tool_result" {
+                    return match &p["content"] {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                }
+            }
+        }
+    }
+    panic!("no tool result in {body}")
 }
 
 /// One request as a local origin saw it.
