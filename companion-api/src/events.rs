@@ -3,7 +3,7 @@
 //!
 //! An event's data serializes to the members of its JSON object; the bus adds the envelope
 //! (`schema`, `seq`, `ts`, `session_id`, `type`). Fields that carry content whose shape is
-//! decided elsewhere (content blocks, a tool call's display record, a form, a view's nodes)
+//! decided elsewhere (content blocks, an extension's presentation, a form, a view's nodes)
 //! stay JSON inside the typed payload.
 
 use serde::Serialize;
@@ -192,7 +192,9 @@ impl std::fmt::Display for EventKind {
 }
 
 mod data;
+mod tool_blocks;
 pub use data::*;
+pub use tool_blocks::*;
 
 /// One event of a session stream, with its data. (Egress decisions take the bus's
 /// text fast path and are not built as values.)
@@ -218,11 +220,11 @@ pub enum Event {
     ContentBlockCompleted(BlockCompleted),
     BlockPreview(BlockPreview),
     /// A tool call's display record as it starts.
-    BlockStarted(Fields),
+    BlockStarted(ToolBlock),
     /// The same record with the call's result.
-    BlockOutput(Fields),
+    BlockOutput(ToolBlockOutput),
     /// What Vis is doing right now (tool, provider call, extension presentation).
-    Activity(Fields),
+    Activity(Activity),
     IterationError(IterationError),
     IterationCompleted(IterationCompleted),
     ProviderRetry(ProviderRetry),

@@ -14,7 +14,7 @@
 
 use crate::store::{rows, Store};
 use parking_lot::Mutex;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -349,14 +349,6 @@ fn deliver(chan: &Mutex<Channel>, frame: Frame) {
             Err(PushError::Closed) => false,
         }
     });
-}
-
-/// The members of a JSON object (an empty map for anything else).
-pub fn payload(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
 }
 
 #[cfg(test)]

@@ -2,11 +2,7 @@
 
 use crate::wire::TurnStatus;
 use serde::Serialize;
-use serde_json::{Map, Value};
-
-/// JSON members whose shape belongs to the producer (a tool call's display record, an
-/// activity line).
-pub type Fields = Map<String, Value>;
+use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TurnQueued {

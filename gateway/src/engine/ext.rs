@@ -2,7 +2,7 @@
 //! notifications and activity on the session stream (a live-only `notification` event), Symbols as turn tools (docs/decisions.md, E9) with op
 //! hooks around every tool, and network filters for the proxy (docs/decisions.md, P6).
 
-use crate::bus::{payload, Bus};
+use crate::bus::Bus;
 use crate::extensions::{ExtensionHost, HostEvents, SessionCtx, StateStore, ToolDef};
 use crate::store::{rows, Store};
 use crate::tools::{Tool, ToolCtx, ToolOutput};
@@ -83,7 +83,7 @@ impl HostEvents for BusEvents {
         let Some(sid) = session_id else { return false };
         match self.presentations.publish(sid, extension, presentation) {
             Some(update) => {
-                self.bus.publish(sid, Event::Activity(payload(update)));
+                self.bus.publish(sid, Event::Activity(update));
                 true
             }
             None => false,

@@ -4,9 +4,10 @@
 //! on its `block.output` (so the stored transcript renders like the live card).
 
 use parking_lot::Mutex;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use vis_companion_api::events::{Activity, ActivityKind, Presented};
 
 /// The tool call running in each session and the last presentation published for it.
 #[derive(Default)]
@@ -44,32 +45,33 @@ impl Presentations {
 
     /// A presentation published in `sid`: the `activity` update to emit (with the running
     /// block's id and display fields), or `None` when no tool call is running there.
-    pub fn publish(&self, sid: &str, extension: &str, presentation: Value) -> Option<Value> {
+    pub fn publish(&self, sid: &str, extension: &str, presentation: Value) -> Option<Activity> {
         let mut map = self.running.lock();
         let run = map.get_mut(sid)?;
-        let mut update = json!({"activity": "tool", "op": run.op, "block_id": run.block_id,
-            "extension": extension, "presentation": presentation});
-        if let Value::Object(m) = &mut update {
-            m.extend(display_fields(&presentation));
-        }
+        let (headline, presented) = display_fields(&presentation);
+        let mut update = Activity::new(ActivityKind::Tool);
+        update.op = Some(run.op.clone());
+        update.block_id = Some(run.block_id.clone());
+        update.extension = Some(extension.to_string());
+        update.result_summary = Some(headline);
+        update.presented = Some(presented);
+        update.presentation = Some(presentation.clone());
         run.latest = Some(presentation);
         Some(update)
     }
 }
 
-/// The display fields of a presentation (`{headline, summary, content, sections?}`).
-pub fn display_fields(p: &Value) -> Map<String, Value> {
-    let mut m = Map::new();
+/// The display fields of a presentation (`{headline, summary, content, sections?}`): its
+/// headline (the card's summary line) and the rest.
+pub fn display_fields(p: &Value) -> (String, Presented) {
     let text = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    m.insert("result_summary".into(), json!(text("headline")));
-    m.insert("result_detail".into(), json!(text("summary")));
-    m.insert("result_render".into(), json!(markdown(p)));
-    m.insert(
-        "render_segments".into(),
-        p.get("content").cloned().unwrap_or_else(|| json!([])),
-    );
-    m.insert("result_kind".into(), json!("activity"));
-    m
+    let presented = Presented {
+        result_detail: text("summary"),
+        result_render: markdown(p),
+        render_segments: p.get("content").cloned().unwrap_or_else(|| json!([])),
+        result_kind: "activity",
+    };
+    (text("headline"), presented)
 }
 
 /// The card body as Markdown: the summary, the blocks, then each section.
@@ -215,11 +217,11 @@ mod tests {
                     **Run**: 1 / 4 (25 %)\n\n[image](attachment:att-1)\n\n[log.txt](attachment:att-2)\n\n\
                     #### More\n\nx";
         assert_eq!(md, want);
-        let f = display_fields(&p);
-        assert_eq!(f["result_summary"], "Checks");
-        assert_eq!(f["result_detail"], "2 of 3 passed");
-        assert_eq!(f["result_kind"], "activity");
-        assert_eq!(f["render_segments"][0]["type"], "heading");
+        let (headline, f) = display_fields(&p);
+        assert_eq!(headline, "Checks");
+        assert_eq!(f.result_detail, "2 of 3 passed");
+        assert_eq!(f.result_kind, "activity");
+        assert_eq!(f.render_segments[0]["type"], "heading");
     }
 
     #[test]
@@ -232,9 +234,9 @@ mod tests {
         );
         p.start("s1", "b1", "ext__tool");
         let update = p.publish("s1", "ext", pres.clone()).expect("shown");
-        assert_eq!(update["block_id"], "b1");
-        assert_eq!(update["op"], "ext__tool");
-        assert_eq!(update["result_summary"], "h");
+        assert_eq!(update.block_id.as_deref(), Some("b1"));
+        assert_eq!(update.op.as_deref(), Some("ext__tool"));
+        assert_eq!(update.result_summary.as_deref(), Some("h"));
         assert!(
             p.publish("s2", "ext", pres.clone()).is_none(),
             "other session"

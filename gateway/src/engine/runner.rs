@@ -5,7 +5,6 @@
 use super::coalesce::{Coalescer, Out};
 use super::turn::{prose_block, Tokens};
 use super::Gateway;
-use crate::bus::payload;
 use crate::tools::{Tool, ToolCtx, ToolOutput};
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -14,8 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use vis_companion_api::events::{
-    BlockCompleted, BlockDelta, BlockPreview, BlockStartedData, Event, EventKind,
-    IterationCompleted, IterationError, IterationErrorData, ProviderFallback, ProviderRetry,
+    Activity, ActivityKind, BlockCompleted, BlockDelta, BlockPreview, BlockStartedData, Event,
+    EventKind, IterationCompleted, IterationError, IterationErrorData, ProviderFallback,
+    ProviderRetry, ToolBlock, ToolBlockOutput,
 };
 use vis_providers::{
     ChatMessage, ChatRequest, Client, ProviderError, RetryInfo, StreamEvent, ToolCall,
@@ -100,8 +100,8 @@ impl RunCtx {
     /// Publishes an event of the running turn (display records get its `turn_id`); any
     /// event but an activity line counts as output for the silence watchdog.
     pub fn emit(&self, mut event: Event) -> i64 {
-        if let Event::Activity(m) | Event::BlockStarted(m) | Event::BlockOutput(m) = &mut event {
-            m.entry("turn_id").or_insert_with(|| json!(self.tid));
+        if let Event::Activity(a) = &mut event {
+            a.turn_id.get_or_insert_with(|| self.tid.clone());
         }
         if event.kind() != EventKind::Activity {
             self.progress.lock().last_output = Some(Instant::now());
@@ -242,7 +242,7 @@ async fn run_tool(
     call: &ToolCall,
     iteration: usize,
     n: usize,
-) -> (Value, ToolOutput) {
+) -> (ToolBlockOutput, ToolOutput) {
     let block_id = format!("{}:tool:{iteration}:{n}", ctx.tid);
     let started = super::now_ms();
     let tool = tools.iter().find(|t| t.spec().name == call.name);
@@ -265,18 +265,29 @@ async fn run_tool(
     };
     let (presenter, label) = (text("presenter"), text("label"));
     let shown = label.unwrap_or_else(|| call.name.clone());
-    let mut display = json!({"block_id": block_id, "code": code, "display_code": code, "display_language": language,
-        "op": call.name, "tool_call_id": call.id, "iteration": iteration, "started_at_ms": started,
-        "tag": "tool", "is_repaired": false});
-    let mut activity = json!({"activity": "tool", "iteration": iteration, "op": call.name,
-        "label": shown, "phrase": format!("Vis is running {shown}")});
-    if let Some(p) = &presenter {
-        display["presenter"] = json!(p);
-        activity["presenter"] = json!(p);
-    }
-    ctx.emit(Event::BlockStarted(payload(display.clone())));
+    let display = ToolBlock {
+        turn_id: ctx.tid.clone(),
+        block_id: block_id.clone(),
+        display_code: code.clone(),
+        code,
+        display_language: language.to_string(),
+        op: call.name.clone(),
+        tool_call_id: call.id.clone(),
+        iteration,
+        started_at_ms: started,
+        tag: "tool",
+        is_repaired: false,
+        presenter: presenter.clone(),
+    };
+    let mut activity = Activity::new(ActivityKind::Tool);
+    activity.iteration = Some(iteration);
+    activity.op = Some(call.name.clone());
+    activity.phrase = Some(format!("Vis is running {shown}"));
+    activity.label = Some(shown);
+    activity.presenter = presenter;
+    ctx.emit(Event::BlockStarted(display.clone()));
     ctx.gw.presentations.start(&ctx.sid, &block_id, &call.name);
-    ctx.emit(Event::Activity(payload(activity)));
+    ctx.emit(Event::Activity(activity));
     let t0 = Instant::now();
     let phase = ToolPhase::enter(&ctx.progress);
     let out = match tool {
@@ -296,29 +307,25 @@ async fn run_tool(
             }
         },
     };
-    let mut form = display;
-    let m = form.as_object_mut().expect("json! object");
-    m.insert("result".into(), json!(out.result));
-    m.insert(
-        "result_summary".into(),
-        json!(cut(out.result.lines().next().unwrap_or(""), 200)),
-    );
-    m.insert(
-        "stdout".into(),
-        json!(out.stdout.as_deref().map(|s| cut(s, STDOUT_CAP))),
-    );
-    m.insert(
-        "error".into(),
-        json!(out.error.as_deref().map(|s| cut(s, ERROR_CAP))),
-    );
-    m.insert("silent".into(), json!(false));
-    m.insert("is_timeout".into(), json!(out.is_timeout));
-    m.insert("duration_ms".into(), json!(t0.elapsed().as_millis() as u64));
+    let duration_ms = t0.elapsed().as_millis() as u64;
     drop(phase);
+    let mut form = ToolBlockOutput {
+        block: display,
+        result: out.result.clone(),
+        result_summary: cut(out.result.lines().next().unwrap_or(""), 200),
+        stdout: out.stdout.as_deref().map(|s| cut(s, STDOUT_CAP)),
+        error: out.error.as_deref().map(|s| cut(s, ERROR_CAP)),
+        silent: false,
+        is_timeout: out.is_timeout,
+        duration_ms,
+        presented: None,
+    };
     if let Some(p) = ctx.gw.presentations.finish(&ctx.sid, &block_id) {
-        m.extend(super::presentation::display_fields(&p));
+        let (headline, presented) = super::presentation::display_fields(&p);
+        form.result_summary = headline;
+        form.presented = Some(presented);
     }
-    ctx.emit(Event::BlockOutput(payload(form.clone())));
+    ctx.emit(Event::BlockOutput(form.clone()));
     (form, out)
 }
 
@@ -353,10 +360,11 @@ pub async fn run(
         } else {
             "tool-result"
         };
-        ctx.emit(Event::Activity(payload(
-            json!({"activity": "provider-call", "iteration": iteration, "reason": reason,
-            "phrase": "Vis is calling the provider"}),
-        )));
+        let mut activity = Activity::new(ActivityKind::ProviderCall);
+        activity.iteration = Some(iteration);
+        activity.reason = Some(reason.to_string());
+        activity.phrase = Some("Vis is calling the provider".to_string());
+        ctx.emit(Event::Activity(activity));
         let mut req = ChatRequest {
             model: model.clone(),
             system: Some(system.clone()),

@@ -6,7 +6,7 @@
 use super::apropos::Index;
 use super::process::HostCalls;
 use super::protocol::CallError;
-use crate::bus::{payload, Bus};
+use crate::bus::Bus;
 use crate::extensions::{ExtensionHost, SessionCtx, ToolError};
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -152,14 +152,15 @@ impl SessionHost {
     }
 
     fn activity(&self, op: &str, label: &str) {
-        self.bus.publish(
-            &self.session.id,
-            vis_companion_api::events::Event::Activity(payload(
-                json!({"activity": "tool", "op": op, "label": label,
-                "phrase": format!("Vis is running {label}"), "block_id": self.block_id,
-                "turn_id": self.turn_id, "parent_op": super::TOOL_NAME}),
-            )),
-        );
+        use vis_companion_api::events::{Activity, ActivityKind, Event};
+        let mut a = Activity::new(ActivityKind::Tool);
+        a.op = Some(op.to_string());
+        a.label = Some(label.to_string());
+        a.phrase = Some(format!("Vis is running {label}"));
+        a.block_id = Some(self.block_id.clone());
+        a.turn_id = Some(self.turn_id.clone());
+        a.parent_op = Some(super::TOOL_NAME.to_string());
+        self.bus.publish(&self.session.id, Event::Activity(a));
     }
 
     /// The `fs_access` gates for `path` (fail closed: a gate that cannot run refuses).
