@@ -7,19 +7,11 @@ use crate::error::ApiResult;
 use crate::records::*;
 use crate::wire::*;
 use async_trait::async_trait;
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// One pre-formatted SSE frame of a session's stream.
-#[derive(Debug, Clone)]
-pub struct Frame {
-    /// The event's per-session seq (0 for control frames).
-    pub seq: i64,
-    /// `id: …\nevent: …\ndata: …\n\n`, ready to write.
-    pub bytes: Bytes,
-}
+pub use crate::live::Frame;
 
 /// What `subscription.ready` says.
 #[derive(Debug, Clone)]

@@ -4,11 +4,20 @@
 //! channel for SSE fan-out, where one publisher fills thousands of these per event: a push is
 //! a lock, a `push_back` and a wake; the body takes everything that is queued in one lock.
 
-use crate::engine::Frame;
+use bytes::Bytes;
 use futures::task::AtomicWaker;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+
+/// One pre-formatted SSE frame of a session's stream.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The event's per-session seq (0 for control frames).
+    pub seq: i64,
+    /// `id: …\nevent: …\ndata: …\n\n`, ready to write.
+    pub bytes: Bytes,
+}
 
 /// Why a frame was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

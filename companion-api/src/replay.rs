@@ -1,7 +1,7 @@
 //! The rest of a subscription's replay, fetched page by page while the client reads: a
 //! client that stops reading holds one page of its history instead of all of it, and its live frames wait in its bounded live queue meanwhile.
 
-use crate::engine::Frame;
+use crate::live::Frame;
 use futures::future::BoxFuture;
 
 /// One page of stored events.

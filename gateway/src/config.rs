@@ -93,15 +93,18 @@ impl Config {
         })
     }
 
-    /// A `python_execution` block's time limit.
+    /// A `python_execution` block's time limit (`python_execution.timeout_s`).
     pub fn block_limit(&self) -> std::time::Duration {
         self.python_execution
             .timeout_s
             .filter(|s| *s > 0)
             .map(std::time::Duration::from_secs)
-            .unwrap_or(crate::model_sandbox::DEFAULT_LIMIT)
+            .unwrap_or(DEFAULT_BLOCK_LIMIT)
     }
 }
+
+/// A `python_execution` block's time limit when `vis.yml` sets none.
+pub const DEFAULT_BLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A duration in milliseconds from the environment variable `name`, else `default`
 /// (unset or not a whole number).

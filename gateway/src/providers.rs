@@ -4,8 +4,8 @@
 //! `ANTHROPIC_BASE_URL` from the gateway's environment.
 
 use crate::config::Config;
-use crate::provider_admin::saved::Saved;
 use anyhow::{anyhow, Result};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,40 @@ pub enum Source {
     /// Only the environment (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
     Env { var: String },
 }
+
+/// One provider saved from the phone (`provider_admin` keeps the file).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedProvider {
+    /// The preset it was added from (`openai`, `ollama`, an extension's provider id, …).
+    pub preset: String,
+    pub label: String,
+    /// `openai` or `anthropic`.
+    pub api_style: String,
+    pub base_url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The Provider extension that declares it, when one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<String>,
+}
+
+impl std::fmt::Debug for SavedProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SavedProvider")
+            .field("preset", &self.preset)
+            .field("api_style", &self.api_style)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("models", &self.models)
+            .field("extension", &self.extension)
+            .finish()
+    }
+}
+
+pub type Saved = BTreeMap<String, SavedProvider>;
 
 fn default_model(d: &Dialect) -> &'static str {
     match d {
@@ -179,11 +213,7 @@ impl Router {
         Ok(r)
     }
 
-    fn add_saved(
-        &mut self,
-        id: &str,
-        p: &crate::provider_admin::saved::SavedProvider,
-    ) -> Result<()> {
+    fn add_saved(&mut self, id: &str, p: &SavedProvider) -> Result<()> {
         let dialect: Dialect = p
             .api_style
             .parse()
@@ -269,7 +299,6 @@ fn stall_timeout() -> Duration {
 mod tests {
     use super::*;
     use crate::config::ProviderEntry;
-    use crate::provider_admin::saved::SavedProvider;
 
     fn saved(key: &str, base: &str) -> SavedProvider {
         SavedProvider {

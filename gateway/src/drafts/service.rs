@@ -43,7 +43,7 @@ fn store_err(e: crate::store::StoreError) -> DraftError {
 }
 
 fn now_ms() -> i64 {
-    crate::engine::now_ms()
+    vis_companion_api::sse::now_ms()
 }
 
 impl Drafts {

@@ -63,11 +63,11 @@ fn store_err(e: crate::store::StoreError) -> ApiError {
 #[async_trait]
 impl Engine for Api {
     fn mcp(&self) -> Option<Arc<dyn vis_companion_api::mcp::McpApi>> {
-        Some(Arc::new(crate::mcp::routes::McpRoutes(self.0.clone())))
+        Some(Arc::new(super::routes::mcp::McpRoutes(self.0.clone())))
     }
 
     fn providers(&self) -> Option<Arc<dyn vis_companion_api::providers::ProvidersApi>> {
-        Some(Arc::new(crate::provider_admin::routes::ProviderRoutes(
+        Some(Arc::new(super::routes::providers::ProviderRoutes(
             self.0.clone(),
         )))
     }

@@ -15,6 +15,7 @@ mod lifecycle;
 pub mod presentation;
 mod queue;
 mod recovery;
+pub mod routes;
 pub mod runner;
 pub mod sessions;
 pub mod shutdown;
@@ -175,7 +176,13 @@ impl Gateway {
             human_input,
             presentations,
             model_sandboxes: Arc::default(),
-            mcp: Arc::new(crate::mcp::Mcp::new(home_dir_for_mcp)),
+            mcp: Arc::new(crate::mcp::Mcp::new(
+                home_dir_for_mcp,
+                crate::model_sandbox::builtins::docs()
+                    .into_iter()
+                    .map(|d| d.name)
+                    .collect(),
+            )),
             provider_admin,
             storage: Default::default(),
             companion: companion::State::default(),
@@ -319,7 +326,7 @@ impl Gateway {
         }
         let (s, r, c) = (sid.to_string(), root.to_path_buf(), cfg.clone());
         let reach =
-            tokio::task::spawn_blocking(move || crate::mcp::routes::reach(&sandbox, &s, &r, &c));
+            tokio::task::spawn_blocking(move || crate::mcp::conn::reach(&sandbox, &s, &r, &c));
         match reach.await {
             Ok(Ok(reach)) => self.mcp.session_fns(sid, cfg, &reach).await,
             Ok(Err(e)) => {

@@ -5,7 +5,7 @@
 
 use super::oauth::Auth;
 use super::spec;
-use crate::model_sandbox::protocol::CallError;
+use crate::tools::CallError;
 use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
@@ -265,4 +265,27 @@ impl Conn {
             _ => Ok(content),
         }
     }
+}
+
+/// How a session's MCP connections run: its child environment, the jail, the proxy.
+pub fn reach(
+    sandbox: &crate::sandbox::Sandbox,
+    sid: &str,
+    root: &std::path::Path,
+    cfg: &crate::config::Config,
+) -> Result<Reach, String> {
+    let env = sandbox.child_env(sid, root, cfg);
+    let jail = sandbox.jail_prefix(root, cfg)?.unwrap_or_default();
+    let token = sandbox.token(sid, root, cfg);
+    Ok(Reach {
+        env,
+        jail,
+        cwd: root.to_path_buf(),
+        proxy_url: Some(format!(
+            "http://{token}:{}@127.0.0.1:{}",
+            crate::sandbox::env::PROXY_PASSWORD,
+            sandbox.port()
+        )),
+        ca_bundle: Some(sandbox.ca_bundle.clone()),
+    })
 }

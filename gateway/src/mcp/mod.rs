@@ -16,11 +16,10 @@
 pub mod conn;
 pub mod managed;
 pub mod oauth;
-pub mod routes;
 pub mod spec;
 
 use crate::config::Config;
-use crate::model_sandbox::protocol::CallError;
+use crate::tools::CallError;
 use conn::{Conn, OpenError, Reach};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
@@ -69,6 +68,8 @@ pub struct Mcp {
     live: tokio::sync::Mutex<HashMap<(String, String), Live>>,
     /// The session MCP tests run in, once created.
     probe: Mutex<Option<String>>,
+    /// Names a server cannot take: the sandbox's own functions.
+    reserved: Vec<String>,
 }
 
 /// One server of a configuration: `(name, spec, is_managed)`.
@@ -76,7 +77,8 @@ pub type Entry = (String, McpServerInput, bool);
 
 impl Mcp {
     /// The registry of a home; a broken saved-server file is reported and treated as empty.
-    pub fn new(home: PathBuf) -> Mcp {
+    /// `reserved`: the block functions a server's name would shadow.
+    pub fn new(home: PathBuf, reserved: Vec<String>) -> Mcp {
         let saved = managed::load(&home).unwrap_or_else(|e| {
             tracing::error!(target: "vis::mcp", "{e}");
             managed::Servers::new()
@@ -89,7 +91,13 @@ impl Mcp {
             status: Mutex::default(),
             live: tokio::sync::Mutex::default(),
             probe: Mutex::default(),
+            reserved,
         }
+    }
+
+    /// Whether `name` can name a server (`spec::check_name` with the reserved names).
+    pub fn check_name(&self, name: &str) -> Result<(), String> {
+        spec::check_name(name, &self.reserved)
     }
 
     /// Every server of `cfg` (hand-written ones first) and those saved from the phone.
@@ -129,7 +137,7 @@ impl Mcp {
     }
 
     /// The server asked for a sign-in the gateway does not hold.
-    fn note_needs_auth(&self, name: &str) {
+    pub fn note_needs_auth(&self, name: &str) {
         let at = self.auth.tokens.generation(name);
         let mut st = self.status.lock();
         let s = st.entry(name.to_string()).or_default();
@@ -238,7 +246,7 @@ impl Mcp {
             .filter(|(n, s, _)| s.enabled != Some(false) && !self.is_killed(n))
             .filter(|(n, s, _)| {
                 // A hand-written entry that cannot work is skipped, with the reason listed.
-                match spec::check_name(n).and_then(|()| spec::check(s)) {
+                match self.check_name(n).and_then(|()| spec::check(s)) {
                     Ok(()) => true,
                     Err(e) => {
                         self.note(n, Err(e));
@@ -325,7 +333,41 @@ impl Mcp {
     }
 
     /// Ends every connection to `name`.
-    async fn drop_server(&self, name: &str) {
+    /// Changes the saved servers and writes them (off the async workers).
+    pub async fn edit_saved(&self, f: impl FnOnce(&mut managed::Servers)) -> Result<(), String> {
+        let next = {
+            let mut m = self.managed.lock();
+            f(&mut m);
+            m.clone()
+        };
+        let home = self.home.clone();
+        tokio::task::spawn_blocking(move || managed::save(&home, &next))
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
+    /// Stops a server's connections in every session; it stays down until started.
+    pub async fn kill(&self, name: &str) {
+        self.killed.lock().insert(name.to_string());
+        self.drop_server(name).await;
+    }
+
+    /// Lets a killed server connect again (on the next call that needs it).
+    pub fn start(&self, name: &str) {
+        self.killed.lock().remove(name);
+    }
+
+    /// The session MCP tests run in, once created.
+    pub fn probe_session(&self) -> Option<String> {
+        self.probe.lock().clone()
+    }
+
+    pub fn set_probe_session(&self, sid: &str) {
+        *self.probe.lock() = Some(sid.to_string());
+    }
+
+    /// Closes a server's connections in every session (the next call connects again).
+    pub async fn drop_server(&self, name: &str) {
         self.live.lock().await.retain(|(_, n), _| n != name);
     }
 }

@@ -21,18 +21,16 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// A server's name becomes a Python name in every block (`await github.search(…)`).
-pub fn check_name(name: &str) -> Result<(), String> {
+/// A server's name becomes a Python name in every block (`await github.search(…)`), so it
+/// must not be a keyword or one of the sandbox's own functions (`reserved`).
+pub fn check_name(name: &str, reserved: &[String]) -> Result<(), String> {
     if name.len() > 64 || !is_identifier(name) || PY_KEYWORDS.contains(&name) {
         return Err(format!(
             "an MCP server name must be a Python identifier of at most 64 characters \
              (letters, digits, _; not a keyword), got {name:?}"
         ));
     }
-    if crate::model_sandbox::builtins::docs()
-        .iter()
-        .any(|d| d.name == name)
-    {
+    if reserved.iter().any(|r| r == name) {
         return Err(format!(
             "{name:?} is a built-in function of the sandbox; choose another server name"
         ));
@@ -133,6 +131,11 @@ mod tests {
 
     #[test]
     fn server_names_are_python_identifiers_that_shadow_nothing() {
+        let reserved: Vec<String> = crate::model_sandbox::builtins::docs()
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
+        let check_name = |n: &str| check_name(n, &reserved);
         assert!(check_name("github").is_ok());
         assert!(check_name("my_server2").is_ok());
         for bad in [

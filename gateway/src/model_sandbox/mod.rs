@@ -28,8 +28,6 @@ use tokio_util::sync::CancellationToken;
 
 /// The model tool's name.
 pub const TOOL_NAME: &str = "python_execution";
-/// A block's default time limit.
-pub const DEFAULT_LIMIT: Duration = Duration::from_secs(120);
 
 /// How a block ended.
 #[derive(Debug)]

@@ -45,26 +45,7 @@ impl FnEntry {
     }
 }
 
-/// A failed host call, raised in the block as the Python exception `type` names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CallError {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub message: String,
-}
-
-impl CallError {
-    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> CallError {
-        CallError {
-            kind: kind.into(),
-            message: message.into(),
-        }
-    }
-    /// A refusal: a hook's block, a gate, a path outside the workspace.
-    pub fn permission(message: impl Into<String>) -> CallError {
-        CallError::new("PermissionError", message)
-    }
-}
+pub use crate::tools::CallError;
 
 /// The result half of a `reply`.
 #[derive(Debug, Clone, PartialEq, Serialize)]

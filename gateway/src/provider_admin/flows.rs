@@ -45,7 +45,7 @@ impl Flows {
         instructions: Vec<String>,
         progress: Option<Arc<Mutex<Progress>>>,
     ) -> AuthFlow {
-        let now = crate::engine::now_ms();
+        let now = vis_companion_api::sse::now_ms();
         self.sweep(now);
         let public = AuthFlow {
             flow_id: uuid::Uuid::new_v4().to_string(),
@@ -69,7 +69,7 @@ impl Flows {
 
     /// The open flow `flow_id` of `provider_id`.
     pub fn get(&self, provider_id: &str, flow_id: &str) -> Option<Flow> {
-        self.sweep(crate::engine::now_ms());
+        self.sweep(vis_companion_api::sse::now_ms());
         self.map
             .lock()
             .get(flow_id)

@@ -8,18 +8,14 @@
 //! - [`presets`]: the built-in catalog and the presets extensions declare.
 //! - [`probe`]: the live status check (a models-list call) and the limits report.
 //! - [`flows`]: the open sign-in flows.
-//! - [`routes`]: the `ProvidersApi` the HTTP routes call, the router rebuild, and the one
-//!   place that publishes changes to connected clients; `list`, `edit` and `auth` hold its
-//!   listing, its changes to the saved file, and its sign-in flows (`api-key`, and an
-//!   extension's `auth_fn` run as a device-style flow).
+//!
+//! The `ProvidersApi` the HTTP routes call, the router rebuild and the one place that
+//! publishes changes to connected clients are in `engine/routes/providers/`, which reaches
+//! the gateway's sessions, configuration and router for this module.
 
-mod auth;
-mod edit;
 pub mod flows;
-mod list;
 pub mod presets;
 pub mod probe;
-pub mod routes;
 pub mod saved;
 
 use parking_lot::Mutex;
@@ -65,15 +61,35 @@ impl Admin {
         saved::path(&self.home)
     }
 
-    fn checked(&self, id: &str) -> Option<ProviderStatus> {
+    /// Changes the saved list and writes it (off the async workers), then runs `then` (the
+    /// router rebuild) while changes are still serialized; the list in memory changes only
+    /// once the file is written.
+    pub async fn edit_saved(
+        &self,
+        f: impl FnOnce(&mut saved::Saved),
+        then: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), String> {
+        let _one = self.edit.lock().await;
+        let mut next = self.saved();
+        f(&mut next);
+        let (home, list) = (self.home.clone(), next.clone());
+        tokio::task::spawn_blocking(move || saved::save(&home, &list))
+            .await
+            .map_err(|e| e.to_string())??;
+        *self.saved.lock() = next;
+        then()
+    }
+
+    /// The last live status of a provider, while it has not changed since.
+    pub fn checked(&self, id: &str) -> Option<ProviderStatus> {
         self.checked.lock().get(id).cloned()
     }
 
-    fn note_checked(&self, id: &str, status: &ProviderStatus) {
+    pub fn note_checked(&self, id: &str, status: &ProviderStatus) {
         self.checked.lock().insert(id.to_string(), status.clone());
     }
 
-    fn forget_checked(&self, id: &str) {
+    pub fn forget_checked(&self, id: &str) {
         self.checked.lock().remove(id);
     }
 }

@@ -2,43 +2,9 @@
 //! 0600, written atomically. Never in the database, never in a GET answer, never logged
 //! (`Debug` hides the key).
 
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// One provider saved from the phone.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SavedProvider {
-    /// The preset it was added from (`openai`, `ollama`, an extension's provider id, …).
-    pub preset: String,
-    pub label: String,
-    /// `openai` or `anthropic`.
-    pub api_style: String,
-    pub base_url: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
-    #[serde(default)]
-    pub models: Vec<String>,
-    /// The Provider extension that declares it, when one does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extension: Option<String>,
-}
-
-impl std::fmt::Debug for SavedProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SavedProvider")
-            .field("preset", &self.preset)
-            .field("api_style", &self.api_style)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("models", &self.models)
-            .field("extension", &self.extension)
-            .finish()
-    }
-}
-
-pub type Saved = BTreeMap<String, SavedProvider>;
+pub use crate::providers::{Saved, SavedProvider};
 
 pub fn path(home: &Path) -> PathBuf {
     home.join("provider-keys.json")

@@ -59,7 +59,7 @@ impl EgressSink {
     /// Publishes every bucket that changed since the last flush: the same record id, the
     /// same stored row (under the bucket's first seq), the new totals.
     pub fn flush(&self) {
-        let now_minute = crate::engine::now_ms().max(0) as u64 / 60_000;
+        let now_minute = vis_companion_api::sse::now_ms().max(0) as u64 / 60_000;
         let dirty = self.buckets.lock().take_dirty(now_minute);
         for (sid, b) in dirty {
             let extra = format!(",\"count\":{},\"last_ts\":{}", b.count, b.last_ts);
@@ -292,7 +292,7 @@ mod tests {
         let bus = Arc::new(Bus::new(store.clone(), 100));
         bus.open("s", 0);
         let sink = EgressSink::new(bus.clone());
-        let t0 = (crate::engine::now_ms() as u64 / 60_000) * 60_000;
+        let t0 = (vis_companion_api::sse::now_ms() as u64 / 60_000) * 60_000;
         let single = crate::sandbox::aggregate::KEEP_SINGLE as u64;
         for i in 0..1000 + single {
             sink.record("s", allowed(t0 + i, None, 0, 3));

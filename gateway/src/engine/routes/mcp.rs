@@ -1,14 +1,13 @@
-//! The `/v1/mcp/servers…` answers: the phone's list, saved servers (add, replace, enable,
+//! The `/v1/mcp/servers…` answers over the gateway: the phone's list, saved servers (add, replace, enable,
 //! remove), runtime kills and starts, a test connection, and the OAuth sign-ins of HTTP
 //! servers.
 
-use super::conn::{Conn, Reach};
-use super::oauth::AuthFailure;
-use super::{managed, spec, Entry};
 use crate::engine::Gateway;
+use crate::mcp::conn::{reach, Conn, Reach};
+use crate::mcp::oauth::AuthFailure;
+use crate::mcp::{managed, spec, Entry};
 use async_trait::async_trait;
 use axum::http::StatusCode;
-use std::path::Path;
 use std::sync::Arc;
 use vis_companion_api::events::{Event, McpServersUpdated};
 use vis_companion_api::mcp::{
@@ -18,29 +17,6 @@ use vis_companion_api::mcp::{
 use vis_companion_api::{ApiError, ApiResult, CreateSession, Engine};
 
 pub struct McpRoutes(pub Arc<Gateway>);
-
-/// How a session's MCP connections run: its child environment, the jail, the proxy.
-pub fn reach(
-    sandbox: &crate::sandbox::Sandbox,
-    sid: &str,
-    root: &Path,
-    cfg: &crate::config::Config,
-) -> Result<Reach, String> {
-    let env = sandbox.child_env(sid, root, cfg);
-    let jail = sandbox.jail_prefix(root, cfg)?.unwrap_or_default();
-    let token = sandbox.token(sid, root, cfg);
-    Ok(Reach {
-        env,
-        jail,
-        cwd: root.to_path_buf(),
-        proxy_url: Some(format!(
-            "http://{token}:{}@127.0.0.1:{}",
-            crate::sandbox::env::PROXY_PASSWORD,
-            sandbox.port()
-        )),
-        ca_bundle: Some(sandbox.ca_bundle.clone()),
-    })
-}
 
 fn conflict_hand_written(name: &str) -> ApiError {
     ApiError::conflict(
@@ -99,16 +75,7 @@ impl McpRoutes {
 
     /// Changes the saved servers and writes them (off the async workers).
     async fn edit_saved(&self, f: impl FnOnce(&mut managed::Servers)) -> ApiResult<()> {
-        let next = {
-            let mut m = self.0.mcp.managed.lock();
-            f(&mut m);
-            m.clone()
-        };
-        let home = self.0.mcp.home.clone();
-        tokio::task::spawn_blocking(move || managed::save(&home, &next))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?
-            .map_err(ApiError::engine)
+        self.0.mcp.edit_saved(f).await.map_err(ApiError::engine)
     }
 
     /// The URL of an HTTP server that may sign in with OAuth.
@@ -147,7 +114,7 @@ impl McpRoutes {
     /// The session MCP tests run in ("MCP server tests"), created on first use so their
     /// traffic is attributed and shown like any session's.
     async fn probe_session(&self) -> ApiResult<String> {
-        let known = self.0.mcp.probe.lock().clone();
+        let known = self.0.mcp.probe_session();
         if let Some(sid) = known {
             if self.0.sessions.get(&sid).await.is_ok() {
                 return Ok(sid);
@@ -161,7 +128,7 @@ impl McpRoutes {
             })
             .await?;
         let sid = created.id;
-        *self.0.mcp.probe.lock() = Some(sid.clone());
+        self.0.mcp.set_probe_session(&sid);
         Ok(sid)
     }
 }
@@ -178,7 +145,7 @@ impl McpApi for McpRoutes {
     }
 
     async fn save(&self, name: String, input: McpServerInput) -> ApiResult<McpServer> {
-        spec::check_name(&name).map_err(invalid)?;
+        self.0.mcp.check_name(&name).map_err(invalid)?;
         spec::check(&input).map_err(invalid)?;
         let cfg = self.config().await?;
         if cfg.mcp.servers.contains_key(&name) {
@@ -236,21 +203,20 @@ impl McpApi for McpRoutes {
 
     async fn kill(&self, name: &str) -> ApiResult<McpServer> {
         let e = self.entry(name).await?;
-        self.0.mcp.killed.lock().insert(name.to_string());
-        self.0.mcp.drop_server(name).await;
+        self.0.mcp.kill(name).await;
         self.publish("killed", name);
         Ok(self.0.mcp.view(&e).await)
     }
 
     async fn start(&self, name: &str) -> ApiResult<McpServer> {
         let e = self.entry(name).await?;
-        self.0.mcp.killed.lock().remove(name);
+        self.0.mcp.start(name);
         self.publish("started", name);
         Ok(self.0.mcp.view(&e).await)
     }
 
     async fn test(&self, name: String, input: McpServerInput) -> ApiResult<McpTestResult> {
-        spec::check_name(&name).map_err(invalid)?;
+        self.0.mcp.check_name(&name).map_err(invalid)?;
         spec::check(&input).map_err(invalid)?;
         let reach = self.probe_reach().await?;
         let opened = Conn::open(&name, &input, &reach, &self.0.mcp.auth)

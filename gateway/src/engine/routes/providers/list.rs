@@ -1,9 +1,8 @@
 //! The provider list the phone shows: every router provider (configuration, environment,
 //! saved) and the Provider extensions' own, with where each comes from and its last status.
 
-use super::presets;
-use super::probe;
-use super::routes::*;
+use super::*;
+use crate::provider_admin::{presets, probe};
 use crate::providers::Source;
 use vis_companion_api::providers::*;
 use vis_companion_api::ApiResult;

@@ -1,9 +1,9 @@
 //! Adding, replacing and removing saved providers: input checks, the file write and the
 //! router rebuild, one change at a time.
 
-use super::presets::{self, check_base_url};
-use super::routes::*;
-use super::saved::{self, SavedProvider};
+use super::*;
+use crate::provider_admin::presets::{self, check_base_url};
+use crate::provider_admin::saved::{self, SavedProvider};
 use vis_companion_api::providers::*;
 use vis_companion_api::{ApiError, ApiResult};
 
@@ -42,17 +42,10 @@ pub(super) fn check_key(key: &str) -> ApiResult<String> {
 
 impl ProviderRoutes {
     pub(super) async fn edit_saved(&self, f: impl FnOnce(&mut saved::Saved)) -> ApiResult<()> {
-        let admin = self.admin();
-        let _one = admin.edit.lock().await;
-        let mut next = admin.saved();
-        f(&mut next);
-        let (home, list) = (admin.home.clone(), next.clone());
-        tokio::task::spawn_blocking(move || saved::save(&home, &list))
+        self.admin()
+            .edit_saved(f, || rebuild(&self.0))
             .await
-            .map_err(|e| ApiError::engine(e.to_string()))?
-            .map_err(ApiError::engine)?;
-        *admin.saved.lock() = next;
-        rebuild(&self.0).map_err(ApiError::engine)
+            .map_err(ApiError::engine)
     }
 
     /// Adds or replaces a saved provider (the key kept when none is given).

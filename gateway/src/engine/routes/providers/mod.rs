@@ -1,9 +1,15 @@
-//! The `/v1/providers…` and `/v1/provider-presets` answers.
+//! The `/v1/providers…` and `/v1/provider-presets` answers over the gateway, the router
+//! rebuild, and the one place that publishes provider changes to connected clients. `list`,
+//! `edit` and `auth` hold the listing, the changes to the saved file, and the sign-in flows
+//! (`api-key`, and an extension's `auth_fn` run as a device-style flow).
 
-use super::presets;
-use super::probe;
+mod auth;
+mod edit;
+mod list;
+
 use crate::engine::Gateway;
 use crate::extensions::ProviderInfo;
+use crate::provider_admin::{presets, probe};
 use crate::providers::{Router, Source};
 use async_trait::async_trait;
 use axum::http::StatusCode;
@@ -101,7 +107,7 @@ pub(super) enum Known {
 }
 
 impl ProviderRoutes {
-    pub(super) fn admin(&self) -> &super::Admin {
+    pub(super) fn admin(&self) -> &crate::provider_admin::Admin {
         &self.0.provider_admin
     }
 

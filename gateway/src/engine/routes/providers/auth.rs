@@ -2,10 +2,10 @@
 //! from the extension's `auth_prompt_fn` when it has one), and the extension's own `auth_fn`
 //! run in the background as a device-style flow.
 
-use super::flows::{self, Progress};
-use super::probe;
-use super::routes::*;
+use super::*;
 use crate::extensions::ProviderInfo;
+use crate::provider_admin::flows::{self, Progress};
+use crate::provider_admin::probe;
 use axum::http::StatusCode;
 use parking_lot::Mutex;
 use std::sync::Arc;
