@@ -47,6 +47,7 @@ impl Workspaces {
         Ok(())
     }
 
+    /// Creates a draft and moves the session into it (`POST …/workspace/drafts`).
     pub async fn route_create(
         &self,
         sid: &str,
@@ -59,6 +60,8 @@ impl Workspaces {
         self.create(sid, label, clean).await.map_err(api_error)
     }
 
+    /// Moves the session into a parked draft; already there is not an error
+    /// (`POST …/workspace/resume`).
     pub async fn route_resume(&self, sid: &str, id: &str) -> ApiResult<WorkspaceChange> {
         self.ensure_idle(sid)?;
         if self
@@ -79,6 +82,7 @@ impl Workspaces {
             .map_err(api_error)
     }
 
+    /// Parks the session's draft; on trunk it is a no-op (`POST …/workspace/stash`).
     pub async fn route_stash(&self, sid: &str) -> ApiResult<WorkspaceChange> {
         self.ensure_idle(sid)?;
         let trunk = self.trunk(sid).await?;
@@ -91,6 +95,7 @@ impl Workspaces {
         self.stash(sid).await.map_err(api_error)
     }
 
+    /// Removes a draft for good (`DELETE …/workspace/drafts/:workspace_id`).
     pub async fn route_abandon(
         &self,
         sid: &str,
