@@ -195,7 +195,7 @@ impl Engine for Api {
         }
         g.model_sandboxes.stop(sid);
         // Its draft stays, parked: another session of the repository can resume it.
-        g.drafts.release(sid).await;
+        g.workspaces.release(sid).await;
         g.mcp.stop_session(sid).await;
         g.extensions.stop_session(sid).await;
         let id = sid.to_string();
@@ -480,7 +480,7 @@ impl Engine for Api {
             }
         };
         let shared = g.sessions.get(&sid).await?;
-        let root = g.work_root(&sid, &shared.lock().row.root);
+        let root = g.workspaces.work_root(&sid, &shared.lock().row.root);
         let cfg = g
             .project_config(&root)
             .await
@@ -606,7 +606,7 @@ impl Engine for Api {
     }
 
     async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {
-        self.0.route_drafts(sid).await
+        self.0.workspaces.route_drafts(sid).await
     }
 
     async fn create_draft(
@@ -615,15 +615,15 @@ impl Engine for Api {
         label: &str,
         clean: bool,
     ) -> ApiResult<WorkspaceChange> {
-        self.0.route_create_draft(sid, label, clean).await
+        self.0.workspaces.route_create(sid, label, clean).await
     }
 
     async fn resume_draft(&self, sid: &str, workspace_id: &str) -> ApiResult<WorkspaceChange> {
-        self.0.route_resume_draft(sid, workspace_id).await
+        self.0.workspaces.route_resume(sid, workspace_id).await
     }
 
     async fn stash_draft(&self, sid: &str) -> ApiResult<WorkspaceChange> {
-        self.0.route_stash_draft(sid).await
+        self.0.workspaces.route_stash(sid).await
     }
 
     async fn abandon_draft(
@@ -632,7 +632,10 @@ impl Engine for Api {
         workspace_id: &str,
         reason: Option<String>,
     ) -> ApiResult<WorkspaceChange> {
-        self.0.route_abandon_draft(sid, workspace_id, reason).await
+        self.0
+            .workspaces
+            .route_abandon(sid, workspace_id, reason)
+            .await
     }
 
     fn request_stop(&self) {

@@ -288,7 +288,8 @@ impl Gateway {
             (
                 r.turn.request.clone(),
                 r.turn.model.clone(),
-                self.work_root(&l.sid, &st.row.root)
+                self.workspaces
+                    .work_root(&l.sid, &st.row.root)
                     .to_string_lossy()
                     .into_owned(),
                 r.turn.attachments.clone(),

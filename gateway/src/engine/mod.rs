@@ -29,7 +29,7 @@ pub use api::Api;
 
 use crate::bus::Bus;
 use crate::config::Config;
-use crate::extensions::{ExtensionHost, HostConfig, SessionCtx};
+use crate::extensions::{ExtensionHost, HostConfig};
 use crate::home::Home;
 use crate::providers::Router;
 use crate::store::rows::{self, SessionRow};
@@ -90,7 +90,7 @@ pub struct Gateway {
     pub extensions: ExtensionHost,
     pub extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
     /// The loaded sessions and the turn order.
-    pub sessions: sessions::Sessions,
+    pub sessions: Arc<sessions::Sessions>,
     permits: Arc<Semaphore>,
     pub concurrency: usize,
     pub counters: Counters,
@@ -114,8 +114,8 @@ pub struct Gateway {
     pub storage: storage::StorageWatch,
     /// State of the Companion app's routes beyond the core flow (`companion/`).
     pub companion: companion::State,
-    /// Drafts: isolated workspaces, and which session is in which (`workspace.rs`).
-    pub drafts: Arc<crate::drafts::Drafts>,
+    /// Where each session works: trunk or one of its drafts (`workspace/`).
+    pub workspaces: Arc<workspace::Workspaces>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -154,9 +154,20 @@ impl Gateway {
             human_input.clone(),
         );
         let home_dir_for_mcp = home.dir.clone();
-        let sessions = sessions::Sessions::new(store.clone(), bus.clone(), max_ord + 1);
+        let sessions = Arc::new(sessions::Sessions::new(
+            store.clone(),
+            bus.clone(),
+            max_ord + 1,
+        ));
         let egress = egress::EgressLog::new(store.clone());
-        let drafts = Arc::new(crate::drafts::Drafts::open(store.clone(), &home.dir).await?);
+        let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
+        let workspaces = Arc::new(workspace::Workspaces::new(
+            Arc::new(crate::drafts::Drafts::open(store.clone(), &home.dir).await?),
+            sessions.clone(),
+            bus.clone(),
+            extensions.clone(),
+            model_sandboxes.clone(),
+        ));
         let gw = Arc::new(Gateway {
             store,
             bus,
@@ -175,7 +186,7 @@ impl Gateway {
             sandbox: std::sync::OnceLock::new(),
             human_input,
             presentations,
-            model_sandboxes: Arc::default(),
+            model_sandboxes,
             mcp: Arc::new(crate::mcp::Mcp::new(
                 home_dir_for_mcp,
                 crate::model_sandbox::builtins::docs()
@@ -186,7 +197,7 @@ impl Gateway {
             provider_admin,
             storage: Default::default(),
             companion: companion::State::default(),
-            drafts,
+            workspaces,
         });
         gw.human_input.bind(&gw);
         gw.watch_storage();
@@ -213,16 +224,6 @@ impl Gateway {
             .map_err(|e| e.to_string())
     }
 
-    /// The extension host's view of a session in its current workspace: the project is
-    /// the real folder (`trunk`), the workspace is the draft's folder while it is in one.
-    pub fn session_in(&self, sid: &str, trunk: &std::path::Path) -> SessionCtx {
-        SessionCtx {
-            id: sid.to_string(),
-            project_root: Some(trunk.to_path_buf()),
-            workspace_root: self.work_root(sid, &trunk.to_string_lossy()),
-        }
-    }
-
     /// Tools of a model turn and the extensions' prompt fragments: `apropos`/`doc`, the
     /// active extensions' Symbols, and the built-ins (wrapped in the op hooks).
     pub async fn turn_tools(
@@ -230,7 +231,7 @@ impl Gateway {
         sid: &str,
         trunk: &std::path::Path,
     ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
-        let session = self.session_in(sid, trunk);
+        let session = self.workspaces.session(sid, trunk);
         let root = session.workspace_root.clone();
         let root = root.as_path();
         let host = self.extensions.clone();
@@ -261,7 +262,7 @@ impl Gateway {
                     home: self.home.dir.clone(),
                     limit: cfg.block_limit(),
                     mcp: self.mcp.clone(),
-                    drafts: Some(workspace::model_drafts(self)),
+                    drafts: Some(self.workspaces.model_drafts()),
                 },
                 symbols,
                 mcp_fns,
@@ -292,13 +293,6 @@ impl Gateway {
                 }));
             }
         }
-        let drafts = workspace::model_drafts(self);
-        let draft_tools = crate::drafts::FUNCTIONS.iter().map(|f| {
-            Arc::new(workspace::DraftTool {
-                name: f,
-                drafts: drafts.clone(),
-            }) as Arc<dyn Tool>
-        });
         for inner in self.extra_tools.read().iter() {
             tools.push(Arc::new(ext::Hooked {
                 host: host.clone(),
@@ -307,7 +301,7 @@ impl Gateway {
             }));
         }
         // Not wrapped: they cross `draft/*` and `git/commit` themselves.
-        tools.extend(draft_tools);
+        tools.extend(self.workspaces.draft_tools());
         (tools, extras.into_prompts())
     }
 

@@ -300,7 +300,10 @@ async fn run_tool(
                     turn_id: ctx.tid.clone(),
                     block_id: block_id.clone(),
                     // Where the session is now: a draft made or left by an earlier call counts.
-                    root: ctx.gw.work_root(&ctx.sid, &ctx.trunk.to_string_lossy()),
+                    root: ctx
+                        .gw
+                        .workspaces
+                        .work_root(&ctx.sid, &ctx.trunk.to_string_lossy()),
                     cancel: ctx.cancel.clone(),
                 };
                 tool.call(&tctx, args).await

@@ -178,7 +178,7 @@ impl Gateway {
             "reload" => self.reload_all(project).await,
             "extensions" => Ok(self.extensions.extensions_markdown(Some(project)).await),
             "sh" => self.slash_sh(sid, args, work).await,
-            "draft" => self.slash_draft(sid, args).await,
+            "draft" => self.workspaces.slash(sid, args).await,
             "net-probe" => self.slash_net_probe(sid, args, work).await,
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
@@ -189,7 +189,7 @@ impl Gateway {
                 let out = self
                     .extensions
                     .run_slash_outcome(
-                        &self.session_in(sid, project),
+                        &self.workspaces.session(sid, project),
                         other,
                         args,
                         channel.as_deref(),

@@ -76,7 +76,7 @@ impl Gateway {
                 .map(|(_, req, _)| super::turn::preview(req)),
             running_started_at: live.running.as_ref().map(|r| r.2),
             first_request: row.first_request.clone(),
-            workspace: Some(self.workspace_view(&row.id, &row.root)),
+            workspace: Some(self.workspaces.view(&row.id, &row.root)),
             queued_turns: None,
         }
     }

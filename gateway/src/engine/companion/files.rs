@@ -316,7 +316,9 @@ impl Indexes {
 
 impl Gateway {
     pub async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>> {
-        let root = self.work_root(sid, &self.sessions.get(sid).await?.lock().row.root);
+        let root = self
+            .workspaces
+            .work_root(sid, &self.sessions.get(sid).await?.lock().row.root);
         if !root.is_dir() {
             return Ok(Vec::new());
         }

@@ -344,7 +344,7 @@ impl Gateway {
             })
             .await
             .map_err(store_err)?;
-        self.publish_workspace_event(
+        self.workspaces.publish(
             sid,
             Event::SessionForked(Forked {
                 session_id: sid.to_string(),
@@ -354,7 +354,7 @@ impl Gateway {
             }),
         );
         if let Some(label) = &req.draft_label {
-            if let Err(e) = self.draft_create(&new_sid, label, false).await {
+            if let Err(e) = self.workspaces.create(&new_sid, label, false).await {
                 api.delete_session(&new_sid).await;
                 return Err(crate::engine::workspace::api_error(e));
             }

@@ -1,0 +1,268 @@
+//! Workspaces: the session side of drafts. Where a session's tools run (`work_root`, the one
+//! place it is resolved), the session view's `workspace`, the steps of the draft lifecycle
+//! (create, apply, stash, resume, abandon) with their op hooks, and the one function that
+//! publishes workspace changes. The `/draft` command (`slash.rs`), the Companion routes'
+//! answers (`routes.rs`) and the draft functions of the model's tools (`model.rs`) are
+//! surfaces over these steps; the extensions' op hooks are called in `hooks.rs` only.
+
+mod hooks;
+mod model;
+mod routes;
+mod slash;
+
+use super::sessions::Sessions;
+use crate::bus::Bus;
+use crate::drafts::service::{Applied, Target};
+use crate::drafts::{Draft, DraftError, Drafts};
+use crate::extensions::{ExtensionHost, SessionCtx};
+use crate::model_sandbox::Sandboxes;
+use hooks::SessionHooks;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use vis_companion_api::events::{Event, WorkspaceUpdated};
+use vis_companion_api::records::{SessionWorkspace, WorkspaceChange, WorkspaceDraft};
+use vis_companion_api::{ApiError, ApiResult};
+
+/// The sessions' workspaces: which folder each session works in and how it moves between
+/// trunk and its drafts.
+pub struct Workspaces {
+    drafts: Arc<Drafts>,
+    sessions: Arc<Sessions>,
+    bus: Arc<Bus>,
+    /// The extensions, for the op hooks and the session context they see.
+    extensions: ExtensionHost,
+    /// The model's runtimes, restarted when their session changes folder.
+    model_sandboxes: Arc<Sandboxes>,
+}
+
+impl Workspaces {
+    pub fn new(
+        drafts: Arc<Drafts>,
+        sessions: Arc<Sessions>,
+        bus: Arc<Bus>,
+        extensions: ExtensionHost,
+        model_sandboxes: Arc<Sandboxes>,
+    ) -> Workspaces {
+        Workspaces {
+            drafts,
+            sessions,
+            bus,
+            extensions,
+            model_sandboxes,
+        }
+    }
+
+    /// THE place a session's working root is resolved: its draft's root while it is in
+    /// one, else its real folder. Shell, sandbox children, the model's runtime, file tools
+    /// and extension sessions all start from here.
+    pub fn work_root(&self, sid: &str, trunk: &str) -> PathBuf {
+        self.drafts
+            .root_of(sid)
+            .unwrap_or_else(|| PathBuf::from(trunk))
+    }
+
+    /// The extension host's view of a session in its current workspace: the project is
+    /// the real folder (`trunk`), the workspace is the draft's folder while it is in one.
+    pub fn session(&self, sid: &str, trunk: &Path) -> SessionCtx {
+        SessionCtx {
+            id: sid.to_string(),
+            project_root: Some(trunk.to_path_buf()),
+            workspace_root: self.work_root(sid, &trunk.to_string_lossy()),
+        }
+    }
+
+    /// The session view's `workspace` object.
+    pub fn view(&self, sid: &str, trunk: &str) -> SessionWorkspace {
+        match self.drafts.current(sid) {
+            Some(d) => SessionWorkspace {
+                root: d.root.to_string_lossy().into_owned(),
+                repo_root: Some(d.repo_root.to_string_lossy().into_owned()),
+                label: d.label.clone(),
+                fork_ms: Some(d.fork_ms),
+                is_draft: true,
+                workspace_id: Some(d.workspace_id),
+            },
+            None => SessionWorkspace {
+                root: trunk.to_string(),
+                repo_root: repo_root_of(trunk),
+                label: label_of(trunk),
+                fork_ms: None,
+                is_draft: false,
+                workspace_id: None,
+            },
+        }
+    }
+
+    /// The one place draft and fork changes go onto a session's stream:
+    /// `session.workspace_updated {action, workspace, draft}` and `session.forked
+    /// {fork_session_id, through_turn_id}`.
+    pub fn publish(&self, sid: &str, event: Event) {
+        self.bus.publish(sid, event);
+    }
+
+    /// A deleted session's draft stays, parked: another session of the repository can
+    /// resume it.
+    pub async fn release(&self, sid: &str) {
+        self.drafts.release(sid).await;
+    }
+
+    async fn trunk(&self, sid: &str) -> ApiResult<String> {
+        Ok(self.sessions.get(sid).await?.lock().row.root.clone())
+    }
+
+    fn hooks(&self, sid: &str, trunk: &str) -> SessionHooks {
+        SessionHooks::new(self.extensions.clone(), self.session(sid, Path::new(trunk)))
+    }
+
+    /// Publishes a workspace change on the session's stream and restarts the session's
+    /// model runtime, whose working folder is the old root.
+    fn changed(&self, sid: &str, trunk: &str, action: Action, d: &Draft) -> WorkspaceChange {
+        self.model_sandboxes.stop(sid);
+        let change = WorkspaceChange {
+            workspace: self.view(sid, trunk),
+            draft: Some(draft_item(
+                d,
+                self.drafts.current(sid).map(|c| c.workspace_id).as_deref(),
+            )),
+        };
+        self.publish(
+            sid,
+            Event::SessionWorkspaceUpdated(WorkspaceUpdated {
+                session_id: sid.to_string(),
+                action: action.as_str().to_string(),
+                workspace: change.workspace.clone(),
+                draft: change.draft.clone(),
+            }),
+        );
+        change
+    }
+
+    /// Creates a draft of the session's folder and moves the session into it.
+    pub async fn create(
+        &self,
+        sid: &str,
+        label: &str,
+        clean: bool,
+    ) -> Result<WorkspaceChange, DraftError> {
+        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let hooks = self.hooks(sid, &trunk);
+        let d = self
+            .drafts
+            .create(sid, Path::new(&trunk), label, clean, &hooks)
+            .await?;
+        Ok(self.changed(sid, &trunk, Action::Created, &d))
+    }
+
+    /// Lands the session's draft in trunk and moves the session back there.
+    pub async fn apply(
+        &self,
+        sid: &str,
+        message: Option<&str>,
+    ) -> Result<(WorkspaceChange, Applied), DraftError> {
+        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let hooks = self.hooks(sid, &trunk);
+        let applied = self.drafts.apply(sid, message, &hooks).await?;
+        let change = self.changed(sid, &trunk, Action::Applied, &applied.draft);
+        Ok((change, applied))
+    }
+
+    /// Parks the session's draft and moves the session back to trunk.
+    pub async fn stash(&self, sid: &str) -> Result<WorkspaceChange, DraftError> {
+        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let d = self.drafts.stash(sid).await?;
+        Ok(self.changed(sid, &trunk, Action::Stashed, &d))
+    }
+
+    /// Moves the session into a parked draft.
+    pub async fn resume(&self, sid: &str, target: Target) -> Result<WorkspaceChange, DraftError> {
+        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let d = self.drafts.resume(sid, Path::new(&trunk), target).await?;
+        Ok(self.changed(sid, &trunk, Action::Resumed, &d))
+    }
+
+    /// Removes a draft (the session's current one when `id` is `None`) for good.
+    pub async fn abandon(
+        &self,
+        sid: &str,
+        id: Option<&str>,
+        reason: Option<&str>,
+    ) -> Result<WorkspaceChange, DraftError> {
+        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let hooks = self.hooks(sid, &trunk);
+        let d = self
+            .drafts
+            .abandon(sid, Path::new(&trunk), id, reason, &hooks)
+            .await?;
+        Ok(self.changed(sid, &trunk, Action::Abandoned, &d))
+    }
+}
+
+fn from_api(e: ApiError) -> DraftError {
+    DraftError::not_found(e.message)
+}
+
+/// A draft error as the Companion API answers it.
+pub fn api_error(e: DraftError) -> ApiError {
+    let status = axum::http::StatusCode::from_u16(e.status)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let mut err = ApiError::new(status, e.kind, e.message);
+    if !e.files.is_empty() {
+        err = err.with("files", json!(e.files));
+    }
+    err
+}
+
+fn label_of(root: &str) -> String {
+    Path::new(root)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| root.to_string())
+}
+
+/// The nearest folder holding `.git` (trunk's `repo_root`).
+fn repo_root_of(root: &str) -> Option<String> {
+    let mut p = Path::new(root);
+    loop {
+        if p.join(".git").exists() {
+            return Some(p.to_string_lossy().into_owned());
+        }
+        p = p.parent()?;
+    }
+}
+
+/// A draft as the Companion lists it.
+fn draft_item(d: &Draft, current: Option<&str>) -> WorkspaceDraft {
+    WorkspaceDraft {
+        workspace_id: d.workspace_id.clone(),
+        label: d.label.clone(),
+        root: d.root.to_string_lossy().into_owned(),
+        repo_root: d.repo_root.to_string_lossy().into_owned(),
+        fork_ms: d.fork_ms,
+        is_current: current == Some(d.workspace_id.as_str()),
+        backend: d.backend.as_str().into(),
+        branch: d.branch.clone(),
+    }
+}
+
+/// What a step of the draft lifecycle did, for the event and the answers.
+#[derive(Clone, Copy)]
+enum Action {
+    Created,
+    Applied,
+    Stashed,
+    Resumed,
+    Abandoned,
+}
+
+impl Action {
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Created => "created",
+            Action::Applied => "applied",
+            Action::Stashed => "stashed",
+            Action::Resumed => "resumed",
+            Action::Abandoned => "abandoned",
+        }
+    }
+}
