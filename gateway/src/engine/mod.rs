@@ -12,6 +12,7 @@ pub mod egress;
 pub mod ext;
 pub mod human_input;
 mod lifecycle;
+mod meta;
 pub mod presentation;
 mod queue;
 mod recovery;
@@ -83,13 +84,14 @@ pub struct Gateway {
     pub bus: Arc<Bus>,
     pub home: Home,
     pub default_root: PathBuf,
-    pub config: RwLock<Config>,
-    pub providers: RwLock<Router>,
+    /// Shared by handle with the Companion areas (replaced in place on reload).
+    pub config: Arc<RwLock<Config>>,
+    pub providers: Arc<RwLock<Router>>,
     /// The Python extension host (workers, catalog, hooks, filters).
     pub extensions: ExtensionHost,
     pub extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
     /// The loaded sessions and the turn order.
-    pub sessions: sessions::Sessions,
+    pub sessions: Arc<sessions::Sessions>,
     permits: Arc<Semaphore>,
     pub concurrency: usize,
     pub counters: Counters,
@@ -111,8 +113,8 @@ pub struct Gateway {
     pub provider_admin: Arc<crate::provider_admin::Admin>,
     /// Turns stopped because their events could not be stored (`storage.rs`).
     pub storage: storage::StorageWatch,
-    /// State of the Companion app's routes beyond the core flow (`companion/`).
-    pub companion: companion::State,
+    /// The Companion app's areas beyond the core flow, one object each (`companion/`).
+    pub companion: companion::Companion,
     /// Drafts: isolated workspaces, and which session is in which (`workspace.rs`).
     pub drafts: Arc<crate::drafts::Drafts>,
 }
@@ -153,7 +155,19 @@ impl Gateway {
             human_input.clone(),
         );
         let home_dir_for_mcp = home.dir.clone();
-        let sessions = sessions::Sessions::new(store.clone(), bus.clone(), max_ord + 1);
+        let sessions = Arc::new(sessions::Sessions::new(
+            store.clone(),
+            bus.clone(),
+            max_ord + 1,
+        ));
+        let config = Arc::new(RwLock::new(config));
+        let providers = Arc::new(RwLock::new(providers));
+        let companion = companion::Companion::new(
+            store.clone(),
+            sessions.clone(),
+            providers.clone(),
+            config.clone(),
+        );
         let egress = egress::EgressLog::new(store.clone());
         let drafts = Arc::new(crate::drafts::Drafts::open(store.clone(), &home.dir).await?);
         let gw = Arc::new(Gateway {
@@ -161,8 +175,8 @@ impl Gateway {
             bus,
             home,
             default_root,
-            config: RwLock::new(config),
-            providers: RwLock::new(providers),
+            config,
+            providers,
             extensions,
             extra_tools: RwLock::new(Vec::new()),
             sessions,
@@ -178,7 +192,7 @@ impl Gateway {
             mcp: Arc::new(crate::mcp::Mcp::new(home_dir_for_mcp)),
             provider_admin,
             storage: Default::default(),
-            companion: companion::State::default(),
+            companion,
             drafts,
         });
         gw.human_input.bind(&gw);
