@@ -232,7 +232,7 @@ impl Engine for Api {
             let turns = st.queue.iter().map(|q| q.record()).collect();
             return Ok(TurnList { turns });
         }
-        let turns = self.0.all_turns(sid).await?;
+        let turns = self.0.sessions.turns(sid).await?;
         Ok(TurnList {
             turns: turns.iter().map(|t| t.record()).collect(),
         })
@@ -243,7 +243,7 @@ impl Engine for Api {
     }
 
     async fn turn_attachments(&self, sid: &str, tid: &str) -> ApiResult<TurnAttachments> {
-        let t = self.0.turn(sid, tid).await?;
+        let t = self.0.sessions.turn(sid, tid).await?;
         Ok(TurnAttachments {
             attachments: t.attachments,
         })
@@ -282,7 +282,7 @@ impl Engine for Api {
         if uuid::Uuid::parse_str(sid).is_err() {
             return Err(ApiError::session_not_found(sid));
         }
-        let turns = self.0.all_turns(sid).await.unwrap_or_default();
+        let turns = self.0.sessions.turns(sid).await.unwrap_or_default();
         let iterations = turns
             .into_iter()
             .find(|t| t.engine_turn_id == engine_tid)
@@ -508,19 +508,23 @@ impl Engine for Api {
     }
 
     async fn search_sessions(&self, q: &str) -> ApiResult<SearchResults> {
-        self.0.search_sessions(q).await
+        self.0.companion.search().sessions(q).await
     }
 
     async fn session_usage(&self, sid: &str) -> ApiResult<UsageAnswer> {
-        self.0.session_usage(sid).await
+        self.0.companion.usage().of_session(sid).await
     }
 
     async fn transcript_markdown(&self, sid: &str) -> ApiResult<String> {
-        self.0.transcript_markdown(sid).await
+        self.0.companion.usage().markdown(sid).await
     }
 
     async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>> {
-        self.0.suggest_files(sid, q).await
+        let gw = &self.0;
+        let root = gw
+            .workspaces
+            .work_root(sid, &gw.sessions.get(sid).await?.lock().row.root);
+        gw.companion.files().suggest(root, q).await
     }
 
     async fn set_session_model(
@@ -532,31 +536,31 @@ impl Engine for Api {
     }
 
     async fn router_status(&self) -> ApiResult<RouterAnswer> {
-        self.0.router_status().await
+        self.0.companion.settings().router_status().await
     }
 
     async fn patch_router(&self, patch: RouterPatch) -> ApiResult<RouterDefaults> {
-        self.0.patch_router(patch).await
+        self.0.companion.settings().patch_router(patch).await
     }
 
     async fn settings(&self) -> ApiResult<SettingsAnswer> {
-        self.0.settings_answer().await
+        self.0.companion.settings().answer().await
     }
 
     async fn setting(&self, id: &str) -> ApiResult<Toggle> {
-        self.0.setting(id).await
+        self.0.companion.settings().get(id).await
     }
 
     async fn set_setting(&self, id: &str, action: SettingAction) -> ApiResult<Toggle> {
-        self.0.set_setting(id, action).await
+        self.0.companion.settings().set(id, action).await
     }
 
     async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList> {
-        self.0.artifacts(sid).await
+        self.0.companion.artifacts().list(sid).await
     }
 
     async fn iteration_attachments(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments> {
-        self.0.iteration_attachments(sid, iid).await
+        self.0.companion.artifacts().of_iteration(sid, iid).await
     }
 
     async fn iteration_attachment_bytes(
@@ -565,7 +569,7 @@ impl Engine for Api {
         iid: &str,
         index: i64,
     ) -> ApiResult<StoredBytes> {
-        self.0.iteration_attachment_bytes(sid, iid, index).await
+        self.0.companion.artifacts().bytes(sid, iid, index).await
     }
 
     async fn save_revision(
@@ -574,23 +578,27 @@ impl Engine for Api {
         iid: &str,
         rev: NewRevision,
     ) -> ApiResult<IterationAttachment> {
-        self.0.save_revision(sid, iid, rev).await
+        self.0
+            .companion
+            .artifacts()
+            .save_revision(sid, iid, rev)
+            .await
     }
 
     async fn devices(&self) -> ApiResult<DevicesAnswer> {
-        self.0.devices().await
+        self.0.companion.devices().list().await
     }
 
     async fn register_device(&self, input: DeviceInput) -> ApiResult<DeviceRegistered> {
-        self.0.register_device(input).await
+        self.0.companion.devices().register(input).await
     }
 
     async fn unregister_device(&self, token: &str) -> ApiResult<bool> {
-        self.0.unregister_device(token).await
+        self.0.companion.devices().unregister(token).await
     }
 
     async fn push_status(&self) -> PushStatus {
-        self.0.push_status().await
+        self.0.companion.devices().status().await
     }
 
     async fn delete_project(&self, pid: &str, recursive: bool) -> ApiResult<ProjectDeleted> {

@@ -293,14 +293,16 @@ impl Gateway {
                     .to_string_lossy()
                     .into_owned(),
                 r.turn.attachments.clone(),
-                self.pinned_model(&st.row),
+                self.companion.settings().pinned_model(&st.row),
                 std::path::PathBuf::from(&st.row.root),
             )
         };
         // A turn without its own model runs on the session's pin, else the router default.
         let model = match model {
             Some(m) => Some(m),
-            None if !request.trim_start().starts_with('/') => self.effective_model(pinned).await,
+            None if !request.trim_start().starts_with('/') => {
+                self.companion.settings().effective_model(pinned).await
+            }
             None => None,
         };
         // Slash commands are the project's (its real folder), wherever the session works.
@@ -350,7 +352,7 @@ impl Gateway {
             cancel: l.cancel.clone(),
         };
         let limit = silence_timeout();
-        let fallback = self.fallback_pick(&client).await;
+        let fallback = self.companion.settings().fallback_pick(&client).await;
         let outcome = tokio::select! {
             o = runner::run_with_fallback(&ctx, client, model, messages, tools, &prompts, fallback) => o,
             _ = runner::silence(&l.progress, limit) => Outcome::Failed {

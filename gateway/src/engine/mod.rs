@@ -12,6 +12,7 @@ pub mod egress;
 pub mod ext;
 pub mod human_input;
 mod lifecycle;
+mod meta;
 pub mod presentation;
 mod queue;
 mod recovery;
@@ -84,8 +85,9 @@ pub struct Gateway {
     pub bus: Arc<Bus>,
     pub home: Home,
     pub default_root: PathBuf,
-    pub config: RwLock<Config>,
-    pub providers: RwLock<Router>,
+    /// Shared by handle with the Companion areas (replaced in place on reload).
+    pub config: Arc<RwLock<Config>>,
+    pub providers: Arc<RwLock<Router>>,
     /// The Python extension host (workers, catalog, hooks, filters).
     pub extensions: ExtensionHost,
     pub extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
@@ -112,8 +114,8 @@ pub struct Gateway {
     pub provider_admin: Arc<crate::provider_admin::Admin>,
     /// Turns stopped because their events could not be stored (`storage.rs`).
     pub storage: storage::StorageWatch,
-    /// State of the Companion app's routes beyond the core flow (`companion/`).
-    pub companion: companion::State,
+    /// The Companion app's areas beyond the core flow, one object each (`companion/`).
+    pub companion: companion::Companion,
     /// Where each session works: trunk or one of its drafts (`workspace/`).
     pub workspaces: Arc<workspace::Workspaces>,
 }
@@ -159,6 +161,14 @@ impl Gateway {
             bus.clone(),
             max_ord + 1,
         ));
+        let config = Arc::new(RwLock::new(config));
+        let providers = Arc::new(RwLock::new(providers));
+        let companion = companion::Companion::new(
+            store.clone(),
+            sessions.clone(),
+            providers.clone(),
+            config.clone(),
+        );
         let egress = egress::EgressLog::new(store.clone());
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
         let workspaces = Arc::new(workspace::Workspaces::new(
@@ -173,8 +183,8 @@ impl Gateway {
             bus,
             home,
             default_root,
-            config: RwLock::new(config),
-            providers: RwLock::new(providers),
+            config,
+            providers,
             extensions,
             extra_tools: RwLock::new(Vec::new()),
             sessions,
@@ -196,7 +206,7 @@ impl Gateway {
             )),
             provider_admin,
             storage: Default::default(),
-            companion: companion::State::default(),
+            companion,
             workspaces,
         });
         gw.human_input.bind(&gw);

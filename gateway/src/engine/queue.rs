@@ -2,7 +2,7 @@
 //! edit or delete a queued one, resume a paused queue, drain it.
 
 use super::lifecycle::{Terminal, CANCEL_BACKSTOP};
-use super::turn::{preview, Turn};
+use super::turn::preview;
 use super::{now_ms, Gateway, Running};
 use serde_json::Value;
 use std::sync::Arc;
@@ -65,40 +65,13 @@ impl Gateway {
     }
 
     async fn stored_status(&self, sid: &str, tid: &str) -> ApiResult<String> {
-        let rec = self.stored_turn(sid, tid).await?;
+        let rec = self.sessions.stored_turn(sid, tid).await?;
         Ok(rec.status.as_str().to_string())
-    }
-
-    pub async fn stored_turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
-        let (s, t) = (sid.to_string(), tid.to_string());
-        let rec = self
-            .store
-            .call(move |c| crate::store::rows::turn_of(c, &s, &t))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
-        rec.and_then(|r| serde_json::from_str::<Turn>(&r).ok())
-            .ok_or_else(|| ApiError::turn_not_found(tid))
     }
 
     /// The freshest record of a turn: running or queued in memory, else the store.
     pub async fn turn_record(&self, sid: &str, tid: &str) -> ApiResult<TurnRecord> {
-        Ok(self.turn(sid, tid).await?.record())
-    }
-
-    pub async fn turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
-        let shared = self.sessions.get(sid).await?;
-        {
-            let st = shared.lock();
-            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
-                let mut t = r.turn.clone();
-                t.iterations = r.progress.lock().iterations.clone();
-                return Ok(t);
-            }
-            if let Some(q) = st.queue.iter().find(|q| q.tid == tid) {
-                return Ok(q.clone());
-            }
-        }
-        self.stored_turn(sid, tid).await
+        Ok(self.sessions.turn(sid, tid).await?.record())
     }
 
     pub async fn edit(

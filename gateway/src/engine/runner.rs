@@ -355,7 +355,13 @@ pub async fn run(
         .iter()
         .any(|t| t.spec().name == crate::model_sandbox::TOOL_NAME);
     let system = system_prompt(prompts, sandbox);
-    let settings = ctx.gw.companion_settings().await.unwrap_or_default();
+    let settings = ctx
+        .gw
+        .companion
+        .settings()
+        .current()
+        .await
+        .unwrap_or_default();
     for iteration in 1..=MAX_ITERATIONS {
         let t0 = Instant::now();
         let reason = if iteration == 1 {
@@ -433,7 +439,9 @@ pub async fn run(
         } else {
             let call_id = (calls.len() == 1).then(|| calls[0].id.clone());
             ctx.gw
-                .record_artifacts(
+                .companion
+                .artifacts()
+                .record(
                     &ctx.sid,
                     &ctx.tid,
                     &iteration_id,

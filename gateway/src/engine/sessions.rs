@@ -1,5 +1,6 @@
 //! The loaded sessions: each session's state behind its own mutex, loaded from the store on
-//! first use (with its queued turns and idempotency keys), and the turn order counter.
+//! first use (with its queued turns and idempotency keys), the turn order counter, and the
+//! reads of a session's turns with the running and queued ones overlaid.
 
 use super::turn::{self, Turn};
 use super::{SessionState, Shared};
@@ -110,6 +111,60 @@ impl Sessions {
         }));
         map.insert(sid.to_string(), st.clone());
         Ok(st)
+    }
+
+    /// A turn as stored (404 when the session has no such turn).
+    pub async fn stored_turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
+        let (s, t) = (sid.to_string(), tid.to_string());
+        let rec = self
+            .store
+            .call(move |c| rows::turn_of(c, &s, &t))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?;
+        rec.and_then(|r| serde_json::from_str::<Turn>(&r).ok())
+            .ok_or_else(|| ApiError::turn_not_found(tid))
+    }
+
+    /// The freshest copy of a turn: running or queued in memory, else the store.
+    pub async fn turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
+        let shared = self.get(sid).await?;
+        {
+            let st = shared.lock();
+            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == tid) {
+                let mut t = r.turn.clone();
+                t.iterations = r.progress.lock().iterations.clone();
+                return Ok(t);
+            }
+            if let Some(q) = st.queue.iter().find(|q| q.tid == tid) {
+                return Ok(q.clone());
+            }
+        }
+        self.stored_turn(sid, tid).await
+    }
+
+    /// Every turn of a session, oldest first, with the live overlay.
+    pub async fn turns(&self, sid: &str) -> ApiResult<Vec<Turn>> {
+        let shared = self.get(sid).await?;
+        let id = sid.to_string();
+        let recs = self
+            .store
+            .call(move |c| rows::turns_of(c, &id))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?;
+        let mut turns: Vec<Turn> = recs
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect();
+        let st = shared.lock();
+        for t in turns.iter_mut() {
+            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == t.tid) {
+                *t = r.turn.clone();
+                t.iterations = r.progress.lock().iterations.clone();
+            } else if let Some(q) = st.queue.iter().find(|q| q.tid == t.tid) {
+                *t = q.clone();
+            }
+        }
+        Ok(turns)
     }
 
     /// Drops a session from memory and closes its streams.

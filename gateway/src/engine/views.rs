@@ -170,38 +170,13 @@ impl Gateway {
         })
     }
 
-    /// Every turn of a session, oldest first, with the live overlay.
-    pub async fn all_turns(&self, sid: &str) -> ApiResult<Vec<Turn>> {
-        let shared = self.sessions.get(sid).await?;
-        let id = sid.to_string();
-        let recs = self
-            .store
-            .call(move |c| rows::turns_of(c, &id))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
-        let mut turns: Vec<Turn> = recs
-            .iter()
-            .filter_map(|r| serde_json::from_str(r).ok())
-            .collect();
-        let st = shared.lock();
-        for t in turns.iter_mut() {
-            if let Some(r) = st.running.as_ref().filter(|r| r.turn.tid == t.tid) {
-                *t = r.turn.clone();
-                t.iterations = r.progress.lock().iterations.clone();
-            } else if let Some(q) = st.queue.iter().find(|q| q.tid == t.tid) {
-                *t = q.clone();
-            }
-        }
-        Ok(turns)
-    }
-
     pub async fn transcript(
         &self,
         sid: &str,
         limit: Option<usize>,
         offset: Option<usize>,
     ) -> ApiResult<Transcript> {
-        let turns = match self.all_turns(sid).await {
+        let turns = match self.sessions.turns(sid).await {
             Ok(t) => t,
             Err(e) if e.kind == "session-not-found" => vec![],
             Err(e) => return Err(e),

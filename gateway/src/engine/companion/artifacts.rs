@@ -7,9 +7,12 @@
 //! turn produced.
 
 use super::store_err;
-use crate::engine::{now_ms, Gateway};
+use crate::engine::now_ms;
+use crate::engine::sessions::Sessions;
+use crate::store::Store;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 use vis_companion_api::records::{
     ArtifactList, IterationAttachment, IterationAttachments, NewRevision, StoredBytes,
@@ -178,9 +181,19 @@ fn not_found(what: String) -> ApiError {
     )
 }
 
-impl Gateway {
+/// The produced-files job: stores what a turn's tool calls wrote and serves it back.
+pub struct Artifacts {
+    store: Store,
+    sessions: Arc<Sessions>,
+}
+
+impl Artifacts {
+    pub fn new(store: Store, sessions: Arc<Sessions>) -> Self {
+        Artifacts { store, sessions }
+    }
+
     /// Records what the tool calls of one iteration wrote in the workspace.
-    pub async fn record_artifacts(
+    pub async fn record(
         &self,
         sid: &str,
         tid: &str,
@@ -205,7 +218,8 @@ impl Gateway {
             })
     }
 
-    pub async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList> {
+    /// Every file stored for the session, oldest first.
+    pub async fn list(&self, sid: &str) -> ApiResult<ArtifactList> {
         self.sessions.get(sid).await?;
         let s = sid.to_string();
         let artifacts = self
@@ -224,11 +238,8 @@ impl Gateway {
         Ok(ArtifactList { artifacts })
     }
 
-    pub async fn iteration_attachments(
-        &self,
-        sid: &str,
-        iid: &str,
-    ) -> ApiResult<IterationAttachments> {
+    /// The files of one iteration, in index order.
+    pub async fn of_iteration(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments> {
         self.sessions.get(sid).await?;
         let (s, i) = (sid.to_string(), iid.to_string());
         let attachments = self
@@ -245,12 +256,8 @@ impl Gateway {
         Ok(IterationAttachments { attachments })
     }
 
-    pub async fn iteration_attachment_bytes(
-        &self,
-        sid: &str,
-        iid: &str,
-        index: i64,
-    ) -> ApiResult<StoredBytes> {
+    /// The bytes of one stored file.
+    pub async fn bytes(&self, sid: &str, iid: &str, index: i64) -> ApiResult<StoredBytes> {
         self.sessions.get(sid).await?;
         let (s, i) = (sid.to_string(), iid.to_string());
         let row = self
@@ -286,7 +293,7 @@ impl Gateway {
                     format!("no iteration {iid}"),
                 )
             })?;
-        let turn = self.turn(sid, &tid).await.map_err(|_| {
+        let turn = self.sessions.turn(sid, &tid).await.map_err(|_| {
             ApiError::new(
                 axum::http::StatusCode::NOT_FOUND,
                 "attachment-not-stored",

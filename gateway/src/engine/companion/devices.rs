@@ -3,7 +3,8 @@
 //! push service, so its push status says nothing is delivered.
 
 use super::store_err;
-use crate::engine::{now_ms, Gateway};
+use crate::engine::now_ms;
+use crate::store::Store;
 use rusqlite::{params, OptionalExtension};
 use sha2::{Digest, Sha256};
 use vis_companion_api::records::{
@@ -21,7 +22,7 @@ fn channel(missing: &[&str]) -> PushChannel {
     }
 }
 
-pub fn status(devices: u64) -> PushStatus {
+pub fn push_status(devices: u64) -> PushStatus {
     PushStatus {
         is_available: false,
         provider: "apns".into(),
@@ -59,8 +60,17 @@ fn clip(s: Option<String>) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-impl Gateway {
-    async fn device_rows(&self) -> ApiResult<Vec<PushDevice>> {
+/// The push devices job: the stored registrations.
+pub struct Devices {
+    store: Store,
+}
+
+impl Devices {
+    pub fn new(store: Store) -> Self {
+        Devices { store }
+    }
+
+    async fn rows(&self) -> ApiResult<Vec<PushDevice>> {
         self.store
             .call(|c| {
                 let mut st = c.prepare_cached("SELECT record FROM devices ORDER BY rowid")?;
@@ -76,21 +86,23 @@ impl Gateway {
             .map_err(store_err)
     }
 
-    pub async fn devices(&self) -> ApiResult<DevicesAnswer> {
-        let devices = self.device_rows().await?;
+    /// Every registered device and the push status.
+    pub async fn list(&self) -> ApiResult<DevicesAnswer> {
+        let devices = self.rows().await?;
         Ok(DevicesAnswer {
-            push: status(devices.len() as u64),
+            push: push_status(devices.len() as u64),
             devices,
         })
     }
 
-    pub async fn push_status(&self) -> PushStatus {
-        let n = self.device_rows().await.map(|d| d.len()).unwrap_or(0);
-        status(n as u64)
+    /// The push status (nothing is delivered), with the number of registered devices.
+    pub async fn status(&self) -> PushStatus {
+        let n = self.rows().await.map(|d| d.len()).unwrap_or(0);
+        push_status(n as u64)
     }
 
     /// Registers (or refreshes) a device; idempotent per token.
-    pub async fn register_device(&self, input: DeviceInput) -> ApiResult<DeviceRegistered> {
+    pub async fn register(&self, input: DeviceInput) -> ApiResult<DeviceRegistered> {
         let token = input
             .token
             .clone()
@@ -161,11 +173,12 @@ impl Gateway {
             .map_err(store_err)?;
         Ok(DeviceRegistered {
             device,
-            push: status(n as u64),
+            push: push_status(n as u64),
         })
     }
 
-    pub async fn unregister_device(&self, token: &str) -> ApiResult<bool> {
+    /// Forgets a device; `false` when its token was not registered.
+    pub async fn unregister(&self, token: &str) -> ApiResult<bool> {
         let t = token.trim().to_string();
         let n = self
             .store

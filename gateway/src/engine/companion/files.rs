@@ -7,7 +7,6 @@
 //! for word starts, consecutive runs and the file name, after a 64-bit character-set filter
 //! that rejects most paths without looking at them.
 
-use crate::engine::Gateway;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -314,16 +313,19 @@ impl Indexes {
     }
 }
 
-impl Gateway {
-    pub async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>> {
-        let root = self
-            .workspaces
-            .work_root(sid, &self.sessions.get(sid).await?.lock().row.root);
+/// The `@file` suggestions job: the workspace file indexes, one per project root.
+#[derive(Default)]
+pub struct FileSuggestions {
+    indexes: Arc<Indexes>,
+}
+
+impl FileSuggestions {
+    /// The best files for `q` in the workspace folder `root` (none when it is not a folder).
+    pub async fn suggest(&self, root: PathBuf, q: &str) -> ApiResult<Vec<FileSuggestion>> {
         if !root.is_dir() {
             return Ok(Vec::new());
         }
-        let indexes = self.companion.files.clone();
-        let index = indexes.get(root).await.map_err(ApiError::engine)?;
+        let index = self.indexes.get(root).await.map_err(ApiError::engine)?;
         let q = q.to_string();
         tokio::task::spawn_blocking(move || index.query(&q))
             .await

@@ -1,31 +1,89 @@
-//! The Companion app's routes beyond the core flow, over the gateway: rename/star, search,
-//! usage and the Markdown export, `@file` suggestions, the model pin, router defaults and
-//! settings, turn attachments (images reach the model), produced files (artifacts), push
-//! devices, project deletion and forks. Each area is its own file with a small typed API;
-//! `api.rs` only delegates.
+//! The Companion app's routes beyond the core flow: settings and router defaults (with the
+//! model a turn runs on), search, usage and the Markdown export, `@file` suggestions,
+//! produced files (artifacts) and push devices. Each area is one job object with private
+//! fields and a small typed API, built once by [`Companion::new`] and reached through the
+//! gateway's `companion` field; `api.rs` only delegates. Turn attachments (checked at
+//! submit, turned into the model's user message) are plain functions in `attachments.rs`.
+//! Rename/star, the model pin, project deletion and forks are sessions-and-turns work on the
+//! gateway (`engine/meta.rs`).
 
 pub mod artifacts;
 pub mod attachments;
 pub mod devices;
 pub mod files;
-pub mod meta;
 #[cfg(test)]
 mod oneshot_tests;
 pub mod search;
 pub mod settings;
 pub mod usage;
 
+use crate::config::Config;
+use crate::engine::sessions::Sessions;
+use crate::providers::Router;
+use crate::store::Store;
 use parking_lot::RwLock;
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use vis_companion_api::ApiError;
 
-/// In-memory state of these areas (the store holds the durable part).
-#[derive(Default)]
-pub struct State {
-    /// The gateway settings, read from the store on first use.
-    pub settings: RwLock<Option<settings::Settings>>,
-    /// Workspace file indexes for `@file` suggestions, one per project root.
-    pub files: std::sync::Arc<files::Indexes>,
+/// The Companion areas, one object each (the store holds their durable part).
+pub struct Companion {
+    settings: settings::Settings,
+    devices: devices::Devices,
+    search: search::Search,
+    artifacts: artifacts::Artifacts,
+    files: files::FileSuggestions,
+    usage: usage::Usage,
+}
+
+impl Companion {
+    /// The areas over the store, the loaded sessions and the gateway's provider router and
+    /// configuration handles.
+    pub fn new(
+        store: Store,
+        sessions: Arc<Sessions>,
+        providers: Arc<RwLock<Router>>,
+        config: Arc<RwLock<Config>>,
+    ) -> Self {
+        Companion {
+            settings: settings::Settings::new(store.clone(), providers, config),
+            devices: devices::Devices::new(store.clone()),
+            search: search::Search::new(store.clone()),
+            artifacts: artifacts::Artifacts::new(store, sessions.clone()),
+            files: files::FileSuggestions::default(),
+            usage: usage::Usage::new(sessions),
+        }
+    }
+
+    /// Settings, router defaults and the model a turn runs on.
+    pub fn settings(&self) -> &settings::Settings {
+        &self.settings
+    }
+
+    /// Push devices.
+    pub fn devices(&self) -> &devices::Devices {
+        &self.devices
+    }
+
+    /// Full-text search over sessions.
+    pub fn search(&self) -> &search::Search {
+        &self.search
+    }
+
+    /// Files the agent produced and people's revisions of them.
+    pub fn artifacts(&self) -> &artifacts::Artifacts {
+        &self.artifacts
+    }
+
+    /// `@file` suggestions.
+    pub fn files(&self) -> &files::FileSuggestions {
+        &self.files
+    }
+
+    /// Token usage and the Markdown export.
+    pub fn usage(&self) -> &usage::Usage {
+        &self.usage
+    }
 }
 
 /// A project's id: a UUID derived from its root path, stable across restarts.

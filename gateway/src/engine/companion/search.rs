@@ -5,7 +5,7 @@
 //! best band (title, request, reply, thinking) and then by bm25.
 
 use super::store_err;
-use crate::engine::Gateway;
+use crate::store::Store;
 use rusqlite::{params, Connection};
 use std::collections::HashMap;
 use vis_companion_api::records::{HitSide, SearchHit, SearchResults, SessionMatch};
@@ -226,8 +226,18 @@ pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
     Ok(out)
 }
 
-impl Gateway {
-    pub async fn search_sessions(&self, q: &str) -> ApiResult<SearchResults> {
+/// The search job: queries over the store's index.
+pub struct Search {
+    store: Store,
+}
+
+impl Search {
+    pub fn new(store: Store) -> Self {
+        Search { store }
+    }
+
+    /// Sessions matching `q`, best first (none when `q` has no word).
+    pub async fn sessions(&self, q: &str) -> ApiResult<SearchResults> {
         if words(q).is_none() {
             return Ok(SearchResults::default());
         }

@@ -1,11 +1,17 @@
 //! The gateway's own settings (table `gateway_settings`): the reasoning level, verbosity and
 //! fast mode every model request carries where its dialect has the field, and the router's
-//! default and fallback picks (`PATCH /v1/router`). Also `GET /v1/router` in the app's shape.
+//! default and fallback picks (`PATCH /v1/router`). Also `GET /v1/router` in the app's shape,
+//! and the model a turn runs on (the session's pin, the router default, the fallback).
 
 use super::store_err;
-use crate::engine::Gateway;
+use crate::config::Config;
+use crate::providers::Router;
+use crate::store::rows::SessionRow;
+use crate::store::Store;
+use parking_lot::RwLock;
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use vis_companion_api::records::{
     ProviderStatus, RouterAnswer, RouterDefaults, RouterPatch, RouterProvider, SettingAction,
     SettingsAnswer, Toggle, ToggleGroup,
@@ -15,10 +21,10 @@ use vis_providers::{ChatRequest, Dialect, Level};
 
 const KEY: &str = "companion";
 
-/// Everything stored, as one JSON value under one key.
+/// Everything stored, as one JSON value under one key: what the person chose.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Settings {
+pub struct Choices {
     /// `None` = the provider's default.
     pub reasoning: Option<Level>,
     pub verbosity: Option<Level>,
@@ -47,7 +53,7 @@ fn enum_toggle(id: &str, label: &str, description: &str, value: Option<Level>) -
     }
 }
 
-impl Settings {
+impl Choices {
     /// The toggle `id`, or `None` for an unknown id.
     pub fn toggle(&self, id: &str) -> Option<Toggle> {
         Some(match id {
@@ -138,10 +144,30 @@ fn setting_not_found(id: &str) -> ApiError {
     .with("setting_id", id)
 }
 
-impl Gateway {
-    /// The stored settings (cached after the first read).
-    pub async fn companion_settings(&self) -> ApiResult<Settings> {
-        if let Some(s) = self.companion.settings.read().clone() {
+/// The settings and router-defaults job: the stored choices (cached after the first read),
+/// and from them and the provider router the model a turn runs on.
+pub struct Settings {
+    store: Store,
+    cached: RwLock<Option<Choices>>,
+    providers: Arc<RwLock<Router>>,
+    config: Arc<RwLock<Config>>,
+}
+
+impl Settings {
+    /// Reads the provider router and the configuration through the gateway's handles (they
+    /// are replaced in place when providers change).
+    pub fn new(store: Store, providers: Arc<RwLock<Router>>, config: Arc<RwLock<Config>>) -> Self {
+        Settings {
+            store,
+            cached: RwLock::new(None),
+            providers,
+            config,
+        }
+    }
+
+    /// The stored choices (cached after the first read).
+    pub async fn current(&self) -> ApiResult<Choices> {
+        if let Some(s) = self.cached.read().clone() {
             return Ok(s);
         }
         let stored: Option<String> = self
@@ -156,14 +182,14 @@ impl Gateway {
             })
             .await
             .map_err(store_err)?;
-        let s: Settings = stored
+        let s: Choices = stored
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_default();
-        *self.companion.settings.write() = Some(s.clone());
+        *self.cached.write() = Some(s.clone());
         Ok(s)
     }
 
-    async fn save_settings(&self, s: Settings) -> ApiResult<()> {
+    async fn save(&self, s: Choices) -> ApiResult<()> {
         let text = serde_json::to_string(&s).map_err(|e| ApiError::engine(e.to_string()))?;
         self.store
             .call(move |c| {
@@ -176,12 +202,13 @@ impl Gateway {
             })
             .await
             .map_err(store_err)?;
-        *self.companion.settings.write() = Some(s);
+        *self.cached.write() = Some(s);
         Ok(())
     }
 
-    pub async fn settings_answer(&self) -> ApiResult<SettingsAnswer> {
-        let s = self.companion_settings().await?;
+    /// `GET /v1/settings`: every toggle, in one group.
+    pub async fn answer(&self) -> ApiResult<SettingsAnswer> {
+        let s = self.current().await?;
         let toggles = ["reasoning_level", "verbosity", "codex_fast_mode"]
             .iter()
             .filter_map(|id| s.toggle(id))
@@ -195,22 +222,40 @@ impl Gateway {
         })
     }
 
-    pub async fn setting(&self, id: &str) -> ApiResult<Toggle> {
-        self.companion_settings()
+    /// One toggle (404 for an unknown id).
+    pub async fn get(&self, id: &str) -> ApiResult<Toggle> {
+        self.current()
             .await?
             .toggle(id)
             .ok_or_else(|| setting_not_found(id))
     }
 
-    pub async fn set_setting(&self, id: &str, action: SettingAction) -> ApiResult<Toggle> {
-        let mut s = self.companion_settings().await?;
+    /// Applies an action to a toggle and stores the result.
+    pub async fn set(&self, id: &str, action: SettingAction) -> ApiResult<Toggle> {
+        let mut s = self.current().await?;
         if s.toggle(id).is_none() {
             return Err(setting_not_found(id));
         }
         s.apply(id, &action)
             .map_err(|m| ApiError::bad_request("invalid-value", m).with("setting_id", id))?;
-        self.save_settings(s.clone()).await?;
+        self.save(s.clone()).await?;
         s.toggle(id).ok_or_else(|| setting_not_found(id))
+    }
+
+    /// The model a turn without its own `model` runs on: the session's pin, if its
+    /// provider is still configured, as `provider/model`.
+    pub fn pinned_model(&self, row: &SessionRow) -> Option<String> {
+        let pref = row.model_pref.as_ref()?;
+        let provider = pref.get("provider")?.as_str()?.trim();
+        let model = pref.get("model")?.as_str()?.trim();
+        if provider.is_empty() || !self.providers.read().clients.contains_key(provider) {
+            return None;
+        }
+        if model.is_empty() {
+            let c = self.providers.read().clients.get(provider)?.clone();
+            return Some(format!("{provider}/{}", c.config().default_model));
+        }
+        Some(format!("{provider}/{model}"))
     }
 
     /// The model of a turn without its own: the session's pin, else the router default
@@ -219,7 +264,7 @@ impl Gateway {
         if pinned.is_some() {
             return pinned;
         }
-        let s = self.companion_settings().await.ok()?;
+        let s = self.current().await.ok()?;
         let provider = s.default_provider?;
         let c = self.providers.read().clients.get(&provider)?.clone();
         let model = s
@@ -230,8 +275,8 @@ impl Gateway {
     }
 
     /// The fallback `provider/model`, if one is set and configured.
-    pub async fn fallback_model(&self) -> Option<String> {
-        let s = self.companion_settings().await.ok()?;
+    async fn fallback_model(&self) -> Option<String> {
+        let s = self.current().await.ok()?;
         let provider = s.fallback_provider?;
         let c = self.providers.read().clients.get(&provider)?.clone();
         let model = s
@@ -245,15 +290,16 @@ impl Gateway {
     /// another provider.
     pub async fn fallback_pick(
         &self,
-        primary: &std::sync::Arc<vis_providers::Client>,
-    ) -> Option<(std::sync::Arc<vis_providers::Client>, String)> {
+        primary: &Arc<vis_providers::Client>,
+    ) -> Option<(Arc<vis_providers::Client>, String)> {
         let m = self.fallback_model().await?;
         let (c, model) = self.providers.read().pick(Some(&m))?;
         (c.config().id != primary.config().id).then_some((c, model))
     }
 
+    /// `GET /v1/router`: every configured provider with its default and fallback roles.
     pub async fn router_status(&self) -> ApiResult<RouterAnswer> {
-        let s = self.companion_settings().await?;
+        let s = self.current().await?;
         let cfg = self.config.read().clone();
         let r = self.providers.read().clone();
         let default = s
@@ -332,6 +378,7 @@ impl Gateway {
         Ok(RouterAnswer { providers })
     }
 
+    /// `PATCH /v1/router`: sets the default or the fallback provider and model.
     pub async fn patch_router(&self, patch: RouterPatch) -> ApiResult<RouterDefaults> {
         let role = patch
             .role
@@ -347,7 +394,7 @@ impl Gateway {
         }
         let provider = patch.provider.unwrap_or_default().trim().to_string();
         let model = patch.model.unwrap_or_default().trim().to_string();
-        let mut s = self.companion_settings().await?;
+        let mut s = self.current().await?;
         let known = |p: &str| self.providers.read().clients.contains_key(p);
         if provider.is_empty() {
             if role == "primary" {
@@ -389,7 +436,7 @@ impl Gateway {
                 s.fallback_model = model;
             }
         }
-        self.save_settings(s.clone()).await?;
+        self.save(s.clone()).await?;
         let primary = s
             .default_provider
             .clone()
@@ -421,7 +468,7 @@ mod tests {
 
     #[test]
     fn cycling_walks_default_low_medium_high_and_back() {
-        let mut s = Settings::default();
+        let mut s = Choices::default();
         let mut seen = Vec::new();
         for _ in 0..4 {
             s.apply("reasoning_level", &SettingAction::Cycle).unwrap();
@@ -437,7 +484,7 @@ mod tests {
 
     #[test]
     fn the_settings_shape_the_request() {
-        let s = Settings {
+        let s = Choices {
             reasoning: Some(Level::High),
             verbosity: Some(Level::Low),
             fast: true,

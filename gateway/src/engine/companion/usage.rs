@@ -1,10 +1,11 @@
 //! A session's usage (tokens per turn and in total, as the providers reported them) and its
 //! Markdown export.
 
+use crate::engine::sessions::Sessions;
 use crate::engine::turn::{Status, Turn};
-use crate::engine::Gateway;
 use serde_json::Value;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use vis_companion_api::records::{SessionUsage, TurnUsage, UsageAnswer};
 use vis_companion_api::ApiResult;
 
@@ -192,16 +193,27 @@ pub fn markdown(title: &str, sid: &str, root: &str, turns: &[Turn]) -> String {
     out
 }
 
-impl Gateway {
-    pub async fn session_usage(&self, sid: &str) -> ApiResult<UsageAnswer> {
-        let turns = self.all_turns(sid).await?;
+/// The usage and export job, over the sessions' turns.
+pub struct Usage {
+    sessions: Arc<Sessions>,
+}
+
+impl Usage {
+    pub fn new(sessions: Arc<Sessions>) -> Self {
+        Usage { sessions }
+    }
+
+    /// The session's token rollup (`None` before its first turn).
+    pub async fn of_session(&self, sid: &str) -> ApiResult<UsageAnswer> {
+        let turns = self.sessions.turns(sid).await?;
         Ok(UsageAnswer {
             usage: rollup(&turns),
         })
     }
 
-    pub async fn transcript_markdown(&self, sid: &str) -> ApiResult<String> {
-        let turns = self.all_turns(sid).await?;
+    /// The session as Markdown.
+    pub async fn markdown(&self, sid: &str) -> ApiResult<String> {
+        let turns = self.sessions.turns(sid).await?;
         let row = self.sessions.get(sid).await?.lock().row.clone();
         let title = row
             .title

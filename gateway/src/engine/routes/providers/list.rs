@@ -9,7 +9,7 @@ use vis_companion_api::ApiResult;
 
 impl ProviderRoutes {
     pub(super) async fn rows(&self) -> ApiResult<Vec<ProviderRow>> {
-        let tags = self.0.router_status().await?;
+        let tags = self.0.companion.settings().router_status().await?;
         let r = self.0.providers.read().clone();
         let saved = self.admin().saved();
         let exts = self.extension_providers().await;

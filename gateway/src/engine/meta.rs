@@ -1,10 +1,12 @@
 //! Session metadata: rename and star (`PATCH /v1/sessions/:sid`), the model pin, project
-//! deletion and forks.
+//! deletion and forks. Gateway work (sessions and turns): they change session rows under the
+//! session's mutex and publish on the bus; forks create sessions, copy turns and open drafts
+//! through the engine.
 
-use super::store_err;
+use super::companion::{project_id, store_err};
 use crate::engine::turn::{Status, Turn};
 use crate::engine::{now_ms, Gateway};
-use crate::store::rows::{self, SessionRow};
+use crate::store::rows;
 use serde_json::json;
 use std::sync::Arc;
 use vis_companion_api::events::{Event, FavoriteUpdated, Forked, ModelUpdated};
@@ -155,22 +157,6 @@ impl Gateway {
         Ok(ModelAnswer { model: pref })
     }
 
-    /// The model a turn without its own `model` runs on: the session's pin, if its
-    /// provider is still configured, as `provider/model`.
-    pub fn pinned_model(&self, row: &SessionRow) -> Option<String> {
-        let pref = row.model_pref.as_ref()?;
-        let provider = pref.get("provider")?.as_str()?.trim();
-        let model = pref.get("model")?.as_str()?.trim();
-        if provider.is_empty() || !self.providers.read().clients.contains_key(provider) {
-            return None;
-        }
-        if model.is_empty() {
-            let c = self.providers.read().clients.get(provider)?.clone();
-            return Some(format!("{provider}/{}", c.config().default_model));
-        }
-        Some(format!("{provider}/{model}"))
-    }
-
     /// Sessions of the project `pid` (the id derived from its root).
     async fn project_sessions(&self, pid: &str) -> ApiResult<Vec<String>> {
         let all = self
@@ -180,7 +166,7 @@ impl Gateway {
             .map_err(store_err)?;
         Ok(all
             .into_iter()
-            .filter(|r| super::project_id(&r.root) == pid)
+            .filter(|r| project_id(&r.root) == pid)
             .map(|r| r.id)
             .collect())
     }
@@ -218,7 +204,7 @@ impl Gateway {
 
     /// The settled turns of a session, oldest first (where a fork can be cut).
     pub async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints> {
-        let turns = self.all_turns(sid).await?;
+        let turns = self.sessions.turns(sid).await?;
         let parent = sid.to_string();
         let forks = self
             .store
@@ -265,7 +251,8 @@ impl Gateway {
         }
         let through = req.through_turn_id.clone();
         let turns: Vec<Turn> = self
-            .all_turns(sid)
+            .sessions
+            .turns(sid)
             .await?
             .into_iter()
             .filter(|t| t.status.is_terminal())
