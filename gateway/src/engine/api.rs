@@ -1,8 +1,9 @@
 //! The Companion API's `Engine` trait, implemented over the gateway.
 
+use super::companion::store_err;
 use super::views::live_of;
-use super::{now_ms, Gateway};
-use crate::store::rows::{self, SessionRow};
+use super::Gateway;
+use crate::store::rows;
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
@@ -56,10 +57,6 @@ fn hi_error(e: super::human_input::HiError, id: &str) -> ApiError {
     }
 }
 
-fn store_err(e: crate::store::StoreError) -> ApiError {
-    ApiError::engine(e.to_string())
-}
-
 #[async_trait]
 impl Engine for Api {
     fn mcp(&self) -> Option<Arc<dyn vis_companion_api::mcp::McpApi>> {
@@ -110,55 +107,7 @@ impl Engine for Api {
     }
 
     async fn create_session(&self, req: CreateSession) -> ApiResult<SessionCreated> {
-        let g = &self.0;
-        let root = match req.root.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
-            None => g.default_root.clone(),
-            Some(r) => {
-                let p = std::path::PathBuf::from(r);
-                if !p.is_dir() {
-                    return Err(ApiError::bad_request(
-                        "invalid-request",
-                        format!("root {r} is not a directory"),
-                    ));
-                }
-                p
-            }
-        };
-        let (home, project) = (g.home.dir.clone(), root.clone());
-        tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?
-            .map_err(|e| ApiError::bad_request("invalid-config", e.to_string()))?;
-        let now = now_ms();
-        let row = SessionRow {
-            id: uuid::Uuid::new_v4().to_string(),
-            channel: req
-                .channel
-                .filter(|c| !c.trim().is_empty())
-                .unwrap_or_else(|| "api".into()),
-            title: req.title.filter(|t| !t.trim().is_empty()),
-            external_id: req.external_id,
-            workspace_id: req.workspace_id,
-            root: root.to_string_lossy().to_string(),
-            created_at: now,
-            last_active_at: now,
-            last_status: "idle".into(),
-            ..Default::default()
-        };
-        let r = row.clone();
-        g.store
-            .call(move |c| rows::put_session(c, &r))
-            .await
-            .map_err(store_err)?;
-        g.sessions.get(&row.id).await?;
-        tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
-        Ok(SessionCreated {
-            id: row.id,
-            channel: row.channel,
-            title: row.title,
-            external_id: row.external_id,
-            workspace_id: row.workspace_id,
-        })
+        self.0.create_session(req).await
     }
 
     async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<SessionList> {
@@ -176,31 +125,7 @@ impl Engine for Api {
     }
 
     async fn delete_session(&self, sid: &str) {
-        let g = &self.0;
-        // Cancel a running turn first and give it a moment to land its terminal.
-        if let Ok(shared) = g.sessions.get(sid).await {
-            if let Some(r) = &shared.lock().running {
-                r.cancel.cancel();
-            }
-            for _ in 0..100 {
-                if shared.lock().running.is_none() {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        }
-        g.sessions.forget(sid);
-        if let Some(sb) = g.sandbox.get() {
-            sb.tokens.revoke(sid);
-        }
-        g.model_sandboxes.stop(sid);
-        // Its draft stays, parked: another session of the repository can resume it.
-        g.workspaces.release(sid).await;
-        g.mcp.stop_session(sid).await;
-        g.extensions.stop_session(sid).await;
-        let id = sid.to_string();
-        let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
-        tracing::info!(session = sid, "session deleted");
+        self.0.delete_session(sid).await
     }
 
     async fn transcript(
@@ -457,50 +382,7 @@ impl Engine for Api {
         root: Option<String>,
         title: Option<String>,
     ) -> ApiResult<SandboxEnv> {
-        let g = &self.0;
-        let Some(sandbox) = g.sandbox.get() else {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "sandbox-unavailable",
-                "the egress proxy is not running",
-            ));
-        };
-        let sid = match session_id {
-            Some(sid) => sid,
-            None => {
-                let created = self
-                    .create_session(CreateSession {
-                        channel: Some("cli".into()),
-                        root,
-                        title,
-                        ..Default::default()
-                    })
-                    .await?;
-                created.id
-            }
-        };
-        let shared = g.sessions.get(&sid).await?;
-        let root = g.workspaces.work_root(&sid, &shared.lock().row.root);
-        let cfg = g
-            .project_config(&root)
-            .await
-            .map_err(|e| ApiError::bad_request("invalid-config", e))?;
-        // The project's filters decide the child's first request (also without a turn).
-        g.extensions.ensure_project(Some(&root)).await;
-        let env = sandbox.child_env(&sid, &root, &cfg);
-        // `jail.enabled: true`: the caller must run `argv_prefix + command` (fail closed).
-        let jail = sandbox
-            .jail_prefix(&root, &cfg)
-            .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "jail-unavailable", e))?
-            .map(|argv_prefix| JailPrefix { argv_prefix });
-        tracing::info!(session = %sid, root = %root.display(), jailed = jail.is_some(), "exec: child environment handed out");
-        Ok(SandboxEnv {
-            session_id: sid,
-            cwd: root.to_string_lossy().into_owned(),
-            env,
-            proxy_port: sandbox.port(),
-            jail,
-        })
+        self.0.sandbox_env(session_id, root, title).await
     }
 
     async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
@@ -602,7 +484,7 @@ impl Engine for Api {
     }
 
     async fn delete_project(&self, pid: &str, recursive: bool) -> ApiResult<ProjectDeleted> {
-        self.0.delete_project(self, pid, recursive).await
+        self.0.delete_project(pid, recursive).await
     }
 
     async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints> {
@@ -610,7 +492,7 @@ impl Engine for Api {
     }
 
     async fn fork_session(&self, sid: &str, req: ForkRequest) -> ApiResult<String> {
-        self.0.fork_session(self, sid, req).await
+        self.0.fork_session(sid, req).await
     }
 
     async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {

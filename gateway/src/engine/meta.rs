@@ -14,7 +14,7 @@ use vis_companion_api::records::{
     ForkChild, ForkPoint, ForkPoints, ForkRequest, ModelAnswer, ModelPref, ProjectDeleted,
     SessionPatch,
 };
-use vis_companion_api::{ApiError, ApiResult, CreateSession, Engine};
+use vis_companion_api::{ApiError, ApiResult, CreateSession};
 
 impl Gateway {
     /// Renames and/or (un)stars a session. Publishes `session.title_updated` (the title
@@ -175,7 +175,6 @@ impl Gateway {
     /// A project is its root folder here, so there is no separate row to drop.
     pub async fn delete_project(
         self: &Arc<Self>,
-        api: &dyn Engine,
         pid: &str,
         recursive: bool,
     ) -> ApiResult<ProjectDeleted> {
@@ -191,7 +190,7 @@ impl Gateway {
         let mut deleted = Vec::new();
         if recursive {
             for sid in &sids {
-                api.delete_session(sid).await;
+                self.delete_session(sid).await;
                 deleted.push(sid.clone());
             }
         }
@@ -240,12 +239,7 @@ impl Gateway {
 
     /// A new session in the same project holding copies of the settled turns up to and
     /// including `through` (a gateway or engine turn id; all when `None`).
-    pub async fn fork_session(
-        self: &Arc<Self>,
-        api: &dyn Engine,
-        sid: &str,
-        req: ForkRequest,
-    ) -> ApiResult<String> {
+    pub async fn fork_session(self: &Arc<Self>, sid: &str, req: ForkRequest) -> ApiResult<String> {
         if let Some(l) = &req.draft_label {
             crate::drafts::check_label(l).map_err(crate::engine::workspace::api_error)?;
         }
@@ -284,7 +278,7 @@ impl Gateway {
             "Fork · {}",
             source.title.clone().unwrap_or_else(|| "Untitled".into())
         );
-        let created = api
+        let created = self
             .create_session(CreateSession {
                 channel: Some(source.channel.clone()),
                 title: Some(title.chars().take(200).collect()),
@@ -342,7 +336,7 @@ impl Gateway {
         );
         if let Some(label) = &req.draft_label {
             if let Err(e) = self.workspaces.create(&new_sid, label, false).await {
-                api.delete_session(&new_sid).await;
+                self.delete_session(&new_sid).await;
                 return Err(crate::engine::workspace::api_error(e));
             }
         }

@@ -14,7 +14,7 @@ use vis_companion_api::mcp::{
     McpApi, McpAuthCancelled, McpAuthFlow, McpAuthStatus, McpServer, McpServerInput, McpServers,
     McpTestResult, McpToolInfo, McpTransport,
 };
-use vis_companion_api::{ApiError, ApiResult, CreateSession, Engine};
+use vis_companion_api::{ApiError, ApiResult, CreateSession};
 
 pub struct McpRoutes(pub Arc<Gateway>);
 
@@ -120,7 +120,8 @@ impl McpRoutes {
                 return Ok(sid);
             }
         }
-        let created = crate::engine::Api(self.0.clone())
+        let created = self
+            .0
             .create_session(CreateSession {
                 channel: Some("system".into()),
                 title: Some("MCP server tests".into()),

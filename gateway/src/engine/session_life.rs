@@ -1,0 +1,150 @@
+//! A session's life outside its turns: creation (the folder and its configuration checked,
+//! the row stored), the child environment handed to `vis-gateway exec`, and deletion (the
+//! running turn cancelled, every resource of the session released).
+
+use super::companion::store_err;
+use super::{now_ms, Gateway};
+use crate::store::rows::{self, SessionRow};
+use axum::http::StatusCode;
+use vis_companion_api::wire::*;
+use vis_companion_api::{ApiError, ApiResult, CreateSession};
+
+impl Gateway {
+    /// A new session in `req.root` (default: the gateway's folder), once the folder and its
+    /// configuration check out.
+    pub async fn create_session(&self, req: CreateSession) -> ApiResult<SessionCreated> {
+        let g = self;
+        let root = match req.root.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
+            None => g.default_root.clone(),
+            Some(r) => {
+                let p = std::path::PathBuf::from(r);
+                if !p.is_dir() {
+                    return Err(ApiError::bad_request(
+                        "invalid-request",
+                        format!("root {r} is not a directory"),
+                    ));
+                }
+                p
+            }
+        };
+        let (home, project) = (g.home.dir.clone(), root.clone());
+        tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
+            .await
+            .map_err(|e| ApiError::engine(e.to_string()))?
+            .map_err(|e| ApiError::bad_request("invalid-config", e.to_string()))?;
+        let now = now_ms();
+        let row = SessionRow {
+            id: uuid::Uuid::new_v4().to_string(),
+            channel: req
+                .channel
+                .filter(|c| !c.trim().is_empty())
+                .unwrap_or_else(|| "api".into()),
+            title: req.title.filter(|t| !t.trim().is_empty()),
+            external_id: req.external_id,
+            workspace_id: req.workspace_id,
+            root: root.to_string_lossy().to_string(),
+            created_at: now,
+            last_active_at: now,
+            last_status: "idle".into(),
+            ..Default::default()
+        };
+        let r = row.clone();
+        g.store
+            .call(move |c| rows::put_session(c, &r))
+            .await
+            .map_err(store_err)?;
+        g.sessions.get(&row.id).await?;
+        tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
+        Ok(SessionCreated {
+            id: row.id,
+            channel: row.channel,
+            title: row.title,
+            external_id: row.external_id,
+            workspace_id: row.workspace_id,
+        })
+    }
+
+    /// Deletes a session: its running turn is cancelled (and given a moment to land), then
+    /// every resource it holds is released and its rows are removed.
+    pub async fn delete_session(&self, sid: &str) {
+        let g = self;
+        // Cancel a running turn first and give it a moment to land its terminal.
+        if let Ok(shared) = g.sessions.get(sid).await {
+            if let Some(r) = &shared.lock().running {
+                r.cancel.cancel();
+            }
+            for _ in 0..100 {
+                if shared.lock().running.is_none() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        g.sessions.forget(sid);
+        if let Some(sb) = g.sandbox.get() {
+            sb.tokens.revoke(sid);
+        }
+        g.model_sandboxes.stop(sid);
+        // Its draft stays, parked: another session of the repository can resume it.
+        g.workspaces.release(sid).await;
+        g.mcp.stop_session(sid).await;
+        g.extensions.stop_session(sid).await;
+        let id = sid.to_string();
+        let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
+        tracing::info!(session = sid, "session deleted");
+    }
+
+    /// The child environment `vis-gateway exec` runs a command in (a new `cli` session when
+    /// none is named).
+    pub async fn sandbox_env(
+        &self,
+        session_id: Option<String>,
+        root: Option<String>,
+        title: Option<String>,
+    ) -> ApiResult<SandboxEnv> {
+        let g = self;
+        let Some(sandbox) = g.sandbox.get() else {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sandbox-unavailable",
+                "the egress proxy is not running",
+            ));
+        };
+        let sid = match session_id {
+            Some(sid) => sid,
+            None => {
+                let created = self
+                    .create_session(CreateSession {
+                        channel: Some("cli".into()),
+                        root,
+                        title,
+                        ..Default::default()
+                    })
+                    .await?;
+                created.id
+            }
+        };
+        let shared = g.sessions.get(&sid).await?;
+        let root = g.workspaces.work_root(&sid, &shared.lock().row.root);
+        let cfg = g
+            .project_config(&root)
+            .await
+            .map_err(|e| ApiError::bad_request("invalid-config", e))?;
+        // The project's filters decide the child's first request (also without a turn).
+        g.extensions.ensure_project(Some(&root)).await;
+        let env = sandbox.child_env(&sid, &root, &cfg);
+        // `jail.enabled: true`: the caller must run `argv_prefix + command` (fail closed).
+        let jail = sandbox
+            .jail_prefix(&root, &cfg)
+            .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "jail-unavailable", e))?
+            .map(|argv_prefix| JailPrefix { argv_prefix });
+        tracing::info!(session = %sid, root = %root.display(), jailed = jail.is_some(), "exec: child environment handed out");
+        Ok(SandboxEnv {
+            session_id: sid,
+            cwd: root.to_string_lossy().into_owned(),
+            env,
+            proxy_port: sandbox.port(),
+            jail,
+        })
+    }
+}
