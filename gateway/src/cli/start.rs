@@ -106,7 +106,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         env_usize("VIS_GATEWAY_EVENT_RING_MAX", 2000) as i64,
     )
     .await?;
-    let loaded = gw.extensions.reload(None).await;
+    let loaded = gw.load_extensions().await;
     for f in &loaded.failures {
         tracing::warn!(file = %f.file.display(), error = %f.error.message, "extension failed to load");
     }
@@ -134,11 +134,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         } else {
             None
         };
-    let filters = Arc::new(crate::engine::ext::HostFilters(gw.extensions.clone()));
-    let sandbox =
-        crate::sandbox::Sandbox::start(&home.dir, gw.bus.clone(), vec![port], filters).await?;
-    let proxy_port = sandbox.port();
-    gw.set_sandbox(Arc::new(sandbox));
+    let proxy_port = gw.start_sandbox(vec![port]).await?;
     tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");
     let urls = pairing::urls(&bind_host, port);
     let url = urls
@@ -213,7 +209,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         }
     }
 
-    wait_for_stop(&gw.shutdown.requested()).await;
+    wait_for_stop(&gw.stop_requested()).await;
     tracing::info!("stopping: cancelling running turns");
     gw.shutdown(Duration::from_secs(8)).await;
     shutdown.cancel();

@@ -83,43 +83,43 @@ pub struct Counters {
 }
 
 pub struct Gateway {
-    pub store: Store,
-    pub bus: Arc<Bus>,
-    pub home: Home,
-    pub default_root: PathBuf,
+    store: Store,
+    bus: Arc<Bus>,
+    home: Home,
+    default_root: PathBuf,
     /// Shared by handle with the Companion areas (replaced in place on reload).
-    pub config: Arc<RwLock<Config>>,
-    pub providers: Arc<RwLock<Router>>,
+    config: Arc<RwLock<Config>>,
+    providers: Arc<RwLock<Router>>,
     /// The Python extension host (workers, catalog, hooks, filters).
-    pub extensions: ExtensionHost,
-    pub extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
+    extensions: ExtensionHost,
+    extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
     /// The loaded sessions and the turn order.
-    pub sessions: Arc<sessions::Sessions>,
+    sessions: Arc<sessions::Sessions>,
     permits: Arc<Semaphore>,
-    pub concurrency: usize,
-    pub counters: Counters,
+    concurrency: usize,
+    counters: Counters,
     /// The stop request and the stopping state.
-    pub shutdown: shutdown::Shutdown,
+    shutdown: shutdown::Shutdown,
     /// The stored egress decisions of each session.
-    pub egress: egress::EgressLog,
+    egress: egress::EgressLog,
     /// The egress proxy and child runner, once started.
-    pub sandbox: std::sync::OnceLock<Arc<crate::sandbox::Sandbox>>,
+    sandbox: std::sync::OnceLock<Arc<crate::sandbox::Sandbox>>,
     /// Pending `vis.ask` forms, live views, secrets and extension shells.
-    pub human_input: Arc<human_input::HumanInput>,
+    human_input: Arc<human_input::HumanInput>,
     /// The running tool call of each session and what its extension last presented.
-    pub presentations: Arc<presentation::Presentations>,
+    presentations: Arc<presentation::Presentations>,
     /// The model's Python sandbox runtime of each session (`python_execution`).
-    pub model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
+    model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
     /// MCP servers: the phone's list and each session's connections.
-    pub mcp: Arc<crate::mcp::Mcp>,
+    mcp: Arc<crate::mcp::Mcp>,
     /// Providers saved from the phone and their sign-in flows.
-    pub provider_admin: Arc<crate::provider_admin::Admin>,
+    provider_admin: Arc<crate::provider_admin::Admin>,
     /// Turns stopped because their events could not be stored (`storage.rs`).
-    pub storage: storage::StorageWatch,
+    storage: storage::StorageWatch,
     /// The Companion app's areas beyond the core flow, one object each (`companion/`).
-    pub companion: companion::Companion,
+    companion: companion::Companion,
     /// Where each session works: trunk or one of its drafts (`workspace/`).
-    pub workspaces: Arc<workspace::Workspaces>,
+    workspaces: Arc<workspace::Workspaces>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -216,15 +216,34 @@ impl Gateway {
         Ok(gw)
     }
 
-    /// Installs the sandbox: adds the `shell` tool and the `/sh` and `/net-probe` commands.
-    pub fn set_sandbox(&self, sandbox: Arc<crate::sandbox::Sandbox>) {
+    /// Starts the egress proxy (for the gateway's own `ports`, which children may always
+    /// reach) with the extensions' network filters, and installs it: adds the `shell` tool
+    /// and the `/sh` and `/net-probe` commands. Answers the proxy's port.
+    pub async fn start_sandbox(&self, ports: Vec<u16>) -> anyhow::Result<u16> {
+        let filters = Arc::new(ext::HostFilters(self.extensions.clone()));
+        let sandbox =
+            crate::sandbox::Sandbox::start(&self.home.dir, self.bus.clone(), ports, filters)
+                .await?;
+        let sandbox = Arc::new(sandbox);
         let tool = crate::sandbox::shell::ShellTool {
             sandbox: sandbox.clone(),
             home: self.home.dir.clone(),
         };
         self.extra_tools.write().push(Arc::new(tool));
         sandbox.routes.refresh(&self.providers.read().clients);
+        let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
+        Ok(port)
+    }
+
+    /// Loads the global extensions (at start; a project's load on its first use).
+    pub async fn load_extensions(&self) -> crate::extensions::ReloadReport {
+        self.extensions.reload(None).await
+    }
+
+    /// Cancelled when a stop is requested (a signal, `POST /v1/shutdown`).
+    pub fn stop_requested(&self) -> CancellationToken {
+        self.shutdown.requested()
     }
 
     /// The configuration of a project (home layers + the project's own).
