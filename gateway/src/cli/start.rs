@@ -1,6 +1,7 @@
 //! `vis-gateway start`: the foreground daemon.
 
-use crate::engine::{Api, Gateway};
+use crate::engine::api::Api;
+use crate::engine::Gateway;
 use crate::home::{load_or_create_token, Home, Registry};
 use crate::pairing;
 use crate::store::Store;

@@ -15,8 +15,6 @@ pub mod git;
 pub mod rows;
 pub mod service;
 
-pub use service::Drafts;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! await: state changes, their journal writes and their events happen together under it, so
 //! the order clients see is the order things happened.
 
-mod api;
+pub mod api;
 mod coalesce;
 pub mod companion;
 pub mod egress;
@@ -27,8 +27,6 @@ mod storage;
 pub mod turn;
 mod views;
 pub mod workspace;
-
-pub use api::Api;
 
 use crate::bus::Bus;
 use crate::config::Config;
@@ -174,7 +172,7 @@ impl Gateway {
         let egress = egress::EgressLog::new(store.clone());
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
         let workspaces = Arc::new(workspace::Workspaces::new(
-            Arc::new(crate::drafts::Drafts::open(store.clone(), &home.dir).await?),
+            Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
             sessions.clone(),
             bus.clone(),
             extensions.clone(),
@@ -351,7 +349,7 @@ impl Gateway {
         }
         let (s, r, c) = (sid.to_string(), root.to_path_buf(), cfg.clone());
         let reach =
-            tokio::task::spawn_blocking(move || crate::mcp::conn::reach(&sandbox, &s, &r, &c));
+            tokio::task::spawn_blocking(move || crate::mcp::reach::reach(&sandbox, &s, &r, &c));
         match reach.await {
             Ok(Ok(reach)) => self.mcp.session_fns(sid, cfg, &reach).await,
             Ok(Err(e)) => {

@@ -16,12 +16,14 @@
 pub mod conn;
 pub mod managed;
 pub mod oauth;
+pub mod reach;
 pub mod spec;
 
 use crate::config::Config;
 use crate::tools::CallError;
-use conn::{Conn, OpenError, Reach};
+use conn::{Conn, OpenError};
 use parking_lot::Mutex;
+use reach::Reach;
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! The Companion routes of this area driven in-process with `oneshot` over the real router
 //! and a real gateway (temporary home, real SQLite store), no sockets.
 
-use crate::engine::{Api, Gateway};
+use crate::engine::api::Api;
+use crate::engine::Gateway;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use serde_json::{json, Value};

@@ -3,8 +3,9 @@
 //! servers.
 
 use crate::engine::Gateway;
-use crate::mcp::conn::{reach, Conn, Reach};
+use crate::mcp::conn::Conn;
 use crate::mcp::oauth::AuthFailure;
+use crate::mcp::reach::{reach, Reach};
 use crate::mcp::{managed, spec, Entry};
 use async_trait::async_trait;
 use axum::http::StatusCode;

@@ -12,8 +12,9 @@ mod slash;
 
 use super::sessions::Sessions;
 use crate::bus::Bus;
+use crate::drafts::service::Drafts;
 use crate::drafts::service::{Applied, Target};
-use crate::drafts::{Draft, DraftError, Drafts};
+use crate::drafts::{Draft, DraftError};
 use crate::extensions::{ExtensionHost, SessionCtx};
 use crate::model_sandbox::Sandboxes;
 use hooks::SessionHooks;

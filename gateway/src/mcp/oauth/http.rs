@@ -2,7 +2,7 @@
 //! refresh): the same egress proxy and CA bundle as the server's MCP traffic, so the
 //! network policy decides these requests too.
 
-use super::super::conn::{http_builder, Reach};
+use super::super::reach::{http_builder, Reach};
 use futures::StreamExt;
 use rmcp::transport::auth::{
     OAuthHttpClient, OAuthHttpClientError, OAuthHttpClientFuture, OAuthHttpRedirectPolicy,

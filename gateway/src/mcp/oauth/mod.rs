@@ -16,7 +16,7 @@ pub mod flow;
 pub mod http;
 pub mod store;
 
-use super::conn::Reach;
+use super::reach::Reach;
 use flow::Flow;
 use parking_lot::Mutex;
 use rmcp::transport::auth::{AuthorizationManager, OAuthClientConfig};
@@ -319,7 +319,7 @@ impl Auth {
 /// Asks the server, unauthenticated, whether it wants a sign-in: the `WWW-Authenticate`
 /// challenge of its 401 (an empty challenge when the header is missing), `None` otherwise.
 async fn probe(url: &str, reach: &Reach) -> Result<Option<String>, AuthFailure> {
-    let client = super::conn::http_builder(reach)
+    let client = super::reach::http_builder(reach)
         .await
         .and_then(|b| {
             b.timeout(Duration::from_secs(30))
