@@ -106,7 +106,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         env_usize("VIS_GATEWAY_EVENT_RING_MAX", 2000) as i64,
     )
     .await?;
-    let loaded = gw.extensions.reload(None).await;
+    let loaded = gw.extensions.catalog().reload(None).await;
     for f in &loaded.failures {
         tracing::warn!(file = %f.file.display(), error = %f.error.message, "extension failed to load");
     }

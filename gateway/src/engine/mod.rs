@@ -227,11 +227,12 @@ impl Gateway {
         let root = session.workspace_root.clone();
         let root = root.as_path();
         let host = self.extensions.clone();
-        let extras = host.turn(&session, Some("web")).await;
+        let extras = host.sessions().turn(&session, Some("web")).await;
         let cfg = self.project_config(root).await.unwrap_or_default();
         if cfg.model_tools() == crate::config::ModelTools::Sandbox {
             let symbols = host
-                .tools(&session)
+                .tools()
+                .list(&session)
                 .await
                 .into_iter()
                 .filter(|d| !extras.inactive.contains(&d.extension))
@@ -276,7 +277,7 @@ impl Gateway {
                 session: session.clone(),
             }),
         ];
-        for def in host.tools(&session).await {
+        for def in host.tools().list(&session).await {
             if !extras.inactive.contains(&def.extension) {
                 tools.push(Arc::new(ext::ExtTool {
                     host: host.clone(),

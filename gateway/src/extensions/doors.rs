@@ -6,13 +6,91 @@
 //! "`<op>` is not available in this gateway build yet".
 
 use super::client::{CallCtx, DoorError, Running};
-use super::{env, file_str, DoorWorker, Inner, SessionCtx};
+use super::logfile::LogFile;
+use super::registry::SharedRegistry;
+use super::types::file_str;
+use super::{
+    env, DoorWorker, HostConfig, HostEvents, HumanDoors, LinePrinter, SessionCtx, StateStore,
+};
 use async_trait::async_trait;
 use base64::Engine;
+use parking_lot::Mutex;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The doors every worker calls back through: the gateway's state store, events and human
+/// input, the extensions log, the printers of running logins, and the `fs_access` gates.
+pub(super) struct Doors {
+    cfg: HostConfig,
+    state: Arc<dyn StateStore>,
+    events: Arc<dyn HostEvents>,
+    human: Arc<dyn HumanDoors>,
+    registry: SharedRegistry,
+    /// `<home>/logs/…/extensions.log` (`vis.log` and what extension code prints).
+    log: Option<LogFile>,
+    /// Where the lines of running `auth_fn` logins go, by printer id.
+    printers: Mutex<HashMap<String, LinePrinter>>,
+}
+
+impl Doors {
+    pub(super) fn new(
+        cfg: HostConfig,
+        state: Arc<dyn StateStore>,
+        events: Arc<dyn HostEvents>,
+        human: Arc<dyn HumanDoors>,
+        registry: SharedRegistry,
+        log: Option<LogFile>,
+    ) -> Doors {
+        Doors {
+            cfg,
+            state,
+            events,
+            human,
+            registry,
+            log,
+            printers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Answers one door call of `worker`.
+    pub(super) async fn answer(
+        &self,
+        worker: Arc<Running>,
+        ctx: CallCtx,
+        op: &str,
+        payload: Value,
+    ) -> Result<Value, DoorError> {
+        answer(self, worker, ctx, op, payload).await
+    }
+
+    /// Runs the session's `fs_access` gates in `running` (see [`run_gates`]).
+    pub(super) async fn run_gates(
+        &self,
+        running: &Arc<Running>,
+        session: &SessionCtx,
+        operation: &str,
+        path: &Path,
+    ) -> Result<(), String> {
+        run_gates(self, running, session, operation, path).await
+    }
+
+    /// Sends the lines printed under `token` to `print` until [`Self::remove_printer`].
+    pub(super) fn add_printer(&self, token: String, print: LinePrinter) {
+        self.printers.lock().insert(token, print);
+    }
+
+    pub(super) fn remove_printer(&self, token: &str) {
+        self.printers.lock().remove(token);
+    }
+
+    /// A session ended: its pending human input is let go.
+    pub(super) fn session_disposed(&self, session_id: &str) {
+        self.human.session_disposed(session_id);
+    }
+}
 
 /// The calling worker as [`super::HumanDoors`] sees it: callbacks run as nested requests
 /// in the context of the call the door serves.
@@ -73,8 +151,8 @@ fn owner(payload: &Value) -> Result<String, DoorError> {
         })
 }
 
-pub(super) async fn answer(
-    host: &Arc<Inner>,
+async fn answer(
+    host: &Doors,
     worker: Arc<Running>,
     ctx: CallCtx,
     op: &str,
@@ -325,8 +403,8 @@ pub(super) fn locate(base: Option<&Path>, raw: &str) -> Result<PathBuf, DoorErro
 
 /// Runs the session's `fs_access` gates in registration order: the first block wins, and a
 /// gate that raises, times out or cannot run REFUSES (fail closed).
-pub(super) async fn run_gates(
-    host: &Arc<Inner>,
+async fn run_gates(
+    host: &Doors,
     running: &Arc<Running>,
     session: &SessionCtx,
     operation: &str,
@@ -336,7 +414,7 @@ pub(super) async fn run_gates(
         .registry
         .read()
         .resolve(session.project_root.as_deref());
-    let mut ctx = super::session_call_ctx(session);
+    let mut ctx = session.call_ctx();
     ctx.is_gate = true;
     for e in entries {
         for (i, h) in e.catalog.op_hooks.iter().enumerate() {
@@ -396,7 +474,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 async fn fs_door(
-    host: &Arc<Inner>,
+    host: &Doors,
     worker: &Arc<Running>,
     ctx: &CallCtx,
     op: &str,

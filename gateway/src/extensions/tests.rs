@@ -15,6 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use vis_proxy::FilterVerdict;
 
+/// The `GET /v1/extensions` listing, as JSON.
+async fn listing(host: &ExtensionHost, project: Option<&Path>) -> Value {
+    serde_json::to_value(host.catalog().list(project).await).expect("the listing as JSON")
+}
+
 fn worker_exe() -> PathBuf {
     if let Some(p) = std::env::var_os("VIS_TEST_WORKER_EXE") {
         return PathBuf::from(p);
@@ -158,11 +163,11 @@ vis.register(vis.Extension(
 async fn a_good_extension_is_listed_with_its_symbol_slash_hook_and_filter() {
     let f = fixture();
     f.global("todo.py", TODO_EXTENSION);
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.loaded, vec!["todo".to_string()]);
     assert!(report.failures.is_empty(), "{:?}", report.failures);
 
-    let list = f.host.list(None).await;
+    let list = listing(&f.host, None).await;
     let ext = &list["extensions"][0];
     assert_eq!(ext["name"], "todo");
     assert_eq!(ext["scope"], "global");
@@ -175,7 +180,7 @@ async fn a_good_extension_is_listed_with_its_symbol_slash_hook_and_filter() {
     assert_eq!(ext["network_filters"], 1);
     assert_eq!(list["failures"], json!([]));
 
-    let tools = f.host.tools(&f.session("s1")).await;
+    let tools = f.host.tools().list(&f.session("s1")).await;
     let add = tools.iter().find(|t| t.name == "add").expect("add tool");
     assert_eq!(add.extension, "todo");
     assert!(!add.is_hidden);
@@ -183,16 +188,17 @@ async fn a_good_extension_is_listed_with_its_symbol_slash_hook_and_filter() {
     assert!(tools.iter().any(|t| t.name == "secret" && t.is_hidden));
     let hidden = f
         .host
-        .call_tool(&f.session("s1"), "secret", json!({}))
+        .tools()
+        .call(&f.session("s1"), "secret", json!({}))
         .await
         .expect("hidden tools stay callable");
     assert_eq!(hidden.text, "hidden-ok");
     assert_eq!(
-        f.host.slashes(None).await,
+        f.host.catalog().slashes(None).await,
         vec![("todos".to_string(), "Count todos.".to_string())]
     );
-    assert_eq!(f.host.filters().len(), 1);
-    let entries = f.host.catalog_entries(&f.session("s1")).await;
+    assert_eq!(f.host.filters().infos().len(), 1);
+    let entries = f.host.tools().entries(&f.session("s1")).await;
     assert!(entries
         .iter()
         .any(|e| e.name == "add" && e.summary.starts_with("Add one todo")));
@@ -209,7 +215,7 @@ async fn a_broken_file_is_reported_with_a_traceback_while_the_others_load() {
     );
     f.global("syntax.py", "def (:\n");
     f.global("silent.py", "x = 1\n");
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.loaded, vec!["todo".to_string()]);
     assert_eq!(report.failures.len(), 3, "{:?}", report.failures);
     let broken = report
@@ -233,11 +239,12 @@ async fn a_broken_file_is_reported_with_a_traceback_while_the_others_load() {
         .find(|x| x.file.ends_with("silent.py"))
         .expect("silent reported");
     assert!(silent.error.message.contains("never called vis.register"));
-    let list = f.host.list(None).await;
+    let list = listing(&f.host, None).await;
     assert_eq!(list["failures"].as_array().map(Vec::len), Some(3));
     let out = f
         .host
-        .call_tool(&f.session("s"), "add", json!({"text": "a"}))
+        .tools()
+        .call(&f.session("s"), "add", json!({"text": "a"}))
         .await
         .expect("the good extension still works");
     assert_eq!(out.value, json!({"count": 1}));
@@ -257,7 +264,8 @@ async fn a_project_extension_replaces_a_global_one_with_the_same_name() {
     let in_project = f.session("p");
     let out = f
         .host
-        .call_tool(&in_project, "who", json!({}))
+        .tools()
+        .call(&in_project, "who", json!({}))
         .await
         .expect("call");
     assert_eq!(out.text, "project");
@@ -268,20 +276,22 @@ async fn a_project_extension_replaces_a_global_one_with_the_same_name() {
     };
     let out = f
         .host
-        .call_tool(&elsewhere, "who", json!({}))
+        .tools()
+        .call(&elsewhere, "who", json!({}))
         .await
         .expect("call");
     assert_eq!(out.text, "global");
     assert_eq!(
         f.host
-            .tools(&in_project)
+            .tools()
+            .list(&in_project)
             .await
             .iter()
             .filter(|t| t.name == "who")
             .count(),
         1
     );
-    let list = f.host.list(Some(&f.project)).await;
+    let list = listing(&f.host, Some(&f.project)).await;
     let scopes: Vec<&str> = list["extensions"]
         .as_array()
         .expect("array")
@@ -326,13 +336,14 @@ vis.register(vis.Extension(name="search", alias="s", description="d",
 "#,
     );
     let s = f.session("s");
-    let tools = f.host.tools(&s).await;
+    let tools = f.host.tools().list(&s).await;
     let find = tools.iter().find(|t| t.name == "find").expect("find");
     assert_eq!(find.parameters["required"], json!(["query"]));
     assert!(tools.iter().any(|t| t.name == "tracker__count"));
     let out = f
         .host
-        .call_tool(&s, "find", json!({"query": "bug", "limit": 3}))
+        .tools()
+        .call(&s, "find", json!({"query": "bug", "limit": 3}))
         .await
         .expect("call");
     assert_eq!(
@@ -341,13 +352,15 @@ vis.register(vis.Extension(name="search", alias="s", description="d",
     );
     let out = f
         .host
-        .call_tool(&s, "tracker__count", json!({"labels": ["a", "b"]}))
+        .tools()
+        .call(&s, "tracker__count", json!({"labels": ["a", "b"]}))
         .await
         .expect("namespace call");
     assert_eq!(out.value, json!(2));
     let err = f
         .host
-        .call_tool(&s, "fails", json!({"x": 7}))
+        .tools()
+        .call(&s, "fails", json!({"x": 7}))
         .await
         .expect_err("raises");
     assert_eq!(err.message, "ValueError: bad x 7");
@@ -364,7 +377,8 @@ vis.register(vis.Extension(name="search", alias="s", description="d",
     );
     let err = f
         .host
-        .call_tool(&s, "nope", json!({}))
+        .tools()
+        .call(&s, "nope", json!({}))
         .await
         .expect_err("unknown");
     assert_eq!(err.kind, "unknown-tool");
@@ -388,19 +402,21 @@ vis.register(vis.Extension(name="kv", alias="kv", description="d", symbols=[vis.
     );
     let s = f.session("s");
     f.host
-        .call_tool(&s, "add", json!({"text": "one"}))
+        .tools()
+        .call(&s, "add", json!({"text": "one"}))
         .await
         .expect("first");
-    let first_pid = f.host.session_worker_pid("s").expect("running");
-    f.host.stop_session("s").await;
-    assert!(f.host.session_worker_pid("s").is_none());
+    let first_pid = f.host.workers().session_pid("s").expect("running");
+    f.host.sessions().stop("s").await;
+    assert!(f.host.workers().session_pid("s").is_none());
     let out = f
         .host
-        .call_tool(&s, "add", json!({"text": "two"}))
+        .tools()
+        .call(&s, "add", json!({"text": "two"}))
         .await
         .expect("second");
     assert_eq!(out.value, json!({"count": 2}));
-    assert_ne!(f.host.session_worker_pid("s"), Some(first_pid));
+    assert_ne!(f.host.workers().session_pid("s"), Some(first_pid));
     assert_eq!(
         f.state.get("todo", "items").await.expect("get"),
         Some(json!(["one", "two"]))
@@ -408,7 +424,8 @@ vis.register(vis.Extension(name="kv", alias="kv", description="d", symbols=[vis.
     f.state.put("kv", "k", json!(1)).await.expect("put");
     let out = f
         .host
-        .call_tool(&s, "drop", json!({"key": "k"}))
+        .tools()
+        .call(&s, "drop", json!({"key": "k"}))
         .await
         .expect("drop");
     assert_eq!(out.value, json!([]));
@@ -423,7 +440,8 @@ async fn a_before_hook_block_fails_the_call_with_its_reason_and_other_calls_pass
     let s = f.session("s");
     let err = f
         .host
-        .call_tool(&s, "add", json!({"text": "--force"}))
+        .tools()
+        .call(&s, "add", json!({"text": "--force"}))
         .await
         .expect_err("blocked");
     assert_eq!(err.kind, "blocked");
@@ -434,12 +452,14 @@ async fn a_before_hook_block_fails_the_call_with_its_reason_and_other_calls_pass
     );
     assert_eq!(f.state.get("todo", "items").await.expect("get"), None);
     f.host
-        .call_tool(&s, "add", json!({"text": "fine"}))
+        .tools()
+        .call(&s, "add", json!({"text": "fine"}))
         .await
         .expect("allowed");
     // The same hooks guard a built-in op by name.
     assert!(f
         .host
+        .tools()
         .before_hooks(&s, "shell", &[json!({"command": "--force"})])
         .await
         .is_ok());
@@ -468,7 +488,8 @@ vis.register(vis.Extension(name="hooks", alias="h", description="d", symbols=[vi
     let s = f.session("s");
     let out = f
         .host
-        .call_tool(&s, "echo", json!({"text": "hi"}))
+        .tools()
+        .call(&s, "echo", json!({"text": "hi"}))
         .await
         .expect("allowed despite the raising hook");
     assert_eq!(out.text, "hi");
@@ -511,13 +532,15 @@ async fn vis_fs_reaches_paths_outside_the_workspace_and_fs_access_guards_fail_cl
     let s = f.session("s");
     let ok = f
         .host
-        .call_tool(&s, "read", json!({"path": "a.txt"}))
+        .tools()
+        .call(&s, "read", json!({"path": "a.txt"}))
         .await
         .expect("read inside");
     assert_eq!(ok.text, "alpha");
     let out = f
         .host
-        .call_tool(&s, "write", json!({"path": "new/../b.txt", "text": "beta"}))
+        .tools()
+        .call(&s, "write", json!({"path": "new/../b.txt", "text": "beta"}))
         .await
         .expect("write inside");
     assert_eq!(out.value, json!(true));
@@ -529,7 +552,8 @@ async fn vis_fs_reaches_paths_outside_the_workspace_and_fs_access_guards_fail_cl
     std::fs::write(f.root.join("beside.txt"), "next door").expect("write");
     let outside = f
         .host
-        .call_tool(
+        .tools()
+        .call(
             &s,
             "read",
             json!({"path": f.root.join("beside.txt").to_string_lossy()}),
@@ -539,19 +563,22 @@ async fn vis_fs_reaches_paths_outside_the_workspace_and_fs_access_guards_fail_cl
     assert_eq!(outside.text, "next door");
     let relative = f
         .host
-        .call_tool(&s, "read", json!({"path": "../beside.txt"}))
+        .tools()
+        .call(&s, "read", json!({"path": "../beside.txt"}))
         .await
         .expect("relative to the workspace");
     assert_eq!(relative.text, "next door");
     let blocked = f
         .host
-        .call_tool(&s, "read", json!({"path": "x.secret"}))
+        .tools()
+        .call(&s, "read", json!({"path": "x.secret"}))
         .await
         .expect_err("blocked");
     assert_eq!(blocked.message, "PermissionError: secrets are off limits");
     let crashed = f
         .host
-        .call_tool(&s, "read", json!({"path": "y.crash"}))
+        .tools()
+        .call(&s, "read", json!({"path": "y.crash"}))
         .await
         .expect_err("fails closed");
     assert!(
@@ -563,26 +590,30 @@ async fn vis_fs_reaches_paths_outside_the_workspace_and_fs_access_guards_fail_cl
         crashed.message
     );
     f.host
-        .call_tool(&s, "read", json!({"path": "z.ro"}))
+        .tools()
+        .call(&s, "read", json!({"path": "z.ro"}))
         .await
         .expect("reading a read-only file is allowed");
     let ro = f
         .host
-        .call_tool(&s, "write", json!({"path": "z.ro", "text": "x"}))
+        .tools()
+        .call(&s, "write", json!({"path": "z.ro", "text": "x"}))
         .await
         .expect_err("write refused");
     assert!(ro.message.contains("read only"));
     // The host's own file tools ask the same guards.
     assert_eq!(
         f.host
-            .check_fs_access(&s, "file-read", &f.project.join("y.crash"))
+            .tools()
+            .fs_access(&s, "file-read", &f.project.join("y.crash"))
             .await
             .map_err(|e| e.contains("fails closed")),
         Err(true)
     );
     assert!(f
         .host
-        .check_fs_access(&s, "file-read", &f.project.join("a.txt"))
+        .tools()
+        .fs_access(&s, "file-read", &f.project.join("a.txt"))
         .await
         .is_ok());
     f.host.shutdown().await;
@@ -614,14 +645,16 @@ async fn a_call_that_hangs_times_out_and_the_next_call_runs_on_a_fresh_worker() 
     f.global("bad.py", BAD);
     let s = f.session("s");
     f.host
-        .call_tool(&s, "ok", json!({}))
+        .tools()
+        .call(&s, "ok", json!({}))
         .await
         .expect("warm up");
-    let first = f.host.session_worker_pid("s").expect("pid");
+    let first = f.host.workers().session_pid("s").expect("pid");
     let started = std::time::Instant::now();
     let err = f
         .host
-        .call_tool(&s, "hang", json!({}))
+        .tools()
+        .call(&s, "hang", json!({}))
         .await
         .expect_err("times out");
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -631,9 +664,14 @@ async fn a_call_that_hangs_times_out_and_the_next_call_runs_on_a_fresh_worker() 
         "{}",
         err.message
     );
-    let out = f.host.call_tool(&s, "ok", json!({})).await.expect("fresh");
+    let out = f
+        .host
+        .tools()
+        .call(&s, "ok", json!({}))
+        .await
+        .expect("fresh");
     assert_eq!(out.text, "ok");
-    assert_ne!(f.host.session_worker_pid("s"), Some(first));
+    assert_ne!(f.host.workers().session_pid("s"), Some(first));
     f.host.shutdown().await;
 }
 
@@ -643,23 +681,26 @@ async fn sys_exit_in_extension_code_fails_the_call_and_the_host_recovers() {
     f.global("bad.py", BAD);
     let s = f.session("s");
     f.host
-        .call_tool(&s, "ok", json!({}))
+        .tools()
+        .call(&s, "ok", json!({}))
         .await
         .expect("warm up");
-    let first = f.host.session_worker_pid("s").expect("pid");
+    let first = f.host.workers().session_pid("s").expect("pid");
     let err = f
         .host
-        .call_tool(&s, "leave", json!({}))
+        .tools()
+        .call(&s, "leave", json!({}))
         .await
         .expect_err("fails");
     assert_eq!(err.message, "SystemExit: extension code called sys.exit(3)");
     let out = f
         .host
-        .call_tool(&s, "ok", json!({}))
+        .tools()
+        .call(&s, "ok", json!({}))
         .await
         .expect("recovered");
     assert_eq!(out.text, "ok");
-    assert_ne!(f.host.session_worker_pid("s"), Some(first));
+    assert_ne!(f.host.workers().session_pid("s"), Some(first));
     f.host.shutdown().await;
 }
 
@@ -673,25 +714,28 @@ async fn os_exit_in_extension_code_fails_the_call_and_the_host_recovers() {
         ..f.session("other")
     };
     f.host
-        .call_tool(&other, "ok", json!({}))
+        .tools()
+        .call(&other, "ok", json!({}))
         .await
         .expect("other session");
-    let other_pid = f.host.session_worker_pid("other");
+    let other_pid = f.host.workers().session_pid("other");
     let err = f
         .host
-        .call_tool(&s, "die", json!({}))
+        .tools()
+        .call(&s, "die", json!({}))
         .await
         .expect_err("fails");
     assert_eq!(err.kind, "worker-exited");
     assert!(err.message.contains("exit code 1"), "{}", err.message);
     let out = f
         .host
-        .call_tool(&s, "ok", json!({}))
+        .tools()
+        .call(&s, "ok", json!({}))
         .await
         .expect("recovered");
     assert_eq!(out.text, "ok");
     assert_eq!(
-        f.host.session_worker_pid("other"),
+        f.host.workers().session_pid("other"),
         other_pid,
         "other session untouched"
     );
@@ -707,10 +751,15 @@ async fn reload_keeps_the_last_good_version_when_a_file_breaks_and_swaps_when_fi
         )
     };
     let file = f.global("ver.py", &version("one"));
-    f.host.reload(None).await;
+    f.host.catalog().reload(None).await;
     let s = f.session("s");
     assert_eq!(
-        f.host.call_tool(&s, "v", json!({})).await.expect("v1").text,
+        f.host
+            .tools()
+            .call(&s, "v", json!({}))
+            .await
+            .expect("v1")
+            .text,
         "one"
     );
 
@@ -720,12 +769,17 @@ async fn reload_keeps_the_last_good_version_when_a_file_breaks_and_swaps_when_fi
     )
     .expect("break");
     // Not adopted before a reload (the admitted bytes are used).
-    f.host.stop_session("s").await;
+    f.host.sessions().stop("s").await;
     assert_eq!(
-        f.host.call_tool(&s, "v", json!({})).await.expect("v1").text,
+        f.host
+            .tools()
+            .call(&s, "v", json!({}))
+            .await
+            .expect("v1")
+            .text,
         "one"
     );
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.failures.len(), 1);
     assert!(report.failures[0].is_stale);
     assert_eq!(report.failures[0].extension.as_deref(), Some("ver"));
@@ -734,22 +788,24 @@ async fn reload_keeps_the_last_good_version_when_a_file_breaks_and_swaps_when_fi
         "{}",
         report.summary()
     );
-    let list = f.host.list(None).await;
+    let list = listing(&f.host, None).await;
     assert_eq!(list["extensions"][0]["is_stale"], true);
     assert_eq!(list["failures"][0]["is_stale"], true);
     // The last good version still answers, also from a fresh session worker.
     assert_eq!(
         f.host
-            .call_tool(&s, "v", json!({}))
+            .tools()
+            .call(&s, "v", json!({}))
             .await
             .expect("stale")
             .text,
         "one"
     );
-    f.host.stop_session("s").await;
+    f.host.sessions().stop("s").await;
     assert_eq!(
         f.host
-            .call_tool(&s, "v", json!({}))
+            .tools()
+            .call(&s, "v", json!({}))
             .await
             .expect("stale")
             .text,
@@ -757,19 +813,24 @@ async fn reload_keeps_the_last_good_version_when_a_file_breaks_and_swaps_when_fi
     );
 
     std::fs::write(&file, version("two")).expect("fix");
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert!(report.failures.is_empty());
     assert_eq!(
-        f.host.call_tool(&s, "v", json!({})).await.expect("v2").text,
+        f.host
+            .tools()
+            .call(&s, "v", json!({}))
+            .await
+            .expect("v2")
+            .text,
         "two"
     );
-    let list = f.host.list(None).await;
+    let list = listing(&f.host, None).await;
     assert_eq!(list["extensions"][0]["is_stale"], false);
 
     std::fs::remove_file(&file).expect("delete");
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.removed, vec!["ver".to_string()]);
-    assert!(f.host.call_tool(&s, "v", json!({})).await.is_err());
+    assert!(f.host.tools().call(&s, "v", json!({})).await.is_err());
     f.host.shutdown().await;
 }
 
@@ -793,45 +854,52 @@ def picky(ctx):
 vis.register(vis.Extension(name="zfilters", description="d", network_filters=[vis.NetworkFilter(picky)]))
 "#,
     );
-    f.host.reload(None).await;
+    f.host.catalog().reload(None).await;
     let ctx = |method: &str, host: &str, body: Option<&str>| {
         json!({"phase": "https", "method": method, "host": host, "port": 443, "path": "/x",
                "headers": {"user-agent": "t"}, "body": body})
     };
-    let names: Vec<String> = f.host.filters().into_iter().map(|i| i.extension).collect();
+    let names: Vec<String> = f
+        .host
+        .filters()
+        .infos()
+        .into_iter()
+        .map(|i| i.extension)
+        .collect();
     assert_eq!(names, vec!["todo", "zfilters"]);
     assert_eq!(
-        f.host.run_filter(&ctx("GET", "ok.test", None)).await,
+        f.host.filters().run(&ctx("GET", "ok.test", None)).await,
         Ok(FilterVerdict::Allow)
     );
     assert_eq!(
-        f.host.run_filter(&ctx("DELETE", "api.test", None)).await,
+        f.host.filters().run(&ctx("DELETE", "api.test", None)).await,
         Ok(FilterVerdict::Block("no DELETE to api.test".into()))
     );
     assert_eq!(
         f.host
-            .run_filter(&ctx("POST", "ok.test", Some("secret")))
+            .filters()
+            .run(&ctx("POST", "ok.test", Some("secret")))
             .await,
         Ok(FilterVerdict::Block("body leaks a secret".into()))
     );
-    match f.host.run_filter(&ctx("GET", "raise.test", None)).await {
+    match f.host.filters().run(&ctx("GET", "raise.test", None)).await {
         Err(e) => {
             assert!(e.message.starts_with("KeyError"), "{}", e.message);
             assert!(e.trace.unwrap_or_default().contains("zfilters.py"));
         }
         other => panic!("{other:?}"),
     }
-    match f.host.run_filter(&ctx("GET", "hang.test", None)).await {
+    match f.host.filters().run(&ctx("GET", "hang.test", None)).await {
         Err(e) => assert!(e.message.contains("timed out"), "{}", e.message),
         other => panic!("{other:?}"),
     }
     // The filter worker was replaced and serves again.
     assert_eq!(
-        f.host.run_filter(&ctx("GET", "ok.test", None)).await,
+        f.host.filters().run(&ctx("GET", "ok.test", None)).await,
         Ok(FilterVerdict::Allow)
     );
     // Through the proxy's trait.
-    let filters = f.host.network_filters();
+    let filters = f.host.filters().global();
     assert_eq!(filters.len(), 2);
     let pctx = vis_proxy::FilterCtx {
         phase: vis_proxy::Phase::Http,
@@ -871,20 +939,30 @@ vis.register(vis.Extension(name="slashes", description="d", slash_commands=[
     );
     let s = f.session("s");
     assert_eq!(
-        f.host.run_slash(&s, "todos", "a b").await,
+        f.host.sessions().run_slash(&s, "todos", "a b").await,
         Ok("0 open\n\nargs=['a', 'b']".to_string())
     );
     assert_eq!(
-        f.host.run_slash(&s, "/quiet", "").await,
+        f.host.sessions().run_slash(&s, "/quiet", "").await,
         Ok("slashes: done".to_string())
     );
     assert_eq!(
-        f.host.run_slash(&s, "fail", "").await,
+        f.host.sessions().run_slash(&s, "fail", "").await,
         Err("nope\n\nbecause".to_string())
     );
-    let boom = f.host.run_slash(&s, "boom", "").await.expect_err("raises");
+    let boom = f
+        .host
+        .sessions()
+        .run_slash(&s, "boom", "")
+        .await
+        .expect_err("raises");
     assert!(boom.starts_with("ValueError: slash bug\n\n```"), "{boom}");
-    assert!(f.host.run_slash(&s, "missing", "").await.is_err());
+    assert!(f
+        .host
+        .sessions()
+        .run_slash(&s, "missing", "")
+        .await
+        .is_err());
     f.host.shutdown().await;
 }
 
@@ -924,7 +1002,12 @@ vis.register(vis.Extension(name="envy", alias="envy", description="d",
 "#,
     );
     let s = f.session("s");
-    let out = f.host.call_tool(&s, "show", json!({})).await.expect("show");
+    let out = f
+        .host
+        .tools()
+        .call(&s, "show", json!({}))
+        .await
+        .expect("show");
     assert_eq!(out.value["ACME_KEY"], "local");
     assert_eq!(out.value["ONLY_DOTENV"], "d");
     assert_eq!(out.value["FROM_BLOCK"], "block");
@@ -941,7 +1024,8 @@ vis.register(vis.Extension(name="envy", alias="envy", description="d",
     );
     let out = f
         .host
-        .call_tool(&s, "shell", json!({}))
+        .tools()
+        .call(&s, "shell", json!({}))
         .await
         .expect("shell");
     assert_eq!(out.text, "shell is not available in this gateway build yet");
@@ -963,26 +1047,28 @@ vis.register(vis.Extension(name="acme", description="d", providers=[vis.Provider
     status_fn=lambda: vis.ProviderStatus(is_authenticated=True))]))
 "#,
     );
-    f.host.reload(None).await;
-    let providers = f.host.providers(None).await;
+    f.host.catalog().reload(None).await;
+    let providers = f.host.providers().list(None).await;
     assert_eq!(providers.len(), 1);
     assert_eq!(providers[0].id, "acme");
     assert!(providers[0].slots.contains(&"get_token_fn".to_string()));
     assert_eq!(providers[0].preset["default_models"], json!(["a-1"]));
     let token = f
         .host
-        .provider_token("acme", "acme")
+        .providers()
+        .token("acme", "acme")
         .await
         .expect("token")
         .expect("some");
     assert_eq!(token["token"], "sk-acme");
     let status = f
         .host
-        .provider_call("acme", "acme", "status_fn", vec![])
+        .providers()
+        .call("acme", "acme", "status_fn", vec![])
         .await
         .expect("status");
     assert_eq!(status["is_authenticated"], true);
-    assert!(f.host.provider_token("acme", "nope").await.is_err());
+    assert!(f.host.providers().token("acme", "nope").await.is_err());
     f.host.shutdown().await;
 }
 
@@ -1007,7 +1093,7 @@ vis.register(vis.Extension(name="zoff", description="d", prompt="never", activat
 "#,
     );
     let s = f.session("s");
-    let t = f.host.turn(&s, Some("companion")).await;
+    let t = f.host.sessions().turn(&s, Some("companion")).await;
     assert_eq!(
         t.prompts,
         vec![(
@@ -1029,7 +1115,7 @@ async fn a_file_that_hangs_or_dies_at_import_fails_alone() {
     );
     f.global("b_die.py", "import os\nos._exit(4)\n");
     f.global("todo.py", TODO_EXTENSION);
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.loaded, vec!["todo".to_string()]);
     let kinds: Vec<(String, String)> = report
         .failures
@@ -1054,7 +1140,7 @@ async fn a_file_that_hangs_or_dies_at_import_fails_alone() {
     let ctx = json!({"phase": "http", "method": "DELETE", "host": "h.test", "port": 80,
                      "path": "/", "headers": {}});
     assert_eq!(
-        f.host.run_filter(&ctx).await,
+        f.host.filters().run(&ctx).await,
         Ok(FilterVerdict::Block("no DELETE to h.test".into()))
     );
     f.host.shutdown().await;
@@ -1081,8 +1167,8 @@ vis.register(vis.Extension(name="serial", alias="serial", description="d", symbo
     );
     let s = f.session("s");
     let (a, b) = tokio::join!(
-        f.host.call_tool(&s, "work", json!({"tag": "a"})),
-        f.host.call_tool(&s, "work", json!({"tag": "b"}))
+        f.host.tools().call(&s, "work", json!({"tag": "a"})),
+        f.host.tools().call(&s, "work", json!({"tag": "b"}))
     );
     assert_eq!(a.expect("a").value, json!(1));
     assert_eq!(b.expect("b").value, json!(1));
@@ -1095,65 +1181,69 @@ async fn a_reload_without_changes_keeps_session_workers_and_a_change_replaces_th
     let file = f.global("todo.py", TODO_EXTENSION);
     let s = f.session("s");
     f.host
-        .call_tool(&s, "add", json!({"text": "a"}))
+        .tools()
+        .call(&s, "add", json!({"text": "a"}))
         .await
         .expect("call");
-    let pid = f.host.session_worker_pid("s");
-    f.host.reload(Some(&f.project)).await;
+    let pid = f.host.workers().session_pid("s");
+    f.host.catalog().reload(Some(&f.project)).await;
     f.host
-        .call_tool(&s, "add", json!({"text": "b"}))
+        .tools()
+        .call(&s, "add", json!({"text": "b"}))
         .await
         .expect("call");
-    assert_eq!(f.host.session_worker_pid("s"), pid);
+    assert_eq!(f.host.workers().session_pid("s"), pid);
     std::fs::write(&file, format!("{TODO_EXTENSION}\n# edited\n")).expect("edit");
-    f.host.reload(None).await;
+    f.host.catalog().reload(None).await;
     f.host
-        .call_tool(&s, "add", json!({"text": "c"}))
+        .tools()
+        .call(&s, "add", json!({"text": "c"}))
         .await
         .expect("call");
-    assert_ne!(f.host.session_worker_pid("s"), pid);
+    assert_ne!(f.host.workers().session_pid("s"), pid);
     f.host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn apropos_doc_extensions_markdown_describe_the_catalogue_and_a_no_op_reload_keeps_workers() {
     let f = fixture();
-    let generation = || f.host.inner.registry.read().generation;
+    let generation = || f.host.catalog().generation();
     f.global("todo.py", TODO_EXTENSION);
     f.global("broken.py", "raise RuntimeError('nope')\n");
     let before = generation();
-    f.host.reload(None).await;
+    f.host.catalog().reload(None).await;
     let loaded = generation();
     assert_ne!(
         loaded, before,
         "a reload that changed the scope starts a new generation"
     );
-    f.host.reload(None).await;
+    f.host.catalog().reload(None).await;
     assert_eq!(
         generation(),
         loaded,
         "a reload without a change keeps the generation (session workers are not replaced)"
     );
     let s = f.session("s");
-    let hits = f.host.apropos(&s, "^a").await.expect("apropos");
+    let hits = f.host.tools().apropos(&s, "^a").await.expect("apropos");
     assert_eq!(
         hits.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
         vec!["add"]
     );
     assert!(f
         .host
+        .tools()
         .apropos(&s, "secret")
         .await
         .expect("apropos")
         .is_empty());
-    assert!(f.host.apropos(&s, "(").await.is_err());
-    let doc = f.host.doc(&s, "add").await.expect("doc");
+    assert!(f.host.tools().apropos(&s, "(").await.is_err());
+    let doc = f.host.tools().doc(&s, "add").await.expect("doc");
     assert!(
         doc.contains("Add one todo item") && doc.contains("Effect: mutation"),
         "{doc}"
     );
-    assert!(f.host.doc(&s, "secret").await.is_err());
-    let md = f.host.extensions_markdown(None).await;
+    assert!(f.host.tools().doc(&s, "secret").await.is_err());
+    let md = f.host.catalog().markdown(None).await;
     assert!(md.starts_with("Extensions: 1 loaded, 1 failed"), "{md}");
     assert!(md.contains("**todo**") && md.contains("/todos") && md.contains("RuntimeError: nope"));
     f.host.shutdown().await;
@@ -1179,13 +1269,14 @@ vis.register(vis.Extension(name="pkg", alias="pkg", description="d",
 "#,
     );
     f.global("pkg/test_pkg.py", "raise SystemExit('never loaded')\n");
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.loaded, vec!["pkg".to_string()]);
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     let s = f.session("s");
     assert_eq!(
         f.host
-            .call_tool(&s, "word", json!({}))
+            .tools()
+            .call(&s, "word", json!({}))
             .await
             .expect("w")
             .text,
@@ -1194,27 +1285,30 @@ vis.register(vis.Extension(name="pkg", alias="pkg", description="d",
     let real = std::fs::canonicalize(f.home.join("extensions/pkg/extension.py")).expect("canon");
     assert_eq!(
         f.host
-            .call_tool(&s, "where", json!({}))
+            .tools()
+            .call(&s, "where", json!({}))
             .await
             .expect("w")
             .text,
         real.to_string_lossy()
     );
     std::fs::write(&helper, "WORD = 'two'\n").expect("edit");
-    f.host.stop_session("s").await;
+    f.host.sessions().stop("s").await;
     assert_eq!(
         f.host
-            .call_tool(&s, "word", json!({}))
+            .tools()
+            .call(&s, "word", json!({}))
             .await
             .expect("w")
             .text,
         "one",
         "a fresh worker still runs the admitted copy"
     );
-    f.host.reload(None).await;
+    f.host.catalog().reload(None).await;
     assert_eq!(
         f.host
-            .call_tool(&s, "word", json!({}))
+            .tools()
+            .call(&s, "word", json!({}))
             .await
             .expect("w")
             .text,
@@ -1229,10 +1323,11 @@ async fn dropping_the_host_ends_its_workers() {
     f.global("todo.py", TODO_EXTENSION);
     let s = f.session("s");
     f.host
-        .call_tool(&s, "add", json!({"text": "a"}))
+        .tools()
+        .call(&s, "add", json!({"text": "a"}))
         .await
         .expect("call");
-    let pid = f.host.session_worker_pid("s").expect("pid") as i32;
+    let pid = f.host.workers().session_pid("s").expect("pid") as i32;
     drop(f);
     let mut gone = false;
     for _ in 0..50 {
@@ -1252,21 +1347,27 @@ async fn an_abandoned_call_stops_its_worker_and_the_next_call_runs_fresh() {
     f.global("bad.py", BAD);
     let s = f.session("s");
     f.host
-        .call_tool(&s, "ok", json!({}))
+        .tools()
+        .call(&s, "ok", json!({}))
         .await
         .expect("warm up");
-    let first = f.host.session_worker_pid("s");
+    let first = f.host.workers().session_pid("s");
     let cancelled = tokio::time::timeout(
         Duration::from_millis(300),
-        f.host.call_tool(&s, "hang", json!({})),
+        f.host.tools().call(&s, "hang", json!({})),
     )
     .await;
     assert!(cancelled.is_err(), "the caller gave up");
     let started = std::time::Instant::now();
-    let out = f.host.call_tool(&s, "ok", json!({})).await.expect("fresh");
+    let out = f
+        .host
+        .tools()
+        .call(&s, "ok", json!({}))
+        .await
+        .expect("fresh");
     assert_eq!(out.text, "ok");
     assert!(started.elapsed() < Duration::from_secs(4));
-    assert_ne!(f.host.session_worker_pid("s"), first);
+    assert_ne!(f.host.workers().session_pid("s"), first);
     f.host.shutdown().await;
 }
 
@@ -1286,29 +1387,30 @@ vis.register(vis.Extension(name="slow", description="d",
     network_filters=[vis.NetworkFilter(lambda ctx: None)]))
 "#,
     );
-    f.host.reload(None).await;
+    f.host.catalog().reload(None).await;
     let ctx = json!({"phase": "http", "method": "GET", "host": "h.test", "port": 80,
                      "path": "/", "headers": {}});
     assert_eq!(
-        f.host.run_filter(&ctx).await,
+        f.host.filters().run(&ctx).await,
         Ok(FilterVerdict::Allow),
         "warm"
     );
-    let pid = f.host.registration_worker_pid();
+    let pid = f.host.workers().registration_pid();
     let host = f.host.clone();
     let status = tokio::spawn(async move {
-        host.provider_call("slow", "slow", "status_fn", vec![])
+        host.providers()
+            .call("slow", "slow", "status_fn", vec![])
             .await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = std::time::Instant::now();
     // The filter runs in the extension's filter worker, not behind the callback.
-    assert_eq!(f.host.run_filter(&ctx).await, Ok(FilterVerdict::Allow));
+    assert_eq!(f.host.filters().run(&ctx).await, Ok(FilterVerdict::Allow));
     assert!(started.elapsed() < Duration::from_millis(1000));
     let status = status.await.expect("join").expect("status still answers");
     assert_eq!(status["is_authenticated"], true);
-    assert_eq!(f.host.registration_worker_pid(), pid);
-    assert_eq!(f.host.run_filter(&ctx).await, Ok(FilterVerdict::Allow));
+    assert_eq!(f.host.workers().registration_pid(), pid);
+    assert_eq!(f.host.filters().run(&ctx).await, Ok(FilterVerdict::Allow));
     f.host.shutdown().await;
 }
 
@@ -1389,10 +1491,11 @@ def asker() -> str:
 vis.register(vis.Extension(name="asker", alias="asker", description="d", symbols=[vis.Symbol(asker)]))
 "#,
     );
-    let report = host.reload(None).await;
+    let report = host.catalog().reload(None).await;
     assert!(report.failures.is_empty(), "{}", report.summary());
     let out = host
-        .call_tool(&base.session("s"), "asker", json!({}))
+        .tools()
+        .call(&base.session("s"), "asker", json!({}))
         .await
         .expect("no timeout while the human answers");
     assert_eq!(out.text, "True:no bad names:plain of vis-secret:x");
@@ -1413,8 +1516,8 @@ vis.register(vis.Extension(name="allow", description="d",
     network_filters=[vis.NetworkFilter(lambda ctx: None)]))
 "#,
     );
-    f.host.reload(None).await;
-    let filters = f.host.network_filters();
+    f.host.catalog().reload(None).await;
+    let filters = f.host.filters().global();
     let pctx = vis_proxy::FilterCtx {
         phase: vis_proxy::Phase::Http,
         method: Some("GET".into()),
@@ -1500,8 +1603,8 @@ fn pctx(phase: vis_proxy::Phase, host: &str) -> vis_proxy::FilterCtx {
 async fn lane_fixture(timeout: Duration) -> (Fixture, Arc<dyn vis_proxy::NetworkFilter>) {
     let f = fixture_with(|c| c.filter_timeout = timeout);
     f.global("lane.py", LANE_FILTERS);
-    f.host.reload(None).await;
-    let filters = f.host.network_filters();
+    f.host.catalog().reload(None).await;
+    let filters = f.host.filters().global();
     assert_eq!(filters.len(), 1);
     let filter = filters[0].clone();
     (f, filter)
@@ -1582,7 +1685,7 @@ async fn a_filter_call_costs_each_side_one_sleep_not_two() {
     let (f, filter) = lane_fixture(Duration::from_secs(5)).await;
     let ok = pctx(Phase::Http, "ok.test");
     assert_eq!(filter.check(&ok).await, Ok(FilterVerdict::Allow));
-    let pid = f.host.filter_worker_pid("lane").expect("pid");
+    let pid = f.host.workers().filter_pid("lane").expect("pid");
     const N: i64 = 200;
     let (gw0, lane0) = (
         own_voluntary_switches(),
@@ -1612,7 +1715,7 @@ async fn a_filter_that_hangs_times_out_kills_the_worker_and_the_next_call_recove
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    let pid = f.host.filter_worker_pid("lane").expect("pid");
+    let pid = f.host.workers().filter_pid("lane").expect("pid");
     let started = std::time::Instant::now();
     let err = filter
         .check(&pctx(Phase::Http, "hang.test"))
@@ -1624,7 +1727,7 @@ async fn a_filter_that_hangs_times_out_kills_the_worker_and_the_next_call_recove
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    assert_ne!(f.host.filter_worker_pid("lane"), Some(pid));
+    assert_ne!(f.host.workers().filter_pid("lane"), Some(pid));
     f.host.shutdown().await;
 }
 
@@ -1636,7 +1739,7 @@ async fn a_worker_killed_during_a_filter_call_denies_it_and_the_next_call_recove
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    let pid = f.host.filter_worker_pid("lane").expect("pid");
+    let pid = f.host.workers().filter_pid("lane").expect("pid");
     let slow = {
         let filter = filter.clone();
         tokio::spawn(async move { filter.check(&pctx(Phase::Http, "slow.test")).await })
@@ -1652,9 +1755,9 @@ async fn a_worker_killed_during_a_filter_call_denies_it_and_the_next_call_recove
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    assert_ne!(f.host.filter_worker_pid("lane"), Some(pid));
+    assert_ne!(f.host.workers().filter_pid("lane"), Some(pid));
     // sys.exit in a filter denies too, and the worker is replaced after that answer.
-    let pid = f.host.filter_worker_pid("lane");
+    let pid = f.host.workers().filter_pid("lane");
     let err = filter
         .check(&pctx(Phase::Http, "exit.test"))
         .await
@@ -1664,7 +1767,7 @@ async fn a_worker_killed_during_a_filter_call_denies_it_and_the_next_call_recove
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    assert_ne!(f.host.filter_worker_pid("lane"), pid);
+    assert_ne!(f.host.workers().filter_pid("lane"), pid);
     f.host.shutdown().await;
 }
 
@@ -1723,8 +1826,8 @@ vis.register(vis.Extension(name="lane", description="d",
     network_filters=[vis.NetworkFilter(lambda ctx: vis.block("v2"))]))
 "#,
     );
-    f.host.reload(None).await;
-    let filters = f.host.network_filters();
+    f.host.catalog().reload(None).await;
+    let filters = f.host.filters().global();
     assert_eq!(
         filters[0].check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Block("v2".into()))
@@ -1740,7 +1843,7 @@ async fn an_abandoned_filter_call_that_never_answers_gets_its_worker_replaced() 
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    let pid = f.host.filter_worker_pid("lane").expect("pid");
+    let pid = f.host.workers().filter_pid("lane").expect("pid");
     // The caller gives up first (as the proxy's own timeout or a client that left would).
     let gave_up = tokio::time::timeout(
         Duration::from_millis(100),
@@ -1753,7 +1856,7 @@ async fn an_abandoned_filter_call_that_never_answers_gets_its_worker_replaced() 
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    assert_ne!(f.host.filter_worker_pid("lane"), Some(pid));
+    assert_ne!(f.host.workers().filter_pid("lane"), Some(pid));
     f.host.shutdown().await;
 }
 
@@ -1807,7 +1910,7 @@ vis.register(vis.Extension(name="wall", description="d",
     // Another project (loaded, no extensions) and a session without a project: none of A's.
     let other = f.root.join("other");
     std::fs::create_dir_all(&other).unwrap();
-    f.host.ensure_project(Some(&other)).await;
+    f.host.catalog().ensure_project(Some(&other)).await;
     assert!(set.filters(&principal_of(Some(&other))).is_empty());
     assert!(set.filters(&principal_of(None)).is_empty());
     f.host.shutdown().await;
