@@ -136,7 +136,7 @@ impl WorkerOwner for FilterOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        super::pool::answer_door(&self.doors, worker, ctx, op, payload).await
+        super::doors::answer_weak(&self.doors, worker, ctx, op, payload).await
     }
 }
 

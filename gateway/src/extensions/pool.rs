@@ -12,7 +12,7 @@
 //! reaped: it serves the gateway's start-up work and the provider callbacks.
 
 use super::client::{self, CallCtx, CallError, Preload, WorkerClient, WorkerOwner, WorkerSpec};
-use super::doors::Doors;
+use super::doors::{self, Doors};
 use super::filter_workers::{FilterWorkers, Key};
 use super::logfile::LogFile;
 use super::registry::{Entry, SharedRegistry};
@@ -308,7 +308,7 @@ impl WorkerOwner for RegistrationOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        answer_door(&self.doors, worker, ctx, op, payload).await
+        doors::answer_weak(&self.doors, worker, ctx, op, payload).await
     }
 }
 
@@ -339,20 +339,6 @@ impl WorkerOwner for SessionOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        answer_door(&self.doors, worker, ctx, op, payload).await
-    }
-}
-
-/// Every kind of worker answers its doors the same way, while the host is alive.
-pub(super) async fn answer_door(
-    doors: &Weak<Doors>,
-    worker: Arc<client::Running>,
-    ctx: CallCtx,
-    op: String,
-    payload: Value,
-) -> Result<Value, client::DoorError> {
-    match doors.upgrade() {
-        Some(d) => d.answer(worker, ctx, &op, payload).await,
-        None => Err(client::DoorError::new("the gateway is shutting down")),
+        doors::answer_weak(&self.doors, worker, ctx, op, payload).await
     }
 }

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// The doors every worker calls back through: the gateway's state store, events and human
@@ -91,6 +91,20 @@ impl Doors {
     /// A session ended: its pending human input is let go.
     pub(super) fn session_disposed(&self, session_id: &str) {
         self.human.session_disposed(session_id);
+    }
+}
+
+/// Every kind of worker answers its doors the same way, while the host is alive.
+pub(super) async fn answer_weak(
+    doors: &Weak<Doors>,
+    worker: Arc<Running>,
+    ctx: CallCtx,
+    op: String,
+    payload: Value,
+) -> Result<Value, DoorError> {
+    match doors.upgrade() {
+        Some(d) => d.answer(worker, ctx, &op, payload).await,
+        None => Err(DoorError::new("the gateway is shutting down")),
     }
 }
 
