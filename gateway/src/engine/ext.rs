@@ -116,7 +116,8 @@ impl Tool for ExtTool {
     async fn call(&self, _ctx: &ToolCtx, args: Value) -> ToolOutput {
         match self
             .host
-            .call_tool(&self.session, &self.def.name, args)
+            .tools()
+            .call(&self.session, &self.def.name, args)
             .await
         {
             Ok(r) => ToolOutput::ok(r.text),
@@ -145,6 +146,7 @@ impl Tool for Hooked {
         let op = self.inner.spec().name;
         if let Err(e) = self
             .host
+            .tools()
             .before_hooks(&self.session, &op, std::slice::from_ref(&args))
             .await
         {
@@ -156,6 +158,7 @@ impl Tool for Hooked {
         }
         let out = self.inner.call(ctx, args.clone()).await;
         self.host
+            .tools()
             .after_hooks(&self.session, &op, &[args], &out.result)
             .await;
         out
@@ -183,7 +186,7 @@ impl Tool for Apropos {
         let Some(pattern) = args.get("pattern").and_then(|p| p.as_str()) else {
             return ToolOutput::fail("apropos needs a string `pattern`");
         };
-        match self.host.apropos(&self.session, pattern).await {
+        match self.host.tools().apropos(&self.session, pattern).await {
             Err(e) => ToolOutput::fail(e),
             Ok(hits) if hits.is_empty() => ToolOutput::ok(format!("no symbols match {pattern:?}")),
             Ok(hits) => ToolOutput::ok(
@@ -216,7 +219,7 @@ impl Tool for Doc {
         let Some(name) = args.get("name").and_then(|p| p.as_str()) else {
             return ToolOutput::fail("doc needs a string `name`");
         };
-        match self.host.doc(&self.session, name).await {
+        match self.host.tools().doc(&self.session, name).await {
             Ok(text) => ToolOutput::ok(text),
             Err(e) => ToolOutput::fail(e),
         }
@@ -232,13 +235,10 @@ pub struct HostFilters(pub ExtensionHost);
 impl vis_proxy::FilterSet for HostFilters {
     fn filters(&self, principal: &vis_proxy::Principal) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
         let project = principal.project.as_deref();
-        let list: Vec<Arc<dyn vis_proxy::NetworkFilter>> = match self.0.network_filters_for(project)
-        {
+        let filters = self.0.filters();
+        let list: Vec<Arc<dyn vis_proxy::NetworkFilter>> = match filters.network(project) {
             Some(list) => list,
-            None => vec![Arc::new(crate::extensions::LoadingScope {
-                host: self.0.clone(),
-                project: project.map(std::path::Path::to_path_buf),
-            })],
+            None => vec![filters.loading(project)],
         };
         // Each call's time goes to `vis_egress_filter_duration_seconds`.
         list.into_iter()
@@ -262,11 +262,12 @@ impl crate::engine::Gateway {
             Some((p, m)) => (Some(p), Some(m)),
             None => (None, model),
         };
-        let infos = self.extensions.providers(Some(root)).await;
+        let infos = self.extensions.providers().list(Some(root)).await;
         let info = infos.iter().find(|i| want_id.is_none_or(|w| w == i.id))?;
         let cred = match self
             .extensions
-            .provider_token(&info.extension, &info.id)
+            .providers()
+            .token(&info.extension, &info.id)
             .await
         {
             Ok(Some(c)) => c,

@@ -236,7 +236,7 @@ impl Gateway {
 
     /// Loads the global extensions (at start; a project's load on its first use).
     pub async fn load_extensions(&self) -> crate::extensions::ReloadReport {
-        self.extensions.reload(None).await
+        self.extensions.catalog().reload(None).await
     }
 
     /// Cancelled when a stop is requested (a signal, `POST /v1/shutdown`).
@@ -264,11 +264,12 @@ impl Gateway {
         let root = session.workspace_root.clone();
         let root = root.as_path();
         let host = self.extensions.clone();
-        let extras = host.turn(&session, Some("web")).await;
+        let extras = host.sessions().turn(&session, Some("web")).await;
         let cfg = self.project_config(root).await.unwrap_or_default();
         if cfg.model_tools() == crate::config::ModelTools::Sandbox {
             let symbols = host
-                .tools(&session)
+                .tools()
+                .list(&session)
                 .await
                 .into_iter()
                 .filter(|d| !extras.inactive.contains(&d.extension))
@@ -313,7 +314,7 @@ impl Gateway {
                 session: session.clone(),
             }),
         ];
-        for def in host.tools(&session).await {
+        for def in host.tools().list(&session).await {
             if !extras.inactive.contains(&def.extension) {
                 tools.push(Arc::new(ext::ExtTool {
                     host: host.clone(),

@@ -88,7 +88,7 @@ impl Gateway {
         // Its draft stays, parked: another session of the repository can resume it.
         g.workspaces.release(sid).await;
         g.mcp.stop_session(sid).await;
-        g.extensions.stop_session(sid).await;
+        g.extensions.sessions().stop(sid).await;
         let id = sid.to_string();
         let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
         tracing::info!(session = sid, "session deleted");
@@ -131,7 +131,7 @@ impl Gateway {
             .await
             .map_err(|e| ApiError::bad_request("invalid-config", e))?;
         // The project's filters decide the child's first request (also without a turn).
-        g.extensions.ensure_project(Some(&root)).await;
+        g.extensions.catalog().ensure_project(Some(&root)).await;
         let env = sandbox.child_env(&sid, &root, &cfg);
         // `jail.enabled: true`: the caller must run `argv_prefix + command` (fail closed).
         let jail = sandbox

@@ -89,7 +89,7 @@ impl Gateway {
                     .map(|(n, d)| (n.to_string(), d.to_string())),
             );
         }
-        for (n, d) in self.extensions.slashes(Some(root)).await {
+        for (n, d) in self.extensions.catalog().slashes(Some(root)).await {
             let n = n.trim_start_matches('/').to_string();
             if !names.iter().any(|(m, _)| *m == n) {
                 names.push((n, d));
@@ -176,7 +176,7 @@ impl Gateway {
                 .collect::<Vec<_>>()
                 .join("\n")),
             "reload" => self.reload_all(project).await,
-            "extensions" => Ok(self.extensions.extensions_markdown(Some(project)).await),
+            "extensions" => Ok(self.extensions.catalog().markdown(Some(project)).await),
             "sh" => self.slash_sh(sid, args, work).await,
             "draft" => self.workspaces.slash(sid, args).await,
             "net-probe" => self.slash_net_probe(sid, args, work).await,
@@ -188,7 +188,8 @@ impl Gateway {
                     .map(|s| s.lock().row.channel.clone());
                 let out = self
                     .extensions
-                    .run_slash_outcome(
+                    .sessions()
+                    .slash(
                         &self.workspaces.session(sid, project),
                         other,
                         args,
@@ -279,21 +280,18 @@ impl Gateway {
         sandbox.probe(sid, root, &cfg, args).await
     }
 
-    /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).
     /// The extensions listing of `GET /v1/extensions` (global, plus `project`'s).
     pub async fn extensions_listing(
         &self,
         project: Option<&Path>,
     ) -> vis_companion_api::ApiResult<ExtensionsListing> {
-        let listing = self.extensions.list(project).await;
-        serde_json::from_value(listing).map_err(|e| {
-            vis_companion_api::ApiError::engine(format!("the extensions listing is malformed: {e}"))
-        })
+        Ok(self.extensions.catalog().list(project).await)
     }
 
+    /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).
     pub async fn reload_all(&self, root: &Path) -> Result<String, String> {
         let config = self.reload_config(root).await;
-        let report = self.extensions.reload(Some(root)).await;
+        let report = self.extensions.catalog().reload(Some(root)).await;
         let part = match &config {
             Ok(keys) if keys.is_empty() => "configuration (unchanged)".to_string(),
             Ok(keys) => format!("configuration ({})", keys.join(", ")),

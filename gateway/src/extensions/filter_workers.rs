@@ -13,15 +13,27 @@
 //! keeps the last good version keeps the old one. Workers of files no scope uses any more are
 //! dropped with the last filter list that holds them (dropping a `WorkerClient` kills its
 //! process). Workers start on their first call.
+//!
+//! [`PyNetworkFilter`] is one Python network filter as the proxy sees it: a call over its
+//! file's filter worker; a raise or a timeout denies.
 
 use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
+use super::doors::Doors;
 use super::logfile::LogFile;
-use super::{Entry, HostConfig, Inner};
+use super::registry::Entry;
+use super::{FilterInfo, HostConfig};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
+use vis_proxy::{FilterCtx, FilterError, FilterVerdict};
+
+/// What one network filter answers: the proxy's own verdict, from the Python call to the
+/// egress decision. A failure carries the filter's message as it is; the proxy names the
+/// filter in the deny reason.
+pub type FilterAnswer = Result<FilterVerdict, FilterError>;
 
 pub(super) type Key = (PathBuf, Option<PathBuf>);
 
@@ -35,7 +47,7 @@ impl FilterWorkers {
     /// The worker for `entry` (created, not started, when new).
     pub(super) fn client_for(
         &self,
-        host: &Weak<Inner>,
+        doors: &Weak<Doors>,
         cfg: &HostConfig,
         log: Option<&LogFile>,
         entry: &Entry,
@@ -60,7 +72,7 @@ impl FilterWorkers {
             ..CallCtx::default()
         };
         let owner = Arc::new(FilterOwner {
-            host: host.clone(),
+            doors: doors.clone(),
             preload: Preload {
                 ctx: ctx.clone(),
                 file: entry.file.clone(),
@@ -105,7 +117,7 @@ pub(super) fn key_of(entry: &Entry) -> Key {
 
 /// A filter worker loads its one file, as admitted by the load that built the filter list.
 struct FilterOwner {
-    host: Weak<Inner>,
+    doors: Weak<Doors>,
     preload: Preload,
 }
 
@@ -124,6 +136,47 @@ impl WorkerOwner for FilterOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        super::pool::answer_door(&self.host, worker, ctx, op, payload).await
+        super::doors::answer_weak(&self.doors, worker, ctx, op, payload).await
+    }
+}
+
+/// A Python network filter as a `vis_proxy` filter, served by its file's filter worker. The
+/// registry keeps the lists.
+pub(super) struct PyNetworkFilter {
+    client: Arc<WorkerClient>,
+    /// One call's deadline (`HostConfig::filter_timeout`).
+    limit: Duration,
+    info: FilterInfo,
+    /// `info.file` as a string, once.
+    file: String,
+}
+
+impl PyNetworkFilter {
+    pub(super) fn new(client: Arc<WorkerClient>, limit: Duration, info: FilterInfo) -> Self {
+        let file = super::types::file_str(&info.file);
+        PyNetworkFilter {
+            client,
+            limit,
+            info,
+            file,
+        }
+    }
+}
+
+#[async_trait]
+impl vis_proxy::NetworkFilter for PyNetworkFilter {
+    fn name(&self) -> &str {
+        &self.info.extension
+    }
+
+    async fn check(&self, ctx: &FilterCtx) -> FilterAnswer {
+        let index = u32::try_from(self.info.index).unwrap_or(u32::MAX);
+        self.client
+            .filter(&self.file, index, ctx, self.limit)
+            .await
+            .map_err(|e| FilterError {
+                message: e.message(),
+                trace: e.traceback(),
+            })
     }
 }

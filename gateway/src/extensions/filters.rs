@@ -1,53 +1,50 @@
 //! Network filters (docs/decisions.md, P6): each `vis.NetworkFilter` as a `vis_proxy` filter that
 //! runs in its extension file's own filter worker over the filter lane
-//! (`filter_workers.rs`); a raise or a timeout denies.
+//! (`filter_workers.rs`); a raise or a timeout denies. The lists are built when a scope
+//! is (re)loaded (`catalog/load.rs`); this job hands them to the proxy.
 
-use super::client::WorkerClient;
-use super::*;
+use super::catalog::Catalog;
+#[cfg(test)]
+use super::filter_workers::FilterAnswer;
+#[cfg(test)]
+use super::{lane, FilterInfo};
 use async_trait::async_trait;
 #[cfg(test)]
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-use vis_proxy::{FilterCtx, FilterError, FilterVerdict};
+use vis_proxy::FilterError;
+#[cfg(test)]
+use vis_proxy::FilterVerdict;
 
-/// What one network filter answers: the proxy's own verdict, from the Python call to the
-/// egress decision. A failure carries the filter's message as it is; the proxy names the
-/// filter in the deny reason.
-pub type FilterAnswer = Result<FilterVerdict, FilterError>;
+/// The extensions' network filters, by scope.
+pub struct Filters {
+    catalog: Arc<Catalog>,
+}
 
-impl ExtensionHost {
+impl Filters {
+    pub(super) fn new(catalog: Arc<Catalog>) -> Filters {
+        Filters { catalog }
+    }
+
     /// The global scope's network filters, in registration order.
     #[cfg(test)]
-    pub fn filters(&self) -> Vec<FilterInfo> {
-        self.inner.registry.read().filter_infos(None)
-    }
-
-    /// Process id of the running filter worker of an extension (tests).
-    #[cfg(test)]
-    pub fn filter_worker_pid(&self, extension: &str) -> Option<u32> {
-        self.inner.workers.filters().pid_of(extension)
-    }
-
-    /// How many filter workers the host keeps (tests).
-    #[cfg(test)]
-    pub fn filter_worker_count(&self) -> usize {
-        self.inner.workers.filters().len()
+    pub fn infos(&self) -> Vec<FilterInfo> {
+        self.catalog.filter_infos()
     }
 
     /// Runs the global filters on a ctx given as JSON (`phase, method, host, port, path,
     /// headers, body?, status?`) in order, as the proxy would; the first answer that is not
-    /// an allow wins. The gateway hands the proxy [`Self::network_filters_for`] instead.
+    /// an allow wins. The gateway hands the proxy [`Self::network`] instead.
     #[cfg(test)]
-    pub async fn run_filter(&self, ctx: &Value) -> FilterAnswer {
+    pub async fn run(&self, ctx: &Value) -> FilterAnswer {
         let Some(ctx) = filter_ctx_of(ctx) else {
             return Err(FilterError {
                 message: format!("not a filter ctx: {ctx}"),
                 trace: None,
             });
         };
-        for f in self.network_filters() {
+        for f in self.global() {
             let answer = f.check(&ctx).await;
             if answer != Ok(FilterVerdict::Allow) {
                 return answer;
@@ -58,31 +55,36 @@ impl ExtensionHost {
 
     /// The global scope's filters as `vis_proxy` network filters (registration order).
     #[cfg(test)]
-    pub fn network_filters(&self) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
-        self.network_filters_for(None).unwrap_or_default()
+    pub fn global(&self) -> Vec<Arc<dyn vis_proxy::NetworkFilter>> {
+        self.network(None).unwrap_or_default()
     }
 
     /// The filters that decide a session's traffic: the global ones its project does not
     /// override, then its project's own (`None`: the global scope alone). `None` when that
     /// scope has not been loaded yet. Cheap: the lists are built when a scope is (re)loaded.
-    pub fn network_filters_for(
+    pub fn network(
         &self,
         project: Option<&Path>,
     ) -> Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>> {
-        let scope = match project {
-            Some(p) => Scope::Project(p.to_path_buf()),
-            None => Scope::Global,
-        };
-        self.inner.registry.read().filters.get(&scope).cloned()
+        self.catalog.network_filters(project)
+    }
+
+    /// For a scope [`Self::network`] has no list for yet: one filter that loads the scope
+    /// on its first check, then runs the scope's filters.
+    pub fn loading(&self, project: Option<&Path>) -> Arc<dyn vis_proxy::NetworkFilter> {
+        Arc::new(LoadingScope {
+            catalog: self.catalog.clone(),
+            project: project.map(Path::to_path_buf),
+        })
     }
 }
 
 /// The filters of a scope that was not loaded when a request needed them: loads the scope,
 /// then runs its filters in order (first deny wins). A filter is policy, so a session's
 /// project filters apply from its first request whichever path started the child.
-pub(crate) struct LoadingScope {
-    pub(crate) host: ExtensionHost,
-    pub(crate) project: Option<PathBuf>,
+struct LoadingScope {
+    catalog: Arc<Catalog>,
+    project: Option<PathBuf>,
 }
 
 #[async_trait]
@@ -96,8 +98,8 @@ impl vis_proxy::NetworkFilter for LoadingScope {
         ctx: &vis_proxy::FilterCtx,
     ) -> Result<vis_proxy::FilterVerdict, vis_proxy::FilterError> {
         let project = self.project.as_deref();
-        self.host.ensure_project(project).await;
-        let Some(list) = self.host.network_filters_for(project) else {
+        self.catalog.ensure_project(project).await;
+        let Some(list) = self.catalog.network_filters(project) else {
             return Err(vis_proxy::FilterError {
                 message: "the project's extensions could not be loaded".into(),
                 trace: None,
@@ -120,35 +122,6 @@ impl vis_proxy::NetworkFilter for LoadingScope {
             }
         }
         Ok(vis_proxy::FilterVerdict::Allow)
-    }
-}
-
-/// A Python network filter as a `vis_proxy` filter, served by its file's filter worker. The
-/// registry keeps the list ([`Registry::filters`]).
-pub(super) struct PyNetworkFilter {
-    pub(super) client: Arc<WorkerClient>,
-    /// One call's deadline (`HostConfig::filter_timeout`).
-    pub(super) limit: Duration,
-    pub(super) info: FilterInfo,
-    /// `info.file` as a string, once.
-    pub(super) file: String,
-}
-
-#[async_trait]
-impl vis_proxy::NetworkFilter for PyNetworkFilter {
-    fn name(&self) -> &str {
-        &self.info.extension
-    }
-
-    async fn check(&self, ctx: &FilterCtx) -> FilterAnswer {
-        let index = u32::try_from(self.info.index).unwrap_or(u32::MAX);
-        self.client
-            .filter(&self.file, index, ctx, self.limit)
-            .await
-            .map_err(|e| FilterError {
-                message: e.message(),
-                trace: e.traceback(),
-            })
     }
 }
 

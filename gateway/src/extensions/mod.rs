@@ -5,21 +5,35 @@
 //! registration worker that loads every extension file (catalog, provider callbacks), one
 //! filter worker per extension file with network filters (`filter_workers.rs`), and one
 //! worker per session, started on that session's first extension call and stopped with
-//! [`ExtensionHost::stop_session`]. Session and filter workers idle for
-//! `HostConfig::session_idle` stop (`reaper.rs`; the next call starts them again). The
-//! worker pool (`pool.rs`) owns them all; each dies with the gateway, however it ends.
+//! `Sessions::stop`. Session and filter workers idle for `HostConfig::session_idle` stop
+//! (the pool's reaper; the next call starts them again). The worker pool (`pool.rs`) owns
+//! them all; each dies with the gateway, however it ends.
 //! Entry files are read once per load (the "admitted" bytes) and every worker executes
 //! exactly those bytes, so a session worker started after an edit runs the version the
-//! catalog describes; edits are adopted by [`ExtensionHost::reload`] only.
+//! catalog describes; edits are adopted by `Catalog::reload` only.
+//!
+//! [`ExtensionHost`] is the cheap-clone handle and composition root (`host.rs`). It hands
+//! out one object per job, each with its own small API:
+//! - `Catalog` (`catalog/`): the loaded extensions of each scope, (re)loading, the listing;
+//! - `Tools` (`tools.rs`): tool definitions, calls, op hooks, `apropos`/`doc`, `fs_access`;
+//! - `Filters` (`filters.rs`): the network filters handed to the proxy;
+//! - `Providers` (`providers.rs`): the extensions' `vis.Provider`s and their callbacks;
+//! - `Sessions` (`sessions.rs`): per-turn extras, slash commands, the end of a session.
+//!
+//! Under them: the registry of loaded files (`registry.rs`, data), the worker pool
+//! (`pool.rs`, `filter_workers.rs`, `client/`) and the doors the workers call back through
+//! (`doors.rs`).
 //!
 //! ```ignore
 //! let host = ExtensionHost::new(HostConfig::new(home), state_store, host_events, human_doors);
-//! host.reload(None).await;                       // global extensions, at start
-//! let tools = host.tools(&session).await;        // ensures the session's project is loaded
-//! let out = host.call_tool(&session, "todo__add", json!({"text": "x"})).await;
-//! host.stop_session(&session.id).await;
+//! host.catalog().reload(None).await;               // global extensions, at start
+//! let tools = host.tools().list(&session).await;   // ensures the session's project is loaded
+//! let out = host.tools().call(&session, "todo__add", json!({"text": "x"})).await;
+//! let filters = host.filters().network(session.project_root.as_deref());
+//! host.sessions().stop(&session.id).await;
 //! ```
 
+mod catalog;
 pub mod client;
 pub mod discovery;
 mod doors;
@@ -30,14 +44,12 @@ mod filters;
 pub mod freeze;
 mod host;
 pub mod lane;
-mod listing;
-mod load;
 pub mod logfile;
 mod pool;
 pub mod protocol;
 mod providers;
-mod reaper;
 mod registry;
+mod sessions;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -45,17 +57,12 @@ mod traits;
 mod types;
 pub mod worker;
 
-pub(crate) use self::filters::LoadingScope;
 pub use self::host::ExtensionHost;
-pub use self::providers::{dialect_of, LinePrinter, DRIVEN_API_STYLES};
+pub use self::providers::{dialect_of, DRIVEN_API_STYLES};
 pub use self::traits::{DoorWorker, HostEvents, HumanDoors, StateStore};
 #[cfg(test)]
 pub use self::traits::{MemoryState, NoHumanDoors};
 pub use self::types::{
-    CatalogEntry, FilterInfo, HostConfig, LoadFailure, ProviderInfo, ReloadReport, SessionCtx,
-    SlashOutcome, ToolDef, ToolError, ToolResult, TurnExtras,
+    CatalogEntry, FilterInfo, HostConfig, LinePrinter, LoadFailure, ProviderInfo, ReloadReport,
+    SessionCtx, SlashOutcome, ToolDef, ToolError, ToolResult, TurnExtras,
 };
-
-// The host's internals, for the modules that extend it (`use super::*`).
-use self::host::{file_str, session_call_ctx, Inner};
-use self::registry::{Catalog, Entry, Registry, Scope, ScopeState};

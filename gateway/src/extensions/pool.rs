@@ -1,12 +1,22 @@
 //! The worker pool: the registration worker, one worker per session and one per extension
 //! file with network filters (`filter_workers.rs`), and the reaper that stops idle ones.
 //! Workers are created here, handed out by job, and stopped here; nothing else owns one.
+//!
+//! Idle workers stop: a session worker or a filter worker that served no extension call for
+//! `HostConfig::session_idle` (10 min by default) is shut down; the next call that needs it
+//! starts a fresh one (its module-level state is gone, `vis.state` is not).
+//! A worker with a call running or waiting (a form open for the user, a nested gate, a
+//! network filter deciding a request) is never reaped, nor one whose code called the host
+//! recently (a background thread updating a live view); code that runs on in the background
+//! without calling the host is stopped with its worker. The registration worker is not
+//! reaped: it serves the gateway's start-up work and the provider callbacks.
 
-use super::client::{self, CallCtx, Preload, WorkerClient, WorkerOwner, WorkerSpec};
+use super::client::{self, CallCtx, CallError, Preload, WorkerClient, WorkerOwner, WorkerSpec};
+use super::doors::{self, Doors};
 use super::filter_workers::{FilterWorkers, Key};
-use super::host::{session_call_ctx, Inner};
 use super::logfile::LogFile;
-use super::{doors, Entry, HostConfig, SessionCtx};
+use super::registry::{Entry, SharedRegistry};
+use super::{HostConfig, SessionCtx, ToolError};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -22,9 +32,36 @@ pub(super) struct SessionWorker {
     pub(super) client: WorkerClient,
 }
 
+impl SessionWorker {
+    /// A failed call of `entry`'s code as the caller sees it: when the file did not load in
+    /// this worker, that load failure; otherwise the call's own error.
+    pub(super) fn explain(&self, entry: &Entry, e: CallError) -> ToolError {
+        if let Some(failure) = self
+            .client
+            .running()
+            .and_then(|r| r.load_failure(&entry.file))
+        {
+            return ToolError {
+                message: format!(
+                    "extension '{}' did not load in this session's worker: {}",
+                    entry.catalog.name, failure.message
+                ),
+                traceback: failure.traceback,
+                hint: None,
+                kind: "unavailable".into(),
+            };
+        }
+        ToolError::from_call(e)
+    }
+}
+
 /// Every worker process of one extension host.
 pub(super) struct WorkerPool {
-    host: Weak<Inner>,
+    /// This pool, for the reaper (which ends with it).
+    me: Weak<WorkerPool>,
+    /// Where the workers' door calls go while the host lives.
+    doors: Weak<Doors>,
+    registry: SharedRegistry,
     exe: std::path::PathBuf,
     home: std::path::PathBuf,
     load_timeout: Duration,
@@ -37,8 +74,14 @@ pub(super) struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// The pool of the host `host` (being built). No process starts until a call needs it.
-    pub(super) fn new(cfg: &HostConfig, log: Option<LogFile>, host: &Weak<Inner>) -> WorkerPool {
+    /// The pool of a host whose doors are `doors` and whose loaded files `registry` holds.
+    /// No process starts until a call needs it.
+    pub(super) fn new(
+        cfg: &HostConfig,
+        log: Option<LogFile>,
+        doors: Weak<Doors>,
+        registry: SharedRegistry,
+    ) -> Arc<WorkerPool> {
         // Filters run in their own workers, not in this one.
         let spec = WorkerSpec {
             exe: cfg.worker_exe.clone(),
@@ -49,9 +92,14 @@ impl WorkerPool {
             filter_lane: false,
             log: log.clone(),
         };
-        let owner = Arc::new(RegistrationOwner { host: host.clone() });
-        WorkerPool {
-            host: host.clone(),
+        let owner = Arc::new(RegistrationOwner {
+            doors: doors.clone(),
+            registry: registry.clone(),
+        });
+        Arc::new_cyclic(|me| WorkerPool {
+            me: me.clone(),
+            doors,
+            registry,
             exe: cfg.worker_exe.clone(),
             home: cfg.home.clone(),
             load_timeout: cfg.load_timeout,
@@ -61,7 +109,7 @@ impl WorkerPool {
             sessions: Mutex::new(HashMap::new()),
             filters: FilterWorkers::default(),
             reaper_started: AtomicBool::new(false),
-        }
+        })
     }
 
     /// The gateway-wide worker that loads every file and serves provider callbacks.
@@ -88,12 +136,13 @@ impl WorkerPool {
             log: self.log.clone(),
         };
         let owner = Arc::new(SessionOwner {
-            host: self.host.clone(),
+            doors: self.doors.clone(),
+            registry: self.registry.clone(),
             session: session.clone(),
         });
         let w = Arc::new(SessionWorker {
             session: session.clone(),
-            client: WorkerClient::new(spec, session_call_ctx(session), owner),
+            client: WorkerClient::new(spec, session.call_ctx(), owner),
         });
         if let Some(old) = map.insert(session.id.clone(), w.clone()) {
             tokio::spawn(async move { old.client.stop().await });
@@ -115,7 +164,7 @@ impl WorkerPool {
     pub(super) fn filter_worker(&self, cfg: &HostConfig, entry: &Entry) -> Arc<WorkerClient> {
         let client = self
             .filters
-            .client_for(&self.host, cfg, self.log.as_ref(), entry);
+            .client_for(&self.doors, cfg, self.log.as_ref(), entry);
         self.start_reaper();
         client
     }
@@ -146,11 +195,11 @@ impl WorkerPool {
             self.reaper_started.store(false, Ordering::SeqCst);
             return;
         };
-        rt.spawn(super::reaper::reap(self.host.clone(), self.idle));
+        rt.spawn(reap(self.me.clone(), self.idle));
     }
 
     /// The workers the reaper looks at: every session worker and every filter worker.
-    pub(super) fn reapable(&self) -> (Vec<Arc<SessionWorker>>, Vec<Arc<WorkerClient>>) {
+    fn reapable(&self) -> (Vec<Arc<SessionWorker>>, Vec<Arc<WorkerClient>>) {
         let sessions = self.sessions.lock().values().cloned().collect();
         (sessions, self.filters.all())
     }
@@ -178,29 +227,62 @@ impl WorkerPool {
         self.registration.running().and_then(|r| r.pid())
     }
 
-    /// The filter workers, for the tests' questions.
+    /// Process id of the running filter worker of an extension (tests).
     #[cfg(test)]
-    pub(super) fn filters(&self) -> &FilterWorkers {
-        &self.filters
+    pub(super) fn filter_pid(&self, extension: &str) -> Option<u32> {
+        self.filters.pid_of(extension)
+    }
+
+    /// How many filter workers the pool keeps (tests).
+    #[cfg(test)]
+    pub(super) fn filter_count(&self) -> usize {
+        self.filters.len()
+    }
+}
+
+/// The reaper task of a pool: a pass every quarter of the idle time (so a worker stops
+/// within 1.25 × the idle time), until the pool is gone.
+async fn reap(pool: Weak<WorkerPool>, idle: Duration) {
+    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        let (sessions, filters) = pool.reapable();
+        drop(pool);
+        for w in sessions {
+            if w.client.stop_if_idle(idle).await {
+                tracing::debug!(
+                    target: "vis::extension",
+                    session = %w.session.id,
+                    "stopped an idle session worker"
+                );
+            }
+        }
+        for c in filters {
+            if c.stop_if_idle(idle).await {
+                tracing::debug!(target: "vis::extension", "stopped an idle filter worker");
+            }
+        }
     }
 }
 
 struct RegistrationOwner {
-    host: Weak<Inner>,
+    doors: Weak<Doors>,
+    registry: SharedRegistry,
 }
 
 struct SessionOwner {
-    host: Weak<Inner>,
+    doors: Weak<Doors>,
+    registry: SharedRegistry,
     session: SessionCtx,
 }
 
 #[async_trait]
 impl WorkerOwner for RegistrationOwner {
     fn preload(&self) -> (u64, Vec<Preload>) {
-        let Some(host) = self.host.upgrade() else {
-            return (0, Vec::new());
-        };
-        let reg = host.registry.read();
+        let reg = self.registry.read();
         let list = reg
             .all()
             .iter()
@@ -214,7 +296,7 @@ impl WorkerOwner for RegistrationOwner {
                 import_root: e.import_root.clone(),
             })
             .collect();
-        (reg.generation, list)
+        (reg.generation(), list)
     }
     fn generation(&self) -> Option<u64> {
         None
@@ -226,18 +308,15 @@ impl WorkerOwner for RegistrationOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        answer_door(&self.host, worker, ctx, op, payload).await
+        doors::answer_weak(&self.doors, worker, ctx, op, payload).await
     }
 }
 
 #[async_trait]
 impl WorkerOwner for SessionOwner {
     fn preload(&self) -> (u64, Vec<Preload>) {
-        let Some(host) = self.host.upgrade() else {
-            return (0, Vec::new());
-        };
-        let reg = host.registry.read();
-        let ctx = session_call_ctx(&self.session);
+        let reg = self.registry.read();
+        let ctx = self.session.call_ctx();
         let list = reg
             .resolve(self.session.project_root.as_deref())
             .iter()
@@ -248,10 +327,10 @@ impl WorkerOwner for SessionOwner {
                 import_root: e.import_root.clone(),
             })
             .collect();
-        (reg.generation, list)
+        (reg.generation(), list)
     }
     fn generation(&self) -> Option<u64> {
-        self.host.upgrade().map(|h| h.registry.read().generation)
+        Some(self.registry.read().generation())
     }
     async fn door(
         &self,
@@ -260,20 +339,6 @@ impl WorkerOwner for SessionOwner {
         op: String,
         payload: Value,
     ) -> Result<Value, client::DoorError> {
-        answer_door(&self.host, worker, ctx, op, payload).await
-    }
-}
-
-/// Every kind of worker answers its doors the same way, while the host is alive.
-pub(super) async fn answer_door(
-    host: &Weak<Inner>,
-    worker: Arc<client::Running>,
-    ctx: CallCtx,
-    op: String,
-    payload: Value,
-) -> Result<Value, client::DoorError> {
-    match host.upgrade() {
-        Some(h) => doors::answer(&h, worker, ctx, &op, payload).await,
-        None => Err(client::DoorError::new("the gateway is shutting down")),
+        doors::answer_weak(&self.doors, worker, ctx, op, payload).await
     }
 }

@@ -1,9 +1,15 @@
 //! `vis.Provider`s (docs/decisions.md, G7): listing and calling their callbacks in the registration worker.
 
+use super::catalog::Catalog;
 use super::client::CallCtx;
-use super::*;
+use super::doors::Doors;
+use super::pool::WorkerPool;
+use super::types::file_str;
+use super::{HostConfig, LinePrinter, ProviderInfo, ToolError};
 use serde_json::{json, Value};
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The `api_style` names whose wire dialect this gateway drives (`_` and `-` alike), as the
 /// SDK lists them; others (`gemini`, `responses`, …) are refused when the extension loads.
@@ -31,18 +37,39 @@ pub fn dialect_of(api_style: &str) -> Option<vis_providers::Dialect> {
     })
 }
 
-/// Where the lines an `auth_fn` prints go.
-pub type LinePrinter = std::sync::Arc<dyn Fn(String) + Send + Sync>;
-
 /// The longest an `auth_fn` login may run.
 pub const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
-impl ExtensionHost {
+/// The `vis.Provider`s of the loaded extensions, and their callbacks.
+pub struct Providers {
+    catalog: Arc<Catalog>,
+    /// Callbacks run in the registration worker.
+    workers: Arc<WorkerPool>,
+    /// Where the lines a login prints go.
+    doors: Arc<Doors>,
+    /// One callback (`HostConfig::provider_timeout`).
+    timeout: Duration,
+}
+
+impl Providers {
+    pub(super) fn new(
+        cfg: &HostConfig,
+        catalog: Arc<Catalog>,
+        workers: Arc<WorkerPool>,
+        doors: Arc<Doors>,
+    ) -> Providers {
+        Providers {
+            catalog,
+            workers,
+            doors,
+            timeout: cfg.provider_timeout,
+        }
+    }
+
     /// Every `vis.Provider` of the global extensions and of `project`.
-    pub async fn providers(&self, project: Option<&Path>) -> Vec<ProviderInfo> {
-        self.ensure_project(project).await;
+    pub async fn list(&self, project: Option<&Path>) -> Vec<ProviderInfo> {
         let mut out = Vec::new();
-        for e in self.resolve(project) {
+        for e in self.catalog.entries(project).await {
             for p in &e.catalog.providers {
                 out.push(ProviderInfo {
                     extension: e.catalog.name.clone(),
@@ -60,7 +87,7 @@ impl ExtensionHost {
     /// Calls one provider slot (`get_token_fn`, `status_fn`, `enrich_models_fn`, …) in the
     /// registration worker. `Ok(Value::Null)` when the slot is empty or returned `None`;
     /// records come back in their wire form.
-    pub async fn provider_call(
+    pub async fn call(
         &self,
         extension: &str,
         provider_id: &str,
@@ -68,9 +95,15 @@ impl ExtensionHost {
         args: Vec<Value>,
     ) -> Result<Value, ToolError> {
         let payload = json!({"id": provider_id, "slot": slot, "args": args});
-        let timeout = self.inner.cfg.provider_timeout;
-        self.provider_request(extension, provider_id, payload, timeout)
-            .await
+        request(
+            &self.catalog,
+            &self.workers,
+            extension,
+            provider_id,
+            payload,
+            self.timeout,
+        )
+        .await
     }
 
     /// Runs a provider's `auth_fn` (an interactive login) in the registration worker:
@@ -78,23 +111,33 @@ impl ExtensionHost {
     /// for a sign-in (`"ok"`, `"authenticated"`, `"already-authenticated"`, `True`,
     /// `None`), `Err(reason)` otherwise. Bounded by [`LOGIN_TIMEOUT`]; the worker serves
     /// no other call meanwhile.
-    pub fn provider_login(
+    pub fn login(
         &self,
         extension: &str,
         provider_id: &str,
         print: LinePrinter,
     ) -> impl std::future::Future<Output = Result<String, String>> + Send + 'static {
-        let host = self.clone();
+        let (catalog, workers, doors) = (
+            self.catalog.clone(),
+            self.workers.clone(),
+            self.doors.clone(),
+        );
         let (extension, provider_id) = (extension.to_string(), provider_id.to_string());
         let token = uuid::Uuid::new_v4().to_string();
-        host.inner.printers.lock().insert(token.clone(), print);
+        doors.add_printer(token.clone(), print);
         async move {
             let payload =
                 json!({"id": provider_id, "slot": "auth_fn", "args": [], "printer": token});
-            let r = host
-                .provider_request(&extension, &provider_id, payload, LOGIN_TIMEOUT)
-                .await;
-            host.inner.printers.lock().remove(&token);
+            let r = request(
+                &catalog,
+                &workers,
+                &extension,
+                &provider_id,
+                payload,
+                LOGIN_TIMEOUT,
+            )
+            .await;
+            doors.remove_printer(&token);
             match r {
                 Ok(Value::Null) | Ok(Value::Bool(true)) => {
                     Ok(format!("signed in to {provider_id}"))
@@ -114,53 +157,51 @@ impl ExtensionHost {
         }
     }
 
-    async fn provider_request(
-        &self,
-        extension: &str,
-        provider_id: &str,
-        mut payload: Value,
-        timeout: std::time::Duration,
-    ) -> Result<Value, ToolError> {
-        let entry = self
-            .inner
-            .registry
-            .read()
-            .all()
-            .into_iter()
-            .find(|e| {
-                e.catalog.name == extension
-                    && e.catalog.providers.iter().any(|p| p.id == provider_id)
-            })
-            .ok_or_else(|| ToolError {
-                message: format!("extension '{extension}' has no provider '{provider_id}'"),
-                traceback: None,
-                hint: None,
-                kind: "unavailable".into(),
-            })?;
-        payload["file"] = json!(file_str(&entry.file));
-        let ctx = CallCtx {
-            project_root: entry.scope.project_root().map(Path::to_path_buf),
-            ..CallCtx::default()
-        };
-        self.inner
-            .workers
-            .registration()
-            .call(ctx, "provider", payload, timeout)
-            .await
-            .map_err(ToolError::from_call)
-    }
-
     /// `get_token_fn()` of a provider: the `ProviderCredential` wire form, or `None`.
-    pub async fn provider_token(
+    pub async fn token(
         &self,
         extension: &str,
         provider_id: &str,
     ) -> Result<Option<Value>, ToolError> {
         let v = self
-            .provider_call(extension, provider_id, "get_token_fn", Vec::new())
+            .call(extension, provider_id, "get_token_fn", Vec::new())
             .await?;
         Ok(if v.is_null() { None } else { Some(v) })
     }
+}
+
+/// One provider request in the registration worker, for the file that registered the
+/// provider.
+async fn request(
+    catalog: &Catalog,
+    workers: &WorkerPool,
+    extension: &str,
+    provider_id: &str,
+    mut payload: Value,
+    timeout: Duration,
+) -> Result<Value, ToolError> {
+    let entry = catalog
+        .all()
+        .into_iter()
+        .find(|e| {
+            e.catalog.name == extension && e.catalog.providers.iter().any(|p| p.id == provider_id)
+        })
+        .ok_or_else(|| ToolError {
+            message: format!("extension '{extension}' has no provider '{provider_id}'"),
+            traceback: None,
+            hint: None,
+            kind: "unavailable".into(),
+        })?;
+    payload["file"] = json!(file_str(&entry.file));
+    let ctx = CallCtx {
+        project_root: entry.scope.project_root().map(Path::to_path_buf),
+        ..CallCtx::default()
+    };
+    workers
+        .registration()
+        .call(ctx, "provider", payload, timeout)
+        .await
+        .map_err(ToolError::from_call)
 }
 
 #[cfg(test)]

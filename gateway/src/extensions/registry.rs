@@ -1,15 +1,27 @@
-//! The catalog as the worker reports it, and the registry of loaded extension files.
+//! The registry of loaded extension files: what each file declares (its manifest, as the
+//! worker reports it), by scope, with the network filter lists built at each swap. Data
+//! only: the catalog (`catalog/`) loads and swaps it; the worker pool and the doors read it.
 
-use super::{file_str, filter_workers, filters, FilterInfo, Inner, LoadFailure};
+#[cfg(test)]
+use super::FilterInfo;
+use super::LoadFailure;
+use parking_lot::RwLock;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+/// The registry, shared by the catalog (writer), the worker pool and the doors (readers).
+pub(super) type SharedRegistry = Arc<RwLock<Registry>>;
+
+/// The network filter lists, by scope.
+pub(super) type FilterLists = BTreeMap<Scope, Vec<Arc<dyn vis_proxy::NetworkFilter>>>;
+
+/// What one extension file declares, as the worker reports it at load.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
-pub(super) struct Catalog {
+pub(super) struct Manifest {
     pub(super) name: String,
     pub(super) description: String,
     pub(super) version: Option<String>,
@@ -101,7 +113,7 @@ impl Scope {
 pub(super) struct Entry {
     pub(super) file: PathBuf,
     pub(super) scope: Scope,
-    pub(super) catalog: Catalog,
+    pub(super) catalog: Manifest,
     pub(super) raw: Value,
     pub(super) source: Arc<Vec<u8>>,
     pub(super) import_root: Option<PathBuf>,
@@ -116,18 +128,56 @@ pub(super) struct ScopeState {
 
 #[derive(Default)]
 pub(super) struct Registry {
-    pub(super) generation: u64,
-    pub(super) scopes: BTreeMap<Scope, ScopeState>,
-    /// [`ExtensionHost::network_filters_for`] per loaded scope, rebuilt whenever a scope is
-    /// swapped (the proxy asks for them on every request): the global scope's own filters, and
-    /// for a project the filters of the extensions that project resolves to (global ones it
-    /// does not override, then its own). A project's filters never appear in another scope.
-    ///
-    /// [`ExtensionHost::network_filters_for`]: super::ExtensionHost::network_filters_for
-    pub(super) filters: BTreeMap<Scope, Vec<Arc<dyn vis_proxy::NetworkFilter>>>,
+    generation: u64,
+    scopes: BTreeMap<Scope, ScopeState>,
+    /// The network filters per loaded scope, rebuilt whenever a scope is swapped (the proxy
+    /// asks for them on every request): the global scope's own filters, and for a project
+    /// the filters of the extensions that project resolves to (global ones it does not
+    /// override, then its own). A project's filters never appear in another scope.
+    filters: FilterLists,
 }
 
 impl Registry {
+    /// Bumped whenever a swap changes what a scope loads: session workers load the new
+    /// versions before their next call.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether `scope` has been loaded.
+    pub(super) fn has_scope(&self, scope: &Scope) -> bool {
+        self.scopes.contains_key(scope)
+    }
+
+    /// The loaded state of `scope`.
+    pub(super) fn scope(&self, scope: &Scope) -> Option<&ScopeState> {
+        self.scopes.get(scope)
+    }
+
+    /// Every loaded scope.
+    pub(super) fn scope_keys(&self) -> Vec<Scope> {
+        self.scopes.keys().cloned().collect()
+    }
+
+    /// Puts `next` in place of `scope`'s state; a change of what it loads bumps the
+    /// generation.
+    pub(super) fn swap(&mut self, scope: Scope, next: ScopeState, changed: bool) {
+        if changed {
+            self.generation += 1;
+        }
+        self.scopes.insert(scope, next);
+    }
+
+    /// The network filters of a loaded scope.
+    pub(super) fn filters(&self, scope: &Scope) -> Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>> {
+        self.filters.get(scope).cloned()
+    }
+
+    /// Replaces every scope's network filter list.
+    pub(super) fn set_filters(&mut self, filters: FilterLists) {
+        self.filters = filters;
+    }
+
     /// The extensions a project sees: global ones not overridden by name, then the project's.
     pub(super) fn resolve(&self, project: Option<&Path>) -> Vec<Arc<Entry>> {
         let global = self
@@ -169,43 +219,5 @@ impl Registry {
             }
         }
         out
-    }
-
-    /// Rebuilds [`Registry::filters`]: one `vis_proxy` filter per `NetworkFilter`, each
-    /// calling its extension file's own filter worker ([`super::filter_workers`]); workers
-    /// of files no scope uses any more are let go.
-    pub(super) fn rebuild_filters(&mut self, host: &Weak<Inner>) {
-        let Some(inner) = host.upgrade() else {
-            return;
-        };
-        let scopes: Vec<Scope> = self.scopes.keys().cloned().collect();
-        let mut keep = Vec::new();
-        self.filters = scopes
-            .into_iter()
-            .map(|scope| {
-                let mut list: Vec<Arc<dyn vis_proxy::NetworkFilter>> = Vec::new();
-                for e in self.resolve(scope.project_root()) {
-                    if e.catalog.network_filters.is_empty() {
-                        continue;
-                    }
-                    let client = inner.workers.filter_worker(&inner.cfg, &e);
-                    keep.push(filter_workers::key_of(&e));
-                    for index in 0..e.catalog.network_filters.len() {
-                        list.push(Arc::new(filters::PyNetworkFilter {
-                            client: client.clone(),
-                            limit: inner.cfg.filter_timeout,
-                            file: file_str(&e.file),
-                            info: FilterInfo {
-                                extension: e.catalog.name.clone(),
-                                file: e.file.clone(),
-                                index,
-                            },
-                        }));
-                    }
-                }
-                (scope, list)
-            })
-            .collect();
-        inner.workers.retain_filter_workers(&keep);
     }
 }

@@ -1,18 +1,49 @@
 //! Symbols as turn tools (docs/decisions.md, E9): the session's tool list, calls through the
-//! session worker with the op hooks around them, and the `apropos`/`doc` catalogue.
+//! session worker with the op hooks around them, the `apropos`/`doc` catalogue, and the
+//! `fs_access` gates the host's own file tools consult.
 
-use super::client::{CallError, WorkerClient};
-use super::*;
+use super::catalog::Catalog;
+use super::doors::Doors;
+use super::pool::WorkerPool;
+use super::registry::Entry;
+use super::types::file_str;
+use super::{CatalogEntry, HostConfig, SessionCtx, ToolDef, ToolError, ToolResult};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-impl ExtensionHost {
+/// The extensions' tools and op hooks, as a session sees them.
+pub struct Tools {
+    catalog: Arc<Catalog>,
+    workers: Arc<WorkerPool>,
+    doors: Arc<Doors>,
+    /// One tool call (`HostConfig::call_timeout`).
+    call_timeout: Duration,
+    /// One op hook (`HostConfig::hook_timeout`).
+    hook_timeout: Duration,
+}
+
+impl Tools {
+    pub(super) fn new(
+        cfg: &HostConfig,
+        catalog: Arc<Catalog>,
+        workers: Arc<WorkerPool>,
+        doors: Arc<Doors>,
+    ) -> Tools {
+        Tools {
+            catalog,
+            workers,
+            doors,
+            call_timeout: cfg.call_timeout,
+            hook_timeout: cfg.hook_timeout,
+        }
+    }
+
     /// Every tool of the session's extensions (hidden ones flagged).
-    pub async fn tools(&self, session: &SessionCtx) -> Vec<ToolDef> {
-        self.ensure_project(session.project_root.as_deref()).await;
+    pub async fn list(&self, session: &SessionCtx) -> Vec<ToolDef> {
         let mut out = Vec::new();
-        for e in self.resolve(session.project_root.as_deref()) {
+        for e in self.catalog.entries(session.project_root.as_deref()).await {
             for s in &e.catalog.symbols {
                 for m in &s.members {
                     out.push(ToolDef {
@@ -38,10 +69,9 @@ impl ExtensionHost {
     }
 
     /// The `apropos`/`doc` catalogue of a session (public and hidden members, flagged).
-    pub async fn catalog_entries(&self, session: &SessionCtx) -> Vec<CatalogEntry> {
-        self.ensure_project(session.project_root.as_deref()).await;
+    pub async fn entries(&self, session: &SessionCtx) -> Vec<CatalogEntry> {
         let mut out = Vec::new();
-        for e in self.resolve(session.project_root.as_deref()) {
+        for e in self.catalog.entries(session.project_root.as_deref()).await {
             for s in &e.catalog.symbols {
                 for m in &s.members {
                     let summary = m
@@ -73,7 +103,7 @@ impl ExtensionHost {
     ) -> Result<Vec<CatalogEntry>, String> {
         let re = regex::Regex::new(pattern).map_err(|e| format!("invalid pattern: {e}"))?;
         Ok(self
-            .catalog_entries(session)
+            .entries(session)
             .await
             .into_iter()
             .filter(|e| !e.is_hidden && re.is_match(&e.name))
@@ -83,7 +113,7 @@ impl ExtensionHost {
     /// The built-in `doc(name)` tool (docs/decisions.md, E9): the full document of one public tool (dotted or
     /// provider name).
     pub async fn doc(&self, session: &SessionCtx, name: &str) -> Result<String, String> {
-        self.catalog_entries(session)
+        self.entries(session)
             .await
             .into_iter()
             .find(|e| !e.is_hidden && (e.name == name || e.name.replace('.', "__") == name))
@@ -94,14 +124,13 @@ impl ExtensionHost {
     /// Calls a tool (provider name `a__b` or dotted `a.b`) with its JSON arguments, with the
     /// session's op hooks around it: a before-hook `vis.block(reason)` refuses the call; a
     /// raising hook allows it; after-hooks observe the result.
-    pub async fn call_tool(
+    pub async fn call(
         &self,
         session: &SessionCtx,
         name: &str,
         args: Value,
     ) -> Result<ToolResult, ToolError> {
-        self.ensure_project(session.project_root.as_deref()).await;
-        let entries = self.resolve(session.project_root.as_deref());
+        let entries = self.catalog.entries(session.project_root.as_deref()).await;
         let found = entries.iter().find_map(|e| {
             e.catalog
                 .symbols
@@ -123,7 +152,7 @@ impl ExtensionHost {
         let op = full_name.clone();
         self.before_hooks(session, &op, std::slice::from_ref(&args))
             .await?;
-        let worker = self.session_worker(session);
+        let worker = self.workers.session(session);
         let payload = json!({
             "file": file_str(&entry.file),
             "name": full_name,
@@ -131,12 +160,7 @@ impl ExtensionHost {
         });
         let outcome = worker
             .client
-            .call(
-                session_call_ctx(session),
-                "call_tool",
-                payload,
-                self.inner.cfg.call_timeout,
-            )
+            .call(session.call_ctx(), "call_tool", payload, self.call_timeout)
             .await;
         let result = match outcome {
             Ok(v) => Ok(ToolResult {
@@ -147,27 +171,12 @@ impl ExtensionHost {
                     .unwrap_or_else(|| v.get("value").cloned().unwrap_or(Value::Null).to_string()),
                 value: v.get("value").cloned().unwrap_or(Value::Null),
             }),
-            Err(e) => Err(self.explain(&worker.client, &entry, e)),
+            Err(e) => Err(worker.explain(&entry, e)),
         };
         if let Ok(r) = &result {
             self.after_hooks(session, &op, &[args], &r.text).await;
         }
         result
-    }
-
-    pub(super) fn explain(&self, client: &WorkerClient, entry: &Entry, e: CallError) -> ToolError {
-        if let Some(failure) = client.running().and_then(|r| r.load_failure(&entry.file)) {
-            return ToolError {
-                message: format!(
-                    "extension '{}' did not load in this session's worker: {}",
-                    entry.catalog.name, failure.message
-                ),
-                traceback: failure.traceback,
-                hint: None,
-                kind: "unavailable".into(),
-            };
-        }
-        ToolError::from_call(e)
     }
 
     /// Runs the session's `before` op hooks for `op` (also for built-in tools such as
@@ -183,17 +192,17 @@ impl ExtensionHost {
         if hooks.is_empty() {
             return Ok(());
         }
-        let worker = self.session_worker(session);
+        let worker = self.workers.session(session);
         for (entry, index) in hooks.into_iter().rev() {
             let payload = json!({
                 "file": file_str(&entry.file),
                 "index": index,
                 "call": {"op": op, "args": args},
             });
-            let ctx = session_call_ctx(session);
+            let ctx = session.call_ctx();
             match worker
                 .client
-                .call(ctx, "run_hook", payload, self.inner.cfg.hook_timeout)
+                .call(ctx, "run_hook", payload, self.hook_timeout)
                 .await
             {
                 Ok(v) if v.get("blocked").and_then(Value::as_bool) == Some(true) => {
@@ -231,7 +240,7 @@ impl ExtensionHost {
         if hooks.is_empty() {
             return;
         }
-        let worker = self.session_worker(session);
+        let worker = self.workers.session(session);
         for (entry, index) in hooks {
             let payload = json!({
                 "file": file_str(&entry.file),
@@ -240,12 +249,7 @@ impl ExtensionHost {
             });
             if let Err(e) = worker
                 .client
-                .call(
-                    session_call_ctx(session),
-                    "run_hook",
-                    payload,
-                    self.inner.cfg.hook_timeout,
-                )
+                .call(session.call_ctx(), "run_hook", payload, self.hook_timeout)
                 .await
             {
                 tracing::warn!(
@@ -262,7 +266,7 @@ impl ExtensionHost {
     fn hooks_for(&self, session: &SessionCtx, op: &str, phase: &str) -> Vec<(Arc<Entry>, usize)> {
         let tool_name = op.replace('.', "__");
         let mut out = Vec::new();
-        for e in self.resolve(session.project_root.as_deref()) {
+        for e in self.catalog.resolve(session.project_root.as_deref()) {
             for (i, h) in e.catalog.op_hooks.iter().enumerate() {
                 if !h.is_gate
                     && h.phase == phase
@@ -277,23 +281,25 @@ impl ExtensionHost {
 
     /// Consults the session's `fs_access` gates (for the host's own file tools):
     /// `operation` is `file-read` or `file-write`. A block or a failing gate refuses.
-    pub async fn check_fs_access(
+    pub async fn fs_access(
         &self,
         session: &SessionCtx,
         operation: &str,
         path: &Path,
     ) -> Result<(), String> {
-        self.ensure_project(session.project_root.as_deref()).await;
-        let worker = self.session_worker(session);
-        let host = self.inner.clone();
+        self.catalog
+            .ensure_project(session.project_root.as_deref())
+            .await;
+        let worker = self.workers.session(session);
+        let doors = self.doors.clone();
         let operation = operation.to_string();
         let path = path.to_path_buf();
         let s = session.clone();
         worker
             .client
-            .with_worker(|running| async move {
-                doors::run_gates(&host, &running, &s, &operation, &path).await
-            })
+            .with_worker(
+                |running| async move { doors.run_gates(&running, &s, &operation, &path).await },
+            )
             .await
             .map_err(|e| {
                 format!(

@@ -83,10 +83,8 @@ pub trait HumanDoors: Send + Sync + 'static {
     fn reveal_secret(&self, session_id: Option<&str>, handle: &str) -> Option<String>;
     /// Drops a handle; `true` when it existed.
     fn forget_secret(&self, session_id: Option<&str>, handle: &str) -> bool;
-    /// The session is being disposed ([`ExtensionHost::stop_session`]): settle its forms,
+    /// The session is being disposed (`host.sessions().stop(..)`): settle its forms,
     /// close its views, stop its children, drop its secrets.
-    ///
-    /// [`ExtensionHost::stop_session`]: super::ExtensionHost::stop_session
     fn session_disposed(&self, _session_id: &str) {}
 }
 

@@ -1,6 +1,6 @@
 //! The host's configuration and its public value types.
 
-use super::client::CallError;
+use super::client::{CallCtx, CallError};
 use super::protocol::WireError;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -66,6 +66,26 @@ pub struct SessionCtx {
     pub project_root: Option<PathBuf>,
     /// `vis.fs` is confined to this folder.
     pub workspace_root: PathBuf,
+}
+
+impl SessionCtx {
+    /// The context of a call made for this session (not a gate).
+    pub(super) fn call_ctx(&self) -> CallCtx {
+        CallCtx {
+            session_id: Some(self.id.clone()),
+            project_root: self.project_root.clone(),
+            workspace_root: Some(self.workspace_root.clone()),
+            is_gate: false,
+        }
+    }
+}
+
+/// Where the lines an `auth_fn` prints go.
+pub type LinePrinter = Arc<dyn Fn(String) + Send + Sync>;
+
+/// A path as the worker protocol carries it.
+pub(super) fn file_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
 }
 
 /// One tool offered to the model (docs/decisions.md, E9).

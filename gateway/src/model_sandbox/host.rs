@@ -166,7 +166,8 @@ impl SessionHost {
     /// The `fs_access` gates for `path` (fail closed: a gate that cannot run refuses).
     async fn gate(&self, operation: &str, path: &std::path::Path) -> Result<(), CallError> {
         self.host
-            .check_fs_access(&self.ctx(), operation, path)
+            .tools()
+            .fs_access(&self.ctx(), operation, path)
             .await
             .map_err(CallError::permission)
     }
@@ -269,7 +270,8 @@ impl SessionHost {
             symbol => {
                 let r = self
                     .host
-                    .call_tool(&self.ctx(), symbol, Value::Object(args.clone()))
+                    .tools()
+                    .call(&self.ctx(), symbol, Value::Object(args.clone()))
                     .await
                     .map_err(tool_error)?;
                 Ok(r.value)
@@ -329,6 +331,7 @@ impl HostCalls for SessionHost {
         let as_value = Value::Object(args.clone());
         if let Err(e) = self
             .host
+            .tools()
             .before_hooks(&session, func, std::slice::from_ref(&as_value))
             .await
         {
@@ -341,6 +344,7 @@ impl HostCalls for SessionHost {
             Err(e) => format!("{}: {}", e.kind, e.message),
         };
         self.host
+            .tools()
             .after_hooks(&session, func, &[as_value], &shown)
             .await;
         out

@@ -22,12 +22,14 @@ impl SessionHooks {
 impl Hooks for SessionHooks {
     async fn before(&self, op: &str, args: &Value) -> Result<(), String> {
         self.host
+            .tools()
             .before_hooks(&self.session, op, std::slice::from_ref(args))
             .await
             .map_err(|e| e.message)
     }
     async fn after(&self, op: &str, args: &Value, result: &str) {
         self.host
+            .tools()
             .after_hooks(&self.session, op, std::slice::from_ref(args), result)
             .await
     }

@@ -41,7 +41,7 @@ async fn a_call_waiting_behind_a_hung_filter_runs_again_on_the_fresh_worker_and_
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    let pid = f.host.filter_worker_pid("lane").expect("pid");
+    let pid = f.host.workers().filter_pid("lane").expect("pid");
     let hung = {
         let filter = filter.clone();
         tokio::spawn(async move { filter.check(&pctx(Phase::Http, "hang.test")).await })
@@ -77,7 +77,7 @@ async fn a_call_waiting_behind_a_hung_filter_runs_again_on_the_fresh_worker_and_
             Ok(FilterVerdict::Block("odd3.test".into())),
         ]
     );
-    assert_ne!(f.host.filter_worker_pid("lane"), Some(pid));
+    assert_ne!(f.host.workers().filter_pid("lane"), Some(pid));
     f.host.shutdown().await;
 }
 
@@ -87,8 +87,8 @@ async fn a_stalled_filter_of_one_project_does_not_delay_another_projects_filter(
     let f = fixture_with(|c| c.filter_timeout = Duration::from_secs(4));
     let a = project_dir(&f, "proj-a", "stall_a");
     let b = project_dir(&f, "proj-b", "calm_b");
-    f.host.ensure_project(Some(&a)).await;
-    f.host.ensure_project(Some(&b)).await;
+    f.host.catalog().ensure_project(Some(&a)).await;
+    f.host.catalog().ensure_project(Some(&b)).await;
     let set = crate::engine::ext::HostFilters(f.host.clone());
     let fa = set.filters(&principal_of(Some(&a)));
     let fb = set.filters(&principal_of(Some(&b)));
@@ -125,7 +125,7 @@ async fn a_stalled_filter_of_one_project_does_not_delay_another_projects_filter(
         "denied by its own timeout: {}",
         err.message
     );
-    assert_eq!(f.host.filter_worker_count(), 2);
+    assert_eq!(f.host.workers().filter_count(), 2);
     f.host.shutdown().await;
 }
 
@@ -136,29 +136,33 @@ async fn a_reload_that_changes_a_filter_gets_a_new_worker_and_a_no_op_reload_kee
         filter.check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
-    let pid = f.host.filter_worker_pid("lane").expect("lane pid");
-    f.host.reload(None).await;
-    let filters = f.host.network_filters();
+    let pid = f.host.workers().filter_pid("lane").expect("lane pid");
+    f.host.catalog().reload(None).await;
+    let filters = f.host.filters().global();
     assert_eq!(
         filters[0].check(&pctx(Phase::Http, "ok.test")).await,
         Ok(FilterVerdict::Allow)
     );
     assert_eq!(
-        f.host.filter_worker_pid("lane"),
+        f.host.workers().filter_pid("lane"),
         Some(pid),
         "nothing changed"
     );
     f.global("lane.py", &LANE_FILTERS.replace("teapot", "teapot v2"));
-    f.host.reload(None).await;
-    let filters = f.host.network_filters();
+    f.host.catalog().reload(None).await;
+    let filters = f.host.filters().global();
     let mut teapot = pctx(Phase::HttpResponse, "ok.test");
     teapot.status = Some(418);
     assert_eq!(
         filters[0].check(&teapot).await,
         Ok(FilterVerdict::Block("teapot v2".into()))
     );
-    assert_ne!(f.host.filter_worker_pid("lane"), Some(pid));
-    assert_eq!(f.host.filter_worker_count(), 1, "the old worker is let go");
+    assert_ne!(f.host.workers().filter_pid("lane"), Some(pid));
+    assert_eq!(
+        f.host.workers().filter_count(),
+        1,
+        "the old worker is let go"
+    );
     f.host.shutdown().await;
 }
 
@@ -205,8 +209,18 @@ async fn project_names_need_no_declaration_and_declared_names_stay_with_their_ex
     f.project_ext("env_a.py", ENV_A);
     f.project_ext("env_b.py", ENV_B);
     let s = f.session("s");
-    let a = f.host.call_tool(&s, "env_a", json!({})).await.expect("a");
-    let b = f.host.call_tool(&s, "env_b", json!({})).await.expect("b");
+    let a = f
+        .host
+        .tools()
+        .call(&s, "env_a", json!({}))
+        .await
+        .expect("a");
+    let b = f
+        .host
+        .tools()
+        .call(&s, "env_b", json!({}))
+        .await
+        .expect("b");
     // Both run in the same session worker.
     assert_eq!(
         a.value,
@@ -241,7 +255,8 @@ vis.register(vis.Extension(name="nums", alias="n", description="d",
     let s = f.session("s");
     let e = f
         .host
-        .call_tool(&s, "ratio", json!({}))
+        .tools()
+        .call(&s, "ratio", json!({}))
         .await
         .expect_err("nan refused");
     assert!(
@@ -253,7 +268,8 @@ vis.register(vis.Extension(name="nums", alias="n", description="d",
     );
     let e = f
         .host
-        .call_tool(&s, "boom", json!({"x": 1}))
+        .tools()
+        .call(&s, "boom", json!({"x": 1}))
         .await
         .expect_err("raises");
     let text = e.text();
@@ -267,7 +283,8 @@ vis.register(vis.Extension(name="nums", alias="n", description="d",
     // A binding error: the message alone, once.
     let e = f
         .host
-        .call_tool(&s, "boom", json!({}))
+        .tools()
+        .call(&s, "boom", json!({}))
         .await
         .expect_err("missing argument");
     assert!(e.message.starts_with("TypeError:"), "{}", e.message);
@@ -291,7 +308,11 @@ vis.register(vis.Extension(name="logger", alias="l", description="d", symbols=[v
 "#,
     );
     let s = f.session("s9");
-    f.host.call_tool(&s, "note", json!({})).await.expect("note");
+    f.host
+        .tools()
+        .call(&s, "note", json!({}))
+        .await
+        .expect("note");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let text = loop {
         let text = walk_logs(&f.home.join("logs"));
@@ -315,28 +336,28 @@ vis.register(vis.Extension(name="logger", alias="l", description="d", symbols=[v
 async fn a_filter_worker_serving_requests_stays_and_an_idle_one_stops_until_the_next_request() {
     let f = fixture_with(|c| c.session_idle = Duration::from_millis(400));
     f.global("idler.py", &filter_ext("idler"));
-    f.host.reload(None).await;
-    let filters = f.host.network_filters();
+    f.host.catalog().reload(None).await;
+    let filters = f.host.filters().global();
     assert_eq!(filters.len(), 1);
     let ok = pctx(Phase::Http, "ok.test");
     assert_eq!(filters[0].check(&ok).await, Ok(FilterVerdict::Allow));
-    let pid = f.host.filter_worker_pid("idler").expect("running");
+    let pid = f.host.workers().filter_pid("idler").expect("running");
     // Busy: a request every 100 ms for longer than the idle time keeps the same worker.
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(filters[0].check(&ok).await, Ok(FilterVerdict::Allow));
         assert_eq!(
-            f.host.filter_worker_pid("idler"),
+            f.host.workers().filter_pid("idler"),
             Some(pid),
             "kept while busy"
         );
     }
     // Idle: stopped, and the process is gone.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while f.host.filter_worker_pid("idler").is_some() && std::time::Instant::now() < deadline {
+    while f.host.workers().filter_pid("idler").is_some() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(f.host.filter_worker_pid("idler"), None, "reaped");
+    assert_eq!(f.host.workers().filter_pid("idler"), None, "reaped");
     // SAFETY: signal 0 only checks whether the process exists.
     let gone = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(20));
@@ -348,7 +369,7 @@ async fn a_filter_worker_serving_requests_stays_and_an_idle_one_stops_until_the_
         filters[0].check(&pctx(Phase::Http, "block.test")).await,
         Ok(FilterVerdict::Block("idler blocks".into()))
     );
-    let fresh = f.host.filter_worker_pid("idler").expect("fresh worker");
+    let fresh = f.host.workers().filter_pid("idler").expect("fresh worker");
     assert_ne!(fresh, pid);
     f.host.shutdown().await;
 }
@@ -369,16 +390,17 @@ async fn an_idle_session_worker_stops_and_the_next_call_starts_a_fresh_one() {
     f.global("todo.py", TODO_EXTENSION);
     let s = f.session("s");
     f.host
-        .call_tool(&s, "add", json!({"text": "a"}))
+        .tools()
+        .call(&s, "add", json!({"text": "a"}))
         .await
         .expect("add");
-    let pid = f.host.session_worker_pid("s").expect("running");
-    assert_eq!(f.host.running_session_workers(), 1);
+    let pid = f.host.workers().session_pid("s").expect("running");
+    assert_eq!(f.host.workers().running_sessions(), 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while f.host.running_session_workers() > 0 && std::time::Instant::now() < deadline {
+    while f.host.workers().running_sessions() > 0 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(f.host.running_session_workers(), 0, "reaped");
+    assert_eq!(f.host.workers().running_sessions(), 0, "reaped");
     // SAFETY: signal 0 only checks whether the process exists.
     let gone = (0..100).any(|_| {
         std::thread::sleep(Duration::from_millis(20));
@@ -388,11 +410,12 @@ async fn an_idle_session_worker_stops_and_the_next_call_starts_a_fresh_one() {
     assert!(gone, "the process ended");
     let out = f
         .host
-        .call_tool(&s, "add", json!({"text": "b"}))
+        .tools()
+        .call(&s, "add", json!({"text": "b"}))
         .await
         .expect("the next call starts a fresh worker");
     assert_eq!(out.value, json!({"count": 2}), "vis.state survives");
-    assert_ne!(f.host.session_worker_pid("s"), Some(pid));
+    assert_ne!(f.host.workers().session_pid("s"), Some(pid));
     f.host.shutdown().await;
 }
 
@@ -415,7 +438,12 @@ vis.register(vis.Extension(name="slowtool", alias="s", description="d", symbols=
 "#,
     );
     let s = f.session("s");
-    let out = f.host.call_tool(&s, "slow", json!({})).await.expect("slow");
+    let out = f
+        .host
+        .tools()
+        .call(&s, "slow", json!({}))
+        .await
+        .expect("slow");
     assert_eq!(out.text, "done", "not reaped in the middle of a call");
     f.host.shutdown().await;
 }
@@ -441,21 +469,22 @@ vis.register(vis.Extension(name="ticker", alias="t", description="d", symbols=[v
     );
     let s = f.session("s");
     f.host
-        .call_tool(&s, "start", json!({}))
+        .tools()
+        .call(&s, "start", json!({}))
         .await
         .expect("start");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        f.host.running_session_workers(),
+        f.host.workers().running_sessions(),
         1,
         "the job still calls the host"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while f.host.running_session_workers() > 0 && std::time::Instant::now() < deadline {
+    while f.host.workers().running_sessions() > 0 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        f.host.running_session_workers(),
+        f.host.workers().running_sessions(),
         0,
         "reaped once the job ended"
     );
@@ -478,7 +507,7 @@ vis.extension(name="old", description="d", alias="o",
               symbols=[vis.symbol(hello)], slash_commands=[vis.slash("hi", lambda ctx: "hi")])
 "#,
     );
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.failures.len(), 1);
     let e = &report.failures[0].error;
     assert_eq!(e.kind, "LegacyExtensionAPI");
@@ -527,7 +556,7 @@ vis.register(vis.Extension(name="fine", description="d", providers=[vis.Provider
     preset=vis.ProviderPreset(base_url="https://f.test", api_style="openai_compatible"))]))
 "#,
     );
-    let report = f.host.reload(None).await;
+    let report = f.host.catalog().reload(None).await;
     assert_eq!(report.loaded, vec!["fine".to_string()]);
     assert_eq!(report.failures.len(), 1);
     let e = &report.failures[0].error;
@@ -539,7 +568,8 @@ vis.register(vis.Extension(name="fine", description="d", providers=[vis.Provider
     );
     let ids: Vec<String> = f
         .host
-        .providers(None)
+        .providers()
+        .list(None)
         .await
         .into_iter()
         .map(|p| p.id)
@@ -564,10 +594,7 @@ vis.register(vis.Extension(name="report", description="d", slash_commands=[
 "#,
     );
     let s = f.session("s");
-    let out = f
-        .host
-        .run_slash_outcome(&s, "report", "", Some("web"))
-        .await;
+    let out = f.host.sessions().slash(&s, "report", "", Some("web")).await;
     assert!(out.ok);
     assert_eq!(out.data, Some(json!({"count": 3, "channel": "web"})));
     assert!(
@@ -577,10 +604,7 @@ vis.register(vis.Extension(name="report", description="d", slash_commands=[
         out.markdown
     );
     assert!(out.markdown.contains("\"count\": 3"), "{}", out.markdown);
-    let out = f
-        .host
-        .run_slash_outcome(&s, "broken", "", Some("web"))
-        .await;
+    let out = f.host.sessions().slash(&s, "broken", "", Some("web")).await;
     assert!(!out.ok);
     assert!(
         out.markdown
@@ -603,7 +627,7 @@ vis.register(vis.Extension(name="ctxy", description="d", prompt="Use ctxy.",
 "#,
     );
     let s = f.session("s");
-    let prompts = f.host.turn(&s, Some("web")).await.into_prompts();
+    let prompts = f.host.sessions().turn(&s, Some("web")).await.into_prompts();
     assert_eq!(prompts.len(), 2, "{prompts:?}");
     assert_eq!(prompts[0], "Use ctxy.");
     assert!(prompts[1].contains("session_env"), "{}", prompts[1]);

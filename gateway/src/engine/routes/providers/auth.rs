@@ -22,7 +22,8 @@ impl ProviderRoutes {
         let v = self
             .0
             .extensions
-            .provider_call(&info.extension, id, "auth_prompt_fn", Vec::new())
+            .providers()
+            .call(&info.extension, id, "auth_prompt_fn", Vec::new())
             .await
             .ok()?;
         let lines: Vec<String> = match v {
@@ -210,7 +211,8 @@ impl ProviderRoutes {
         let login = self
             .0
             .extensions
-            .provider_login(&info.extension, &info.id, print);
+            .providers()
+            .login(&info.extension, &info.id, print);
         let (gw, id, done) = (self.0.clone(), info.id.clone(), progress.clone());
         tokio::spawn(async move {
             let verdict = login.await;

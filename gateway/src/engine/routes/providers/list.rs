@@ -147,7 +147,8 @@ impl ProviderRoutes {
         let r = self
             .0
             .extensions
-            .provider_call(&info.extension, id, "limits_fn", Vec::new())
+            .providers()
+            .call(&info.extension, id, "limits_fn", Vec::new())
             .await
             .map_err(|e| e.message);
         probe::from_limits_fn(id, r)

@@ -114,7 +114,8 @@ impl ProviderRoutes {
     pub(super) async fn extension_providers(&self) -> Vec<ProviderInfo> {
         self.0
             .extensions
-            .providers(Some(&self.0.default_root))
+            .providers()
+            .list(Some(&self.0.default_root))
             .await
     }
 
@@ -210,7 +211,8 @@ impl ProvidersApi for ProviderRoutes {
                 if let Err(e) = self
                     .0
                     .extensions
-                    .provider_call(&ext, id, "logout_fn", Vec::new())
+                    .providers()
+                    .call(&ext, id, "logout_fn", Vec::new())
                     .await
                 {
                     tracing::warn!(target: "vis::providers", provider = %id, "logout_fn failed: {}", e.message);
@@ -259,7 +261,8 @@ impl ProvidersApi for ProviderRoutes {
                 let own = if probe::has_slot(&info, "status_fn") {
                     self.0
                         .extensions
-                        .provider_call(&info.extension, id, "status_fn", Vec::new())
+                        .providers()
+                        .call(&info.extension, id, "status_fn", Vec::new())
                         .await
                         .ok()
                         .and_then(|v| probe::from_status_fn(&v, &info.extension))

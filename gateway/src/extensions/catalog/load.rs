@@ -1,62 +1,25 @@
-//! Loading extension files: build a scope's new state, then swap it in.
+//! Loading extension files: build a scope's new state, then swap it in (and rebuild the
+//! network filter lists).
 
-use super::client::{self, CallCtx};
-use super::protocol::WireError;
-use super::{
-    discovery, file_str, freeze, Catalog, Entry, ExtensionHost, LoadFailure, ReloadReport, Scope,
-    ScopeState,
-};
+use super::Catalog;
+use crate::extensions::client::{self, CallCtx};
+use crate::extensions::filter_workers::PyNetworkFilter;
+use crate::extensions::protocol::WireError;
+use crate::extensions::registry::{Entry, FilterLists, Manifest, Registry, Scope, ScopeState};
+use crate::extensions::types::file_str;
+use crate::extensions::{discovery, freeze, FilterInfo, LoadFailure, ReloadReport};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-impl ExtensionHost {
-    /// Loads (again) the global extensions and, with `project`, that project's: build then
-    /// swap, file by file. A file that fails keeps its last good version (`is_stale`);
-    /// vanished files are removed. Session workers pick the new versions up at their next
-    /// call (none is interrupted).
-    pub async fn reload(&self, project: Option<&Path>) -> ReloadReport {
-        let mut report = self.reload_scope(Scope::Global).await;
-        if let Some(p) = project {
-            let r = self.reload_scope(Scope::Project(p.to_path_buf())).await;
-            report.loaded.extend(r.loaded);
-            report.failures.extend(r.failures);
-            report.removed.extend(r.removed);
-        }
-        report
-    }
-
-    /// Loads a project's extensions the first time a session of that project needs them.
-    pub async fn ensure_project(&self, project: Option<&Path>) {
-        let missing_global = !self
-            .inner
-            .registry
-            .read()
-            .scopes
-            .contains_key(&Scope::Global);
-        if missing_global {
-            self.load_scope(Scope::Global, true).await;
-        }
-        if let Some(p) = project {
-            let scope = Scope::Project(p.to_path_buf());
-            let missing = !self.inner.registry.read().scopes.contains_key(&scope);
-            if missing {
-                self.load_scope(scope, true).await;
-            }
-        }
-    }
-
-    async fn reload_scope(&self, scope: Scope) -> ReloadReport {
-        self.load_scope(scope, false).await
-    }
-
-    async fn load_scope(&self, scope: Scope, only_if_missing: bool) -> ReloadReport {
-        let _one = self.inner.reload_lock.lock().await;
-        if only_if_missing && self.inner.registry.read().scopes.contains_key(&scope) {
+impl Catalog {
+    pub(super) async fn load_scope(&self, scope: Scope, only_if_missing: bool) -> ReloadReport {
+        let _one = self.reload_lock.lock().await;
+        if only_if_missing && self.registry.read().has_scope(&scope) {
             return ReloadReport::default();
         }
         let dir = match &scope {
-            Scope::Global => discovery::global_dir(&self.inner.cfg.home),
+            Scope::Global => discovery::global_dir(&self.cfg.home),
             Scope::Project(p) => discovery::project_dir(p),
         };
         let files = {
@@ -66,16 +29,13 @@ impl ExtensionHost {
                 .unwrap_or_default()
         };
         let previous = self
-            .inner
             .registry
             .read()
-            .scopes
-            .get(&scope)
+            .scope(&scope)
             .cloned()
             .unwrap_or_default();
-        let home = self.inner.cfg.home.clone();
+        let home = self.cfg.home.clone();
         let first = !self
-            .inner
             .frozen_cleared
             .swap(true, std::sync::atomic::Ordering::SeqCst);
         let to_freeze = files.clone();
@@ -99,7 +59,7 @@ impl ExtensionHost {
             project_root: scope.project_root().map(Path::to_path_buf),
             ..CallCtx::default()
         };
-        let timeout = self.inner.cfg.load_timeout;
+        let timeout = self.cfg.load_timeout;
         let scope_root = scope.project_root().map(Path::to_path_buf);
         // One call per file: a file that hangs or kills the worker at import fails alone
         // (the next call starts a fresh registration worker).
@@ -111,7 +71,6 @@ impl ExtensionHost {
                     let payload =
                         client::load_payload(&file, &frozen.source, Some(&frozen.import_root));
                     match self
-                        .inner
                         .workers
                         .registration()
                         .call(ctx.clone(), "load", payload, timeout)
@@ -144,7 +103,7 @@ impl ExtensionHost {
             let old = previous.entries.iter().find(|e| e.file == file).cloned();
             match outcome {
                 Ok((raw, frozen)) => {
-                    let catalog: Catalog = serde_json::from_value(raw.clone()).unwrap_or_default();
+                    let catalog: Manifest = serde_json::from_value(raw.clone()).unwrap_or_default();
                     if let Some(dup) = next.entries.iter().find(|e| e.catalog.name == catalog.name)
                     {
                         next.failures.push(LoadFailure {
@@ -208,7 +167,6 @@ impl ExtensionHost {
                 report.removed.push(old.catalog.name.clone());
                 let payload = json!({"file": file_str(&old.file)});
                 let _ = self
-                    .inner
                     .workers
                     .registration()
                     .call(CallCtx::default(), "unload", payload, timeout)
@@ -224,16 +182,49 @@ impl ExtensionHost {
                 .collect()
         };
         {
-            let mut reg = self.inner.registry.write();
-            let known = reg.scopes.contains_key(&scope);
+            let mut reg = self.registry.write();
+            let known = reg.has_scope(&scope);
             let changed = !known || fingerprint(&previous) != fingerprint(&next);
-            if changed {
-                // Session workers load the new versions before their next call.
-                reg.generation += 1;
-            }
-            reg.scopes.insert(scope.clone(), next);
-            reg.rebuild_filters(&Arc::downgrade(&self.inner));
+            // Session workers load the new versions before their next call.
+            reg.swap(scope.clone(), next, changed);
+            self.rebuild_filters(&mut reg);
         }
         report
+    }
+
+    /// Rebuilds the registry's network filter lists: one `vis_proxy` filter per
+    /// `NetworkFilter`, each calling its extension file's own filter worker
+    /// (`filter_workers.rs`); workers of files no scope uses any more are let go.
+    fn rebuild_filters(&self, reg: &mut Registry) {
+        let mut keep = Vec::new();
+        let lists: FilterLists = reg
+            .scope_keys()
+            .into_iter()
+            .map(|scope| {
+                let mut list: Vec<Arc<dyn vis_proxy::NetworkFilter>> = Vec::new();
+                for e in reg.resolve(scope.project_root()) {
+                    if e.catalog.network_filters.is_empty() {
+                        continue;
+                    }
+                    let client = self.workers.filter_worker(&self.cfg, &e);
+                    keep.push(crate::extensions::filter_workers::key_of(&e));
+                    for index in 0..e.catalog.network_filters.len() {
+                        let info = FilterInfo {
+                            extension: e.catalog.name.clone(),
+                            file: e.file.clone(),
+                            index,
+                        };
+                        list.push(Arc::new(PyNetworkFilter::new(
+                            client.clone(),
+                            self.cfg.filter_timeout,
+                            info,
+                        )));
+                    }
+                }
+                (scope, list)
+            })
+            .collect();
+        reg.set_filters(lists);
+        self.workers.retain_filter_workers(&keep);
     }
 }
