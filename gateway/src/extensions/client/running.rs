@@ -1,8 +1,9 @@
 //! One live worker process: requests over its pipes, calls over its filter lanes, kills.
 
-use super::{CallCtx, CallError, Outcome};
+use super::types::{CallCtx, CallError, DoorError, Outcome, Preload};
 use crate::extensions::lane::{mono_ns, Lane, LaneError, Lanes, Reply};
 use crate::extensions::protocol::{Msg, WireError};
+use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -12,6 +13,24 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use vis_proxy::FilterVerdict;
+
+/// What a worker needs from its owner (the host).
+#[async_trait]
+pub trait WorkerOwner: Send + Sync + 'static {
+    /// Files to load into a fresh process, and the registry generation they belong to.
+    fn preload(&self) -> (u64, Vec<Preload>);
+    /// The current registry generation; a worker loaded for an older one is replaced before
+    /// its next call. `None`: never replaced for that reason (the registration worker).
+    fn generation(&self) -> Option<u64>;
+    /// Answers one host door called by extension code.
+    async fn door(
+        &self,
+        worker: Arc<Running>,
+        ctx: CallCtx,
+        op: String,
+        payload: Value,
+    ) -> Result<Value, DoorError>;
+}
 
 /// One live worker process.
 pub struct Running {

@@ -1,8 +1,8 @@
 //! Starting a worker process: its environment, its filter lanes, its tie to the gateway's
 //! life, and the tasks that own its pipes and its exit.
 
-use super::running::Running;
-use super::{CallCtx, CallError, WorkerOwner, WorkerSpec};
+use super::running::{Running, WorkerOwner};
+use super::types::{CallCtx, CallError, WorkerSpec};
 use crate::extensions::lane::{self, Lane, Lanes};
 use crate::extensions::protocol::{Msg, WireError};
 use parking_lot::Mutex;

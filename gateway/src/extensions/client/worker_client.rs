@@ -1,11 +1,9 @@
 //! The restartable handle of one worker: serialized calls, filter-lane calls, (re)start,
 //! idle stop.
 
-use super::running::{LaneOutcome, RETIRED};
+use super::running::{LaneOutcome, Running, WorkerOwner, FILTER_ATTEMPTS, RETIRED};
 use super::spawn::{sdk_root, spawn};
-use super::{
-    load_payload, CallCtx, CallError, Outcome, Running, WorkerOwner, WorkerSpec, FILTER_ATTEMPTS,
-};
+use super::types::{load_payload, CallCtx, CallError, Outcome, WorkerSpec};
 use crate::extensions::protocol::WireError;
 use parking_lot::Mutex;
 use serde_json::Value;
