@@ -209,6 +209,15 @@ fn check(value: Value, origin: &str) -> Result<Config> {
     Ok(cfg)
 }
 
+/// [`load`] on a blocking thread, for async callers (errors as text).
+pub async fn load_async(home: &Path, project: &Path) -> Result<Config, String> {
+    let (home, project) = (home.to_path_buf(), project.to_path_buf());
+    tokio::task::spawn_blocking(move || load(&home, &project))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
 /// Loads and merges the layers for `project`.
 pub fn load(home: &Path, project: &Path) -> Result<Config> {
     let mut merged = Value::Mapping(Default::default());

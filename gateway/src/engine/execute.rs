@@ -134,7 +134,7 @@ impl Gateway {
             &request,
             &attachments,
         ));
-        let (tools, prompts) = self.turn_tools(&l.sid, &trunk).await;
+        let (tools, prompts) = self.turn_tools.for_turn(&l.sid, &trunk).await;
         let ctx = RunCtx {
             gw: self.clone(),
             sid: l.sid.clone(),

@@ -25,6 +25,7 @@ pub mod shutdown;
 mod slash;
 mod storage;
 pub mod turn;
+mod turn_tools;
 mod views;
 pub mod workspace;
 
@@ -35,7 +36,6 @@ use crate::home::Home;
 use crate::providers::Router;
 use crate::store::rows::{self, SessionRow};
 use crate::store::Store;
-use crate::tools::Tool;
 use parking_lot::{Mutex, RwLock};
 use runner::Progress;
 use std::collections::{HashMap, VecDeque};
@@ -90,7 +90,8 @@ pub struct Gateway {
     providers: Arc<RwLock<Router>>,
     /// The Python extension host (workers, catalog, hooks, filters).
     extensions: ExtensionHost,
-    extra_tools: RwLock<Vec<Arc<dyn Tool>>>,
+    /// What a model turn gets to call (`turn_tools.rs`).
+    turn_tools: turn_tools::TurnTools,
     /// The loaded sessions and the turn order.
     sessions: Arc<sessions::Sessions>,
     permits: Arc<Semaphore>,
@@ -178,6 +179,21 @@ impl Gateway {
             extensions.clone(),
             model_sandboxes.clone(),
         ));
+        let mcp = Arc::new(crate::mcp::Mcp::new(
+            home_dir_for_mcp,
+            crate::model_sandbox::builtins::docs()
+                .into_iter()
+                .map(|d| d.name)
+                .collect(),
+        ));
+        let turn_tools = turn_tools::TurnTools::new(
+            extensions.clone(),
+            workspaces.clone(),
+            model_sandboxes.clone(),
+            mcp.clone(),
+            bus.clone(),
+            home.dir.clone(),
+        );
         let gw = Arc::new(Gateway {
             store,
             bus,
@@ -186,7 +202,7 @@ impl Gateway {
             config,
             providers,
             extensions,
-            extra_tools: RwLock::new(Vec::new()),
+            turn_tools,
             sessions,
             permits: Arc::new(Semaphore::new(concurrency)),
             concurrency,
@@ -197,13 +213,7 @@ impl Gateway {
             human_input,
             presentations,
             model_sandboxes,
-            mcp: Arc::new(crate::mcp::Mcp::new(
-                home_dir_for_mcp,
-                crate::model_sandbox::builtins::docs()
-                    .into_iter()
-                    .map(|d| d.name)
-                    .collect(),
-            )),
+            mcp,
             provider_admin,
             storage: Default::default(),
             companion,
@@ -223,11 +233,7 @@ impl Gateway {
             crate::sandbox::Sandbox::start(&self.home.dir, self.bus.clone(), ports, filters)
                 .await?;
         let sandbox = Arc::new(sandbox);
-        let tool = crate::sandbox::shell::ShellTool {
-            sandbox: sandbox.clone(),
-            home: self.home.dir.clone(),
-        };
-        self.extra_tools.write().push(Arc::new(tool));
+        self.turn_tools.install_sandbox(sandbox.clone());
         sandbox.routes.refresh(&self.providers.read().clients);
         let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
@@ -246,119 +252,7 @@ impl Gateway {
 
     /// The configuration of a project (home layers + the project's own).
     pub async fn project_config(&self, root: &std::path::Path) -> Result<Config, String> {
-        let (home, project) = (self.home.dir.clone(), root.to_path_buf());
-        tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
-    }
-
-    /// Tools of a model turn and the extensions' prompt fragments: `apropos`/`doc`, the
-    /// active extensions' Symbols, and the built-ins (wrapped in the op hooks).
-    pub async fn turn_tools(
-        self: &Arc<Self>,
-        sid: &str,
-        trunk: &std::path::Path,
-    ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
-        let session = self.workspaces.session(sid, trunk);
-        let root = session.workspace_root.clone();
-        let root = root.as_path();
-        let host = self.extensions.clone();
-        let extras = host.sessions().turn(&session, Some("web")).await;
-        let cfg = self.project_config(root).await.unwrap_or_default();
-        if cfg.model_tools() == crate::config::ModelTools::Sandbox {
-            let symbols = host
-                .tools()
-                .list(&session)
-                .await
-                .into_iter()
-                .filter(|d| !extras.inactive.contains(&d.extension))
-                .map(|d| crate::model_sandbox::tool::SymbolFn {
-                    summary: d.description.lines().next().unwrap_or("").to_string(),
-                    name: d.full_name,
-                    contract: d.contract,
-                    doc: d.doc,
-                    is_hidden: d.is_hidden,
-                })
-                .collect();
-            let mcp_fns = self.mcp_functions(sid, root, &cfg).await;
-            let tool = crate::model_sandbox::tool::PythonExecution::new(
-                crate::model_sandbox::tool::Parts {
-                    boxes: self.model_sandboxes.clone(),
-                    sandbox: self.sandbox.get().cloned(),
-                    host: host.clone(),
-                    session: session.clone(),
-                    bus: self.bus.clone(),
-                    home: self.home.dir.clone(),
-                    limit: cfg.block_limit(),
-                    mcp: self.mcp.clone(),
-                    drafts: Some(self.workspaces.model_drafts()),
-                },
-                symbols,
-                mcp_fns,
-            );
-            let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ext::Hooked {
-                host,
-                inner: Arc::new(tool),
-                session,
-            })];
-            return (tools, extras.into_prompts());
-        }
-        let mut tools: Vec<Arc<dyn Tool>> = vec![
-            Arc::new(ext::Apropos {
-                host: host.clone(),
-                session: session.clone(),
-            }),
-            Arc::new(ext::Doc {
-                host: host.clone(),
-                session: session.clone(),
-            }),
-        ];
-        for def in host.tools().list(&session).await {
-            if !extras.inactive.contains(&def.extension) {
-                tools.push(Arc::new(ext::ExtTool {
-                    host: host.clone(),
-                    def,
-                    session: session.clone(),
-                }));
-            }
-        }
-        for inner in self.extra_tools.read().iter() {
-            tools.push(Arc::new(ext::Hooked {
-                host: host.clone(),
-                inner: inner.clone(),
-                session: session.clone(),
-            }));
-        }
-        // Not wrapped: they cross `draft/*` and `git/commit` themselves.
-        tools.extend(self.workspaces.draft_tools());
-        (tools, extras.into_prompts())
-    }
-
-    /// The tools of the session's MCP servers as block functions (connecting as needed).
-    async fn mcp_functions(
-        &self,
-        sid: &str,
-        root: &std::path::Path,
-        cfg: &Config,
-    ) -> Vec<crate::mcp::McpFn> {
-        let Some(sandbox) = self.sandbox.get().cloned() else {
-            return Vec::new();
-        };
-        if self.mcp.servers(cfg).is_empty() {
-            return Vec::new();
-        }
-        let (s, r, c) = (sid.to_string(), root.to_path_buf(), cfg.clone());
-        let reach =
-            tokio::task::spawn_blocking(move || crate::mcp::reach::reach(&sandbox, &s, &r, &c));
-        match reach.await {
-            Ok(Ok(reach)) => self.mcp.session_fns(sid, cfg, &reach).await,
-            Ok(Err(e)) => {
-                tracing::warn!(target: "vis::mcp", session = sid, "MCP servers not reachable: {e}");
-                Vec::new()
-            }
-            Err(_) => Vec::new(),
-        }
+        crate::config::load_async(&self.home.dir, root).await
     }
 
     /// Persists the session row (queued behind earlier writes).
