@@ -339,7 +339,7 @@ impl Engine for Api {
     async fn slashes(&self, sid: &str) -> ApiResult<SlashPalette> {
         let shared = self.0.sessions.get(sid).await?;
         let root = std::path::PathBuf::from(shared.lock().row.root.clone());
-        Ok(self.0.slash_palette(&root).await)
+        Ok(self.0.slash.palette(&root).await)
     }
 
     async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<EgressPage> {
@@ -351,7 +351,7 @@ impl Engine for Api {
         let root = root
             .filter(|r| !r.trim().is_empty())
             .map(std::path::PathBuf::from);
-        self.0.extensions_listing(root.as_deref()).await
+        Ok(self.0.extensions.catalog().list(root.as_deref()).await)
     }
 
     async fn reload_extensions(&self, root: Option<String>) -> ApiResult<ReloadAnswer> {
@@ -364,11 +364,11 @@ impl Engine for Api {
                 format!("root {} is not a directory", root.display()),
             ));
         }
-        let (status, title) = match self.0.reload_all(&root).await {
+        let (status, title) = match self.0.slash.reload(&root, self.0.as_ref()).await {
             Ok(t) => (ReloadStatus::Ok, t),
             Err(t) => (ReloadStatus::Error, t),
         };
-        let extensions = self.0.extensions_listing(Some(&root)).await?;
+        let extensions = self.0.extensions.catalog().list(Some(&root)).await;
         Ok(ReloadAnswer {
             status,
             title,

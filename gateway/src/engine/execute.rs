@@ -99,7 +99,7 @@ impl Gateway {
             None => None,
         };
         // Slash commands are the project's (its real folder), wherever the session works.
-        if self.is_slash(&request, &trunk).await {
+        if self.slash.is_slash(&request, &trunk).await {
             if let Some(r) = shared
                 .lock()
                 .running
@@ -108,7 +108,10 @@ impl Gateway {
             {
                 r.turn.is_slash = true;
             }
-            return self.run_slash(&l.sid, &l.tid, &request, &root).await;
+            return self
+                .slash
+                .run(&l.sid, &l.tid, &request, &root, self.as_ref())
+                .await;
         }
         let configured = self.providers.read().pick(model.as_deref());
         let names_configured = configured.is_some()

@@ -17,6 +17,7 @@ mod meta;
 pub mod presentation;
 mod queue;
 mod recovery;
+mod reload;
 pub mod routes;
 pub mod runner;
 mod session_life;
@@ -90,6 +91,8 @@ pub struct Gateway {
     providers: Arc<RwLock<Router>>,
     /// The Python extension host (workers, catalog, hooks, filters).
     extensions: ExtensionHost,
+    /// The slash commands: the table, the palette and running one (`slash/`).
+    slash: slash::SlashCommands,
     /// What a model turn gets to call (`turn_tools.rs`).
     turn_tools: turn_tools::TurnTools,
     /// The loaded sessions and the turn order.
@@ -194,6 +197,13 @@ impl Gateway {
             bus.clone(),
             home.dir.clone(),
         );
+        let slash = slash::SlashCommands::new(
+            sessions.clone(),
+            bus.clone(),
+            extensions.clone(),
+            workspaces.clone(),
+            home.dir.clone(),
+        );
         let gw = Arc::new(Gateway {
             store,
             bus,
@@ -202,6 +212,7 @@ impl Gateway {
             config,
             providers,
             extensions,
+            slash,
             turn_tools,
             sessions,
             permits: Arc::new(Semaphore::new(concurrency)),
@@ -234,6 +245,7 @@ impl Gateway {
                 .await?;
         let sandbox = Arc::new(sandbox);
         self.turn_tools.install_sandbox(sandbox.clone());
+        self.slash.install_sandbox(sandbox.clone());
         sandbox.routes.refresh(&self.providers.read().clients);
         let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
