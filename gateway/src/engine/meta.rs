@@ -113,8 +113,19 @@ impl Gateway {
         pref: Option<ModelPref>,
     ) -> ApiResult<ModelAnswer> {
         if let Some(p) = &pref {
-            if !self.providers.read().clients.contains_key(&p.provider) {
-                let known: Vec<String> = self.providers.read().clients.keys().cloned().collect();
+            if !self
+                .configuration
+                .router()
+                .clients
+                .contains_key(&p.provider)
+            {
+                let known: Vec<String> = self
+                    .configuration
+                    .router()
+                    .clients
+                    .keys()
+                    .cloned()
+                    .collect();
                 return Err(ApiError::bad_request(
                     "unknown-provider",
                     format!(

@@ -254,7 +254,7 @@ impl Gateway {
         if command.trim().is_empty() {
             return Err("usage: /sh <command>".into());
         }
-        let cfg = self.project_config(root).await?;
+        let cfg = self.configuration.project(root).await?;
         let env = sandbox.child_env(sid, root, &cfg);
         let jail = sandbox.jail_prefix(root, &cfg)?;
         let cancel = tokio_util::sync::CancellationToken::new();
@@ -276,7 +276,7 @@ impl Gateway {
 
     async fn slash_net_probe(&self, sid: &str, args: &str, root: &Path) -> Result<String, String> {
         let sandbox = self.sandbox.get().ok_or("the sandbox is not running")?;
-        let cfg = self.project_config(root).await?;
+        let cfg = self.configuration.project(root).await?;
         sandbox.probe(sid, root, &cfg, args).await
     }
 
@@ -290,7 +290,7 @@ impl Gateway {
 
     /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).
     pub async fn reload_all(&self, root: &Path) -> Result<String, String> {
-        let config = self.reload_config(root).await;
+        let config = self.configuration.reload(root).await;
         let report = self.extensions.catalog().reload(Some(root)).await;
         let part = match &config {
             Ok(keys) if keys.is_empty() => "configuration (unchanged)".to_string(),
@@ -305,25 +305,6 @@ impl Gateway {
         } else {
             Ok(text)
         }
-    }
-
-    /// Re-reads the configuration layers and rebuilds the provider router; last good wins.
-    /// Returns the keys that changed.
-    pub async fn reload_config(&self, root: &Path) -> Result<Vec<String>, String> {
-        let stay = "the previous configuration stays active";
-        let cfg = self
-            .project_config(root)
-            .await
-            .map_err(|e| format!("{e}; {stay}"))?;
-        let router = crate::providers::Router::from_config(&cfg, &self.provider_admin.saved())
-            .map_err(|e| format!("{e}; {stay}"))?;
-        if let Some(sb) = self.sandbox.get() {
-            sb.routes.refresh(&router.clients);
-        }
-        let changed = crate::config::changed_keys(&self.config.read(), &cfg);
-        *self.providers.write() = router;
-        *self.config.write() = cfg;
-        Ok(changed)
     }
 }
 
