@@ -11,6 +11,7 @@ use crate::sandbox::credentials::ProviderRoutes;
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use vis_providers::Client;
 
 /// The configuration job (shared by handle with the Companion settings).
 pub struct Configuration {
@@ -52,6 +53,32 @@ impl Configuration {
     /// across an await.
     pub fn router(&self) -> RwLockReadGuard<'_, Router> {
         self.router.read()
+    }
+
+    /// Whether the router has a client for the provider `id`.
+    pub fn has_provider(&self, id: &str) -> bool {
+        self.router.read().clients.contains_key(id)
+    }
+
+    /// The router's provider ids, in order.
+    pub fn provider_ids(&self) -> Vec<String> {
+        self.router.read().clients.keys().cloned().collect()
+    }
+
+    /// The client of the provider `id`.
+    pub fn client(&self, id: &str) -> Option<Arc<Client>> {
+        self.router.read().clients.get(id).cloned()
+    }
+
+    /// The router's default provider.
+    pub fn default_provider(&self) -> Option<String> {
+        self.router.read().default.clone()
+    }
+
+    /// The client and model for `model` (`provider/model`, a model name, or `None` for the
+    /// default), as the router picks them.
+    pub fn pick(&self, model: Option<&str>) -> Option<(Arc<Client>, String)> {
+        self.router.read().pick(model)
     }
 
     /// The providers saved from the phone and their sign-in flows.

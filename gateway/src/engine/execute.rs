@@ -110,12 +110,12 @@ impl Gateway {
             }
             return self.run_slash(&l.sid, &l.tid, &request, &root).await;
         }
-        let configured = self.configuration.router().pick(model.as_deref());
+        let configured = self.configuration.pick(model.as_deref());
         let names_configured = configured.is_some()
             && model
                 .as_deref()
                 .and_then(|m| m.split_once('/'))
-                .is_none_or(|(p, _)| self.configuration.router().clients.contains_key(p));
+                .is_none_or(|(p, _)| self.configuration.has_provider(p));
         let picked = if names_configured {
             configured
         } else {

@@ -245,11 +245,11 @@ impl Settings {
         let pref = row.model_pref.as_ref()?;
         let provider = pref.get("provider")?.as_str()?.trim();
         let model = pref.get("model")?.as_str()?.trim();
-        if provider.is_empty() || !self.configuration.router().clients.contains_key(provider) {
+        if provider.is_empty() || !self.configuration.has_provider(provider) {
             return None;
         }
         if model.is_empty() {
-            let c = self.configuration.router().clients.get(provider)?.clone();
+            let c = self.configuration.client(provider)?;
             return Some(format!("{provider}/{}", c.config().default_model));
         }
         Some(format!("{provider}/{model}"))
@@ -263,7 +263,7 @@ impl Settings {
         }
         let s = self.current().await.ok()?;
         let provider = s.default_provider?;
-        let c = self.configuration.router().clients.get(&provider)?.clone();
+        let c = self.configuration.client(&provider)?;
         let model = s
             .default_model
             .filter(|m| !m.trim().is_empty())
@@ -275,7 +275,7 @@ impl Settings {
     async fn fallback_model(&self) -> Option<String> {
         let s = self.current().await.ok()?;
         let provider = s.fallback_provider?;
-        let c = self.configuration.router().clients.get(&provider)?.clone();
+        let c = self.configuration.client(&provider)?;
         let model = s
             .fallback_model
             .filter(|m| !m.trim().is_empty())
@@ -290,7 +290,7 @@ impl Settings {
         primary: &Arc<vis_providers::Client>,
     ) -> Option<(Arc<vis_providers::Client>, String)> {
         let m = self.fallback_model().await?;
-        let (c, model) = self.configuration.router().pick(Some(&m))?;
+        let (c, model) = self.configuration.pick(Some(&m))?;
         (c.config().id != primary.config().id).then_some((c, model))
     }
 
@@ -392,7 +392,7 @@ impl Settings {
         let provider = patch.provider.unwrap_or_default().trim().to_string();
         let model = patch.model.unwrap_or_default().trim().to_string();
         let mut s = self.current().await?;
-        let known = |p: &str| self.configuration.router().clients.contains_key(p);
+        let known = |p: &str| self.configuration.has_provider(p);
         if provider.is_empty() {
             if role == "primary" {
                 return Err(ApiError::bad_request(
@@ -422,7 +422,7 @@ impl Settings {
                 let primary = s
                     .default_provider
                     .clone()
-                    .or_else(|| self.configuration.router().default.clone());
+                    .or_else(|| self.configuration.default_provider());
                 if primary.as_deref() == Some(provider.as_str()) {
                     return Err(ApiError::bad_request(
                         "invalid-request",
@@ -437,14 +437,12 @@ impl Settings {
         let primary = s
             .default_provider
             .clone()
-            .or_else(|| self.configuration.router().default.clone());
+            .or_else(|| self.configuration.default_provider());
         let primary_model = s.default_model.clone().or_else(|| {
             let p = primary.clone()?;
             Some(
                 self.configuration
-                    .router()
-                    .clients
-                    .get(&p)?
+                    .client(&p)?
                     .config()
                     .default_model
                     .clone(),

@@ -297,14 +297,7 @@ impl ProvidersApi for ProviderRoutes {
     }
 
     async fn presets(&self) -> ApiResult<PresetList> {
-        let configured: Vec<String> = self
-            .0
-            .configuration
-            .router()
-            .clients
-            .keys()
-            .cloned()
-            .collect();
+        let configured: Vec<String> = self.0.configuration.provider_ids();
         let mut presets: Vec<ProviderPreset> = presets::builtin();
         for e in self.extension_providers().await {
             if let Some(p) = presets::of_extension(&e) {
