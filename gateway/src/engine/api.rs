@@ -364,7 +364,7 @@ impl Engine for Api {
                 format!("root {} is not a directory", root.display()),
             ));
         }
-        let (status, title) = match self.0.slash.reload(&root, self.0.as_ref()).await {
+        let (status, title) = match self.0.slash.reload(&root).await {
             Ok(t) => (ReloadStatus::Ok, t),
             Err(t) => (ReloadStatus::Error, t),
         };

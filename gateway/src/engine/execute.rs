@@ -108,17 +108,14 @@ impl Gateway {
             {
                 r.turn.is_slash = true;
             }
-            return self
-                .slash
-                .run(&l.sid, &l.tid, &request, &root, self.as_ref())
-                .await;
+            return self.slash.run(&l.sid, &l.tid, &request, &root).await;
         }
-        let configured = self.providers.read().pick(model.as_deref());
+        let configured = self.configuration.pick(model.as_deref());
         let names_configured = configured.is_some()
             && model
                 .as_deref()
                 .and_then(|m| m.split_once('/'))
-                .is_none_or(|(p, _)| self.providers.read().clients.contains_key(p));
+                .is_none_or(|(p, _)| self.configuration.has_provider(p));
         let picked = if names_configured {
             configured
         } else {

@@ -113,8 +113,8 @@ impl Gateway {
         pref: Option<ModelPref>,
     ) -> ApiResult<ModelAnswer> {
         if let Some(p) = &pref {
-            if !self.providers.read().clients.contains_key(&p.provider) {
-                let known: Vec<String> = self.providers.read().clients.keys().cloned().collect();
+            if !self.configuration.has_provider(&p.provider) {
+                let known: Vec<String> = self.configuration.provider_ids();
                 return Err(ApiError::bad_request(
                     "unknown-provider",
                     format!(

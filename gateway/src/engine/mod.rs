@@ -8,6 +8,7 @@
 pub mod api;
 mod coalesce;
 pub mod companion;
+pub mod configuration;
 pub mod egress;
 mod execute;
 pub mod ext;
@@ -17,7 +18,6 @@ mod meta;
 pub mod presentation;
 mod queue;
 mod recovery;
-mod reload;
 pub mod routes;
 pub mod runner;
 mod session_life;
@@ -34,10 +34,10 @@ use crate::bus::Bus;
 use crate::config::Config;
 use crate::extensions::{ExtensionHost, HostConfig};
 use crate::home::Home;
-use crate::providers::Router;
 use crate::store::rows::{self, SessionRow};
 use crate::store::Store;
-use parking_lot::{Mutex, RwLock};
+use configuration::Configuration;
+use parking_lot::Mutex;
 use runner::Progress;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -84,11 +84,10 @@ pub struct Counters {
 pub struct Gateway {
     store: Store,
     bus: Arc<Bus>,
-    home: Home,
     default_root: PathBuf,
-    /// Shared by handle with the Companion areas (replaced in place on reload).
-    config: Arc<RwLock<Config>>,
-    providers: Arc<RwLock<Router>>,
+    /// The configuration, the provider router and the saved providers (shared by handle
+    /// with the Companion settings).
+    configuration: Arc<Configuration>,
     /// The Python extension host (workers, catalog, hooks, filters).
     extensions: ExtensionHost,
     /// The slash commands: the table, the palette and running one (`slash/`).
@@ -114,8 +113,6 @@ pub struct Gateway {
     model_sandboxes: Arc<crate::model_sandbox::Sandboxes>,
     /// MCP servers: the phone's list and each session's connections.
     mcp: Arc<crate::mcp::Mcp>,
-    /// Providers saved from the phone and their sign-in flows.
-    provider_admin: Arc<crate::provider_admin::Admin>,
     /// Turns stopped because their events could not be stored (`storage.rs`).
     storage: storage::StorageWatch,
     /// The Companion app's areas beyond the core flow, one object each (`companion/`).
@@ -135,8 +132,7 @@ impl Gateway {
         concurrency: usize,
         retain: i64,
     ) -> anyhow::Result<Arc<Gateway>> {
-        let provider_admin = Arc::new(crate::provider_admin::Admin::new(home.dir.clone()));
-        let providers = Router::from_config(&config, &provider_admin.saved())?;
+        let configuration = Arc::new(Configuration::new(home.dir.clone(), config)?);
         let max_ord = store.call(rows::max_turn_ord).await?;
         let bus = Arc::new(Bus::new(store.clone(), retain));
         let mut host_cfg = HostConfig::new(home.dir.clone());
@@ -165,14 +161,8 @@ impl Gateway {
             bus.clone(),
             max_ord + 1,
         ));
-        let config = Arc::new(RwLock::new(config));
-        let providers = Arc::new(RwLock::new(providers));
-        let companion = companion::Companion::new(
-            store.clone(),
-            sessions.clone(),
-            providers.clone(),
-            config.clone(),
-        );
+        let companion =
+            companion::Companion::new(store.clone(), sessions.clone(), configuration.clone());
         let egress = egress::EgressLog::new(store.clone());
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
         let workspaces = Arc::new(workspace::Workspaces::new(
@@ -202,15 +192,13 @@ impl Gateway {
             bus.clone(),
             extensions.clone(),
             workspaces.clone(),
-            home.dir.clone(),
+            configuration.clone(),
         );
         let gw = Arc::new(Gateway {
             store,
             bus,
-            home,
             default_root,
-            config,
-            providers,
+            configuration,
             extensions,
             slash,
             turn_tools,
@@ -225,7 +213,6 @@ impl Gateway {
             presentations,
             model_sandboxes,
             mcp,
-            provider_admin,
             storage: Default::default(),
             companion,
             workspaces,
@@ -240,13 +227,18 @@ impl Gateway {
     /// and the `/sh` and `/net-probe` commands. Answers the proxy's port.
     pub async fn start_sandbox(&self, ports: Vec<u16>) -> anyhow::Result<u16> {
         let filters = Arc::new(ext::HostFilters(self.extensions.clone()));
-        let sandbox =
-            crate::sandbox::Sandbox::start(&self.home.dir, self.bus.clone(), ports, filters)
-                .await?;
+        let sandbox = crate::sandbox::Sandbox::start(
+            self.configuration.home(),
+            self.bus.clone(),
+            ports,
+            filters,
+        )
+        .await?;
         let sandbox = Arc::new(sandbox);
         self.turn_tools.install_sandbox(sandbox.clone());
         self.slash.install_sandbox(sandbox.clone());
-        sandbox.routes.refresh(&self.providers.read().clients);
+        self.configuration
+            .attach_sandbox_routes(sandbox.routes.clone());
         let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
         Ok(port)
@@ -260,11 +252,6 @@ impl Gateway {
     /// Cancelled when a stop is requested (a signal, `POST /v1/shutdown`).
     pub fn stop_requested(&self) -> CancellationToken {
         self.shutdown.requested()
-    }
-
-    /// The configuration of a project (home layers + the project's own).
-    pub async fn project_config(&self, root: &std::path::Path) -> Result<Config, String> {
-        crate::config::load_async(&self.home.dir, root).await
     }
 
     /// Persists the session row (queued behind earlier writes).

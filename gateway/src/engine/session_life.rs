@@ -27,7 +27,7 @@ impl Gateway {
                 p
             }
         };
-        let (home, project) = (g.home.dir.clone(), root.clone());
+        let (home, project) = (g.configuration.home().to_path_buf(), root.clone());
         tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
             .await
             .map_err(|e| ApiError::engine(e.to_string()))?
@@ -127,7 +127,8 @@ impl Gateway {
         let shared = g.sessions.get(&sid).await?;
         let root = g.workspaces.work_root(&sid, &shared.lock().row.root);
         let cfg = g
-            .project_config(&root)
+            .configuration
+            .project(&root)
             .await
             .map_err(|e| ApiError::bad_request("invalid-config", e))?;
         // The project's filters decide the child's first request (also without a turn).

@@ -41,7 +41,7 @@ fn transcript_page_max_bytes() -> usize {
 
 impl Gateway {
     pub fn soul(&self, row: &SessionRow, live: &Live) -> SessionRecord {
-        let model = self.providers.read().pick(None).map(|(_, m)| m);
+        let model = self.configuration.pick(None).map(|(_, m)| m);
         let status = if live.running.is_some() {
             SessionStatus::Running
         } else if row.last_status == "suspended" {

@@ -17,11 +17,9 @@ pub mod search;
 pub mod settings;
 pub mod usage;
 
-use crate::config::Config;
+use crate::engine::configuration::Configuration;
 use crate::engine::sessions::Sessions;
-use crate::providers::Router;
 use crate::store::Store;
-use parking_lot::RwLock;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use vis_companion_api::ApiError;
@@ -37,16 +35,11 @@ pub struct Companion {
 }
 
 impl Companion {
-    /// The areas over the store, the loaded sessions and the gateway's provider router and
-    /// configuration handles.
-    pub fn new(
-        store: Store,
-        sessions: Arc<Sessions>,
-        providers: Arc<RwLock<Router>>,
-        config: Arc<RwLock<Config>>,
-    ) -> Self {
+    /// The areas over the store, the loaded sessions and the gateway's configuration (with
+    /// its provider router).
+    pub fn new(store: Store, sessions: Arc<Sessions>, configuration: Arc<Configuration>) -> Self {
         Companion {
-            settings: settings::Settings::new(store.clone(), providers, config),
+            settings: settings::Settings::new(store.clone(), configuration),
             devices: devices::Devices::new(store.clone()),
             search: search::Search::new(store.clone()),
             artifacts: artifacts::Artifacts::new(store, sessions.clone()),

@@ -4,8 +4,7 @@
 //! and the model a turn runs on (the session's pin, the router default, the fallback).
 
 use super::store_err;
-use crate::config::Config;
-use crate::providers::Router;
+use crate::engine::configuration::Configuration;
 use crate::store::rows::SessionRow;
 use crate::store::Store;
 use parking_lot::RwLock;
@@ -149,19 +148,17 @@ fn setting_not_found(id: &str) -> ApiError {
 pub struct Settings {
     store: Store,
     cached: RwLock<Option<Choices>>,
-    providers: Arc<RwLock<Router>>,
-    config: Arc<RwLock<Config>>,
+    configuration: Arc<Configuration>,
 }
 
 impl Settings {
-    /// Reads the provider router and the configuration through the gateway's handles (they
-    /// are replaced in place when providers change).
-    pub fn new(store: Store, providers: Arc<RwLock<Router>>, config: Arc<RwLock<Config>>) -> Self {
+    /// Reads the provider router and the configuration through the gateway's configuration
+    /// job (they are replaced in place when providers change).
+    pub fn new(store: Store, configuration: Arc<Configuration>) -> Self {
         Settings {
             store,
             cached: RwLock::new(None),
-            providers,
-            config,
+            configuration,
         }
     }
 
@@ -248,11 +245,11 @@ impl Settings {
         let pref = row.model_pref.as_ref()?;
         let provider = pref.get("provider")?.as_str()?.trim();
         let model = pref.get("model")?.as_str()?.trim();
-        if provider.is_empty() || !self.providers.read().clients.contains_key(provider) {
+        if provider.is_empty() || !self.configuration.has_provider(provider) {
             return None;
         }
         if model.is_empty() {
-            let c = self.providers.read().clients.get(provider)?.clone();
+            let c = self.configuration.client(provider)?;
             return Some(format!("{provider}/{}", c.config().default_model));
         }
         Some(format!("{provider}/{model}"))
@@ -266,7 +263,7 @@ impl Settings {
         }
         let s = self.current().await.ok()?;
         let provider = s.default_provider?;
-        let c = self.providers.read().clients.get(&provider)?.clone();
+        let c = self.configuration.client(&provider)?;
         let model = s
             .default_model
             .filter(|m| !m.trim().is_empty())
@@ -278,7 +275,7 @@ impl Settings {
     async fn fallback_model(&self) -> Option<String> {
         let s = self.current().await.ok()?;
         let provider = s.fallback_provider?;
-        let c = self.providers.read().clients.get(&provider)?.clone();
+        let c = self.configuration.client(&provider)?;
         let model = s
             .fallback_model
             .filter(|m| !m.trim().is_empty())
@@ -293,15 +290,15 @@ impl Settings {
         primary: &Arc<vis_providers::Client>,
     ) -> Option<(Arc<vis_providers::Client>, String)> {
         let m = self.fallback_model().await?;
-        let (c, model) = self.providers.read().pick(Some(&m))?;
+        let (c, model) = self.configuration.pick(Some(&m))?;
         (c.config().id != primary.config().id).then_some((c, model))
     }
 
     /// `GET /v1/router`: every configured provider with its default and fallback roles.
     pub async fn router_status(&self) -> ApiResult<RouterAnswer> {
         let s = self.current().await?;
-        let cfg = self.config.read().clone();
-        let r = self.providers.read().clone();
+        let cfg = self.configuration.current();
+        let r = self.configuration.router().clone();
         let default = s
             .default_provider
             .clone()
@@ -395,7 +392,7 @@ impl Settings {
         let provider = patch.provider.unwrap_or_default().trim().to_string();
         let model = patch.model.unwrap_or_default().trim().to_string();
         let mut s = self.current().await?;
-        let known = |p: &str| self.providers.read().clients.contains_key(p);
+        let known = |p: &str| self.configuration.has_provider(p);
         if provider.is_empty() {
             if role == "primary" {
                 return Err(ApiError::bad_request(
@@ -425,7 +422,7 @@ impl Settings {
                 let primary = s
                     .default_provider
                     .clone()
-                    .or_else(|| self.providers.read().default.clone());
+                    .or_else(|| self.configuration.default_provider());
                 if primary.as_deref() == Some(provider.as_str()) {
                     return Err(ApiError::bad_request(
                         "invalid-request",
@@ -440,14 +437,12 @@ impl Settings {
         let primary = s
             .default_provider
             .clone()
-            .or_else(|| self.providers.read().default.clone());
+            .or_else(|| self.configuration.default_provider());
         let primary_model = s.default_model.clone().or_else(|| {
             let p = primary.clone()?;
             Some(
-                self.providers
-                    .read()
-                    .clients
-                    .get(&p)?
+                self.configuration
+                    .client(&p)?
                     .config()
                     .default_model
                     .clone(),

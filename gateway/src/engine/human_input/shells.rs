@@ -263,7 +263,7 @@ impl HumanInput {
         let mut env = match principal {
             Some((pid, project)) => {
                 // Re-read at each spawn; an invalid configuration refuses (fail closed).
-                let cfg = gw.project_config(&project).await.map_err(|e| {
+                let cfg = gw.configuration.project(&project).await.map_err(|e| {
                     DoorError::typed(
                         "PermissionError",
                         format!("{door} refused: the configuration is invalid: {e}"),

@@ -59,7 +59,8 @@ impl McpRoutes {
 
     async fn config(&self) -> ApiResult<crate::config::Config> {
         self.0
-            .project_config(&self.0.default_root)
+            .configuration
+            .project(&self.0.default_root)
             .await
             .map_err(|e| ApiError::bad_request("invalid-config", e))
     }

@@ -3,7 +3,7 @@
 //! turn's terminal. `/reload` is here too, shared with the reload route.
 
 use super::table::parse;
-use super::{ConfigReload, SlashCommands};
+use super::SlashCommands;
 use crate::engine::lifecycle::Terminal;
 use crate::engine::turn::prose_block;
 use serde_json::{json, Value};
@@ -22,16 +22,8 @@ fn slash_title(name: &str, text: &str) -> String {
 }
 
 impl SlashCommands {
-    /// Runs `request` as turn `tid` of session `sid`, where the session works (`root`); a
-    /// `/reload` reloads the configuration through `config`.
-    pub async fn run<C: ConfigReload>(
-        &self,
-        sid: &str,
-        tid: &str,
-        request: &str,
-        root: &str,
-        config: &C,
-    ) -> Terminal {
+    /// Runs `request` as turn `tid` of session `sid`, where the session works (`root`).
+    pub async fn run(&self, sid: &str, tid: &str, request: &str, root: &str) -> Terminal {
         let Some((name, args)) = parse(request) else {
             return Terminal::Failed {
                 code: "turn_failed".into(),
@@ -66,7 +58,7 @@ impl SlashCommands {
                 .map(|(n, d)| format!("- `/{n}` — {d}"))
                 .collect::<Vec<_>>()
                 .join("\n")),
-            "reload" => self.reload(project, config).await,
+            "reload" => self.reload(project).await,
             "extensions" => Ok(self.extensions.catalog().markdown(Some(project)).await),
             "sh" => self.sh(sid, args, work).await,
             "draft" => self.workspaces.slash(sid, args).await,
@@ -141,8 +133,8 @@ impl SlashCommands {
     }
 
     /// `/reload`: configuration (last good stays on failure), then extensions (build-then-swap).
-    pub async fn reload<C: ConfigReload>(&self, root: &Path, config: &C) -> Result<String, String> {
-        let config = config.reload_config(root).await;
+    pub async fn reload(&self, root: &Path) -> Result<String, String> {
+        let config = self.configuration.reload(root).await;
         let report = self.extensions.catalog().reload(Some(root)).await;
         let part = match &config {
             Ok(keys) if keys.is_empty() => "configuration (unchanged)".to_string(),

@@ -12,7 +12,7 @@ impl SlashCommands {
         if command.trim().is_empty() {
             return Err("usage: /sh <command>".into());
         }
-        let cfg = crate::config::load_async(&self.home, root).await?;
+        let cfg = self.configuration.project(root).await?;
         let env = sandbox.child_env(sid, root, &cfg);
         let jail = sandbox.jail_prefix(root, &cfg)?;
         let cancel = tokio_util::sync::CancellationToken::new();
@@ -40,7 +40,7 @@ impl SlashCommands {
         root: &Path,
     ) -> Result<String, String> {
         let sandbox = self.sandbox.get().ok_or("the sandbox is not running")?;
-        let cfg = crate::config::load_async(&self.home, root).await?;
+        let cfg = self.configuration.project(root).await?;
         sandbox.probe(sid, root, &cfg, args).await
     }
 }

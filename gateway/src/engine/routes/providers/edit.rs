@@ -43,7 +43,7 @@ pub(super) fn check_key(key: &str) -> ApiResult<String> {
 impl ProviderRoutes {
     pub(super) async fn edit_saved(&self, f: impl FnOnce(&mut saved::Saved)) -> ApiResult<()> {
         self.admin()
-            .edit_saved(f, || rebuild(&self.0))
+            .edit_saved(f, || self.0.configuration.rebuild_router())
             .await
             .map_err(ApiError::engine)
     }

@@ -10,7 +10,7 @@ use vis_companion_api::ApiResult;
 impl ProviderRoutes {
     pub(super) async fn rows(&self) -> ApiResult<Vec<ProviderRow>> {
         let tags = self.0.companion.settings().router_status().await?;
-        let r = self.0.providers.read().clone();
+        let r = self.0.configuration.router().clone();
         let saved = self.admin().saved();
         let exts = self.extension_providers().await;
         let label_of = |id: &str| {
@@ -43,7 +43,7 @@ impl ProviderRoutes {
             let (wire_source, configured_in, key_env) = match &source {
                 Source::Config { key_env } => {
                     let (home, root, key) = (
-                        self.0.home.dir.clone(),
+                        self.0.configuration.home().to_path_buf(),
                         self.0.default_root.clone(),
                         id.clone(),
                     );

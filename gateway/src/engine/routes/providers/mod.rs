@@ -1,7 +1,8 @@
-//! The `/v1/providers…` and `/v1/provider-presets` answers over the gateway, the router
-//! rebuild, and the one place that publishes provider changes to connected clients. `list`,
-//! `edit` and `auth` hold the listing, the changes to the saved file, and the sign-in flows
-//! (`api-key`, and an extension's `auth_fn` run as a device-style flow).
+//! The `/v1/providers…` and `/v1/provider-presets` answers over the gateway, and the one
+//! place that publishes provider changes to connected clients (the router rebuild is the
+//! configuration job's, `engine/configuration.rs`). `list`, `edit` and `auth` hold the
+//! listing, the changes to the saved file, and the sign-in flows (`api-key`, and an
+//! extension's `auth_fn` run as a device-style flow).
 
 mod auth;
 mod edit;
@@ -10,7 +11,7 @@ mod list;
 use crate::engine::Gateway;
 use crate::extensions::ProviderInfo;
 use crate::provider_admin::{presets, probe};
-use crate::providers::{Router, Source};
+use crate::providers::Source;
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use std::path::Path;
@@ -50,19 +51,6 @@ pub fn publish(gw: &Gateway, change: Change, provider_id: &str) {
             change: change.as_str().to_string(),
             provider_id: provider_id.to_string(),
         }));
-}
-
-/// Rebuilds the router from the configuration and the saved providers (the next turn uses
-/// it); the egress proxy's provider routes follow.
-pub fn rebuild(gw: &Gateway) -> Result<(), String> {
-    let cfg = gw.config.read().clone();
-    let router =
-        Router::from_config(&cfg, &gw.provider_admin.saved()).map_err(|e| e.to_string())?;
-    if let Some(sb) = gw.sandbox.get() {
-        sb.routes.refresh(&router.clients);
-    }
-    *gw.providers.write() = router;
-    Ok(())
 }
 
 pub(super) fn not_found(id: &str) -> ApiError {
@@ -108,7 +96,7 @@ pub(super) enum Known {
 
 impl ProviderRoutes {
     pub(super) fn admin(&self) -> &crate::provider_admin::Admin {
-        &self.0.provider_admin
+        self.0.configuration.admin()
     }
 
     pub(super) async fn extension_providers(&self) -> Vec<ProviderInfo> {
@@ -121,7 +109,7 @@ impl ProviderRoutes {
 
     pub(super) async fn known(&self, id: &str) -> ApiResult<Known> {
         let routed = {
-            let r = self.0.providers.read();
+            let r = self.0.configuration.router();
             r.clients.get(id).map(|c| {
                 (
                     r.sources.get(id).cloned().unwrap_or(Source::Saved),
@@ -143,7 +131,7 @@ impl ProviderRoutes {
     /// The 409 for a provider the phone does not own.
     pub(super) async fn not_removable(&self, id: &str, source: &Source) -> ApiError {
         let (home, root, key) = (
-            self.0.home.dir.clone(),
+            self.0.configuration.home().to_path_buf(),
             self.0.default_root.clone(),
             id.to_string(),
         );
@@ -309,7 +297,7 @@ impl ProvidersApi for ProviderRoutes {
     }
 
     async fn presets(&self) -> ApiResult<PresetList> {
-        let configured: Vec<String> = self.0.providers.read().clients.keys().cloned().collect();
+        let configured: Vec<String> = self.0.configuration.provider_ids();
         let mut presets: Vec<ProviderPreset> = presets::builtin();
         for e in self.extension_providers().await {
             if let Some(p) = presets::of_extension(&e) {
