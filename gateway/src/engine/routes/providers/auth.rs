@@ -14,18 +14,7 @@ use vis_companion_api::{ApiError, ApiResult};
 
 impl ProviderRoutes {
     pub(super) async fn auth_prompt(&self, id: &str) -> Option<Vec<String>> {
-        let info = self
-            .extension_providers()
-            .await
-            .into_iter()
-            .find(|p| p.id == id && probe::has_slot(p, "auth_prompt_fn"))?;
-        let v = self
-            .0
-            .extensions
-            .providers()
-            .call(&info.extension, id, "auth_prompt_fn", Vec::new())
-            .await
-            .ok()?;
+        let v = self.call_slot(id, "auth_prompt_fn").await?.ok()?;
         let lines: Vec<String> = match v {
             serde_json::Value::String(s) => s.lines().map(str::to_string).collect(),
             serde_json::Value::Array(a) => a

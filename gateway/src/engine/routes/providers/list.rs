@@ -139,18 +139,7 @@ impl ProviderRoutes {
 
     /// An extension provider's `limits_fn` report, when it has one.
     pub(super) async fn extension_limits(&self, id: &str) -> Option<ProviderLimits> {
-        let info = self
-            .extension_providers()
-            .await
-            .into_iter()
-            .find(|p| p.id == id && probe::has_slot(p, "limits_fn"))?;
-        let r = self
-            .0
-            .extensions
-            .providers()
-            .call(&info.extension, id, "limits_fn", Vec::new())
-            .await
-            .map_err(|e| e.message);
-        probe::from_limits_fn(id, r)
+        let r = self.call_slot(id, "limits_fn").await?;
+        probe::from_limits_fn(id, r.map_err(|e| e.message))
     }
 }

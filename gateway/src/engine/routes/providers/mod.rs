@@ -107,6 +107,27 @@ impl ProviderRoutes {
             .await
     }
 
+    /// Calls `slot` (no arguments) of the extension provider `id`; `None` when no extension
+    /// provider of that id declares the slot.
+    pub(super) async fn call_slot(
+        &self,
+        id: &str,
+        slot: &str,
+    ) -> Option<Result<serde_json::Value, crate::extensions::ToolError>> {
+        let info = self
+            .extension_providers()
+            .await
+            .into_iter()
+            .find(|p| p.id == id && probe::has_slot(p, slot))?;
+        Some(
+            self.0
+                .extensions
+                .providers()
+                .call(&info.extension, id, slot, Vec::new())
+                .await,
+        )
+    }
+
     pub(super) async fn known(&self, id: &str) -> ApiResult<Known> {
         let routed = {
             let r = self.0.configuration.router();
