@@ -9,99 +9,75 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// Every kind of event a session stream carries, including the stream's own control frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    TurnQueued,
-    TurnQueuedUpdated,
-    TurnQueuedDeleted,
-    TurnQueuedDrained,
-    TurnStarted,
-    TurnCompleted,
-    TurnFailed,
-    TurnCancelled,
-    ContextUpdated,
-    QueuePaused,
-    QueueResumed,
-    SessionTitleUpdated,
-    SessionFavoriteUpdated,
-    SessionModelUpdated,
-    ContentBlockStarted,
-    ContentBlockDelta,
-    ContentBlockCompleted,
-    BlockPreview,
-    BlockStarted,
-    BlockOutput,
-    Activity,
-    IterationError,
-    IterationCompleted,
-    ProviderRetry,
-    ChunkProviderFallback,
-    ChunkSlash,
-    HumanInputRequest,
-    HumanInputClose,
-    HumanInputLiveOpen,
-    HumanInputLivePatch,
-    HumanInputLiveClose,
-    Notification,
-    EgressDecision,
-    ProvidersUpdated,
-    McpServersUpdated,
-    SessionWorkspaceUpdated,
-    SessionForked,
+/// Declares [`EventKind`] from one table (variant => wire name): the enum, its `as_str` and
+/// `ALL`, so a new kind is one line here.
+macro_rules! event_kinds {
+    ($($(#[$doc:meta])* $kind:ident => $name:literal,)*) => {
+        /// Every kind of event a session stream carries, including the stream's own control frames.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum EventKind {
+            $($(#[$doc])* $kind,)*
+        }
+
+        impl EventKind {
+            /// Every kind.
+            pub const ALL: &'static [EventKind] = &[$(EventKind::$kind,)*];
+
+            /// The `type` on the wire.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(EventKind::$kind => $name,)*
+                }
+            }
+        }
+    };
+}
+
+event_kinds! {
+    TurnQueued => "turn.queued",
+    TurnQueuedUpdated => "turn.queued.updated",
+    TurnQueuedDeleted => "turn.queued.deleted",
+    TurnQueuedDrained => "turn.queued.drained",
+    TurnStarted => "turn.started",
+    TurnCompleted => "turn.completed",
+    TurnFailed => "turn.failed",
+    TurnCancelled => "turn.cancelled",
+    ContextUpdated => "context.updated",
+    QueuePaused => "queue.paused",
+    QueueResumed => "queue.resumed",
+    SessionTitleUpdated => "session.title_updated",
+    SessionFavoriteUpdated => "session.favorite_updated",
+    SessionModelUpdated => "session.model_updated",
+    ContentBlockStarted => "content.block.started",
+    ContentBlockDelta => "content.block.delta",
+    ContentBlockCompleted => "content.block.completed",
+    BlockPreview => "block.preview",
+    BlockStarted => "block.started",
+    BlockOutput => "block.output",
+    Activity => "activity",
+    IterationError => "iteration.error",
+    IterationCompleted => "iteration.completed",
+    ProviderRetry => "provider.retry",
+    ChunkProviderFallback => "chunk.provider-fallback",
+    ChunkSlash => "chunk.slash",
+    HumanInputRequest => "human_input.request",
+    HumanInputClose => "human_input.close",
+    HumanInputLiveOpen => "human_input.live.open",
+    HumanInputLivePatch => "human_input.live.patch",
+    HumanInputLiveClose => "human_input.live.close",
+    Notification => "notification",
+    EgressDecision => "egress.decision",
+    ProvidersUpdated => "providers.updated",
+    McpServersUpdated => "mcp.servers_updated",
+    SessionWorkspaceUpdated => "session.workspace_updated",
+    SessionForked => "session.forked",
     /// Control frame: the subscription is registered (never stored).
-    SubscriptionReady,
+    SubscriptionReady => "subscription.ready",
     /// Control frame: stored events were trimmed (never stored).
-    StreamGap,
+    StreamGap => "stream.gap",
 }
 
 impl EventKind {
-    /// The `type` on the wire.
-    pub const fn as_str(self) -> &'static str {
-        use EventKind::*;
-        match self {
-            TurnQueued => "turn.queued",
-            TurnQueuedUpdated => "turn.queued.updated",
-            TurnQueuedDeleted => "turn.queued.deleted",
-            TurnQueuedDrained => "turn.queued.drained",
-            TurnStarted => "turn.started",
-            TurnCompleted => "turn.completed",
-            TurnFailed => "turn.failed",
-            TurnCancelled => "turn.cancelled",
-            ContextUpdated => "context.updated",
-            QueuePaused => "queue.paused",
-            QueueResumed => "queue.resumed",
-            SessionTitleUpdated => "session.title_updated",
-            SessionFavoriteUpdated => "session.favorite_updated",
-            SessionModelUpdated => "session.model_updated",
-            ContentBlockStarted => "content.block.started",
-            ContentBlockDelta => "content.block.delta",
-            ContentBlockCompleted => "content.block.completed",
-            BlockPreview => "block.preview",
-            BlockStarted => "block.started",
-            BlockOutput => "block.output",
-            Activity => "activity",
-            IterationError => "iteration.error",
-            IterationCompleted => "iteration.completed",
-            ProviderRetry => "provider.retry",
-            ChunkProviderFallback => "chunk.provider-fallback",
-            ChunkSlash => "chunk.slash",
-            HumanInputRequest => "human_input.request",
-            HumanInputClose => "human_input.close",
-            HumanInputLiveOpen => "human_input.live.open",
-            HumanInputLivePatch => "human_input.live.patch",
-            HumanInputLiveClose => "human_input.live.close",
-            Notification => "notification",
-            EgressDecision => "egress.decision",
-            ProvidersUpdated => "providers.updated",
-            McpServersUpdated => "mcp.servers_updated",
-            SessionWorkspaceUpdated => "session.workspace_updated",
-            SessionForked => "session.forked",
-            SubscriptionReady => "subscription.ready",
-            StreamGap => "stream.gap",
-        }
-    }
-
     /// Consumes a seq but is never stored or replayed (the egress decision keeps its own
     /// row, served by the egress route).
     pub const fn is_live_only(self) -> bool {
@@ -125,55 +101,9 @@ impl EventKind {
 }
 
 impl EventKind {
-    /// Every kind.
-    pub const ALL: [EventKind; 39] = {
-        use EventKind::*;
-        [
-            TurnQueued,
-            TurnQueuedUpdated,
-            TurnQueuedDeleted,
-            TurnQueuedDrained,
-            TurnStarted,
-            TurnCompleted,
-            TurnFailed,
-            TurnCancelled,
-            ContextUpdated,
-            QueuePaused,
-            QueueResumed,
-            SessionTitleUpdated,
-            SessionFavoriteUpdated,
-            SessionModelUpdated,
-            ContentBlockStarted,
-            ContentBlockDelta,
-            ContentBlockCompleted,
-            BlockPreview,
-            BlockStarted,
-            BlockOutput,
-            Activity,
-            IterationError,
-            IterationCompleted,
-            ProviderRetry,
-            ChunkProviderFallback,
-            ChunkSlash,
-            HumanInputRequest,
-            HumanInputClose,
-            HumanInputLiveOpen,
-            HumanInputLivePatch,
-            HumanInputLiveClose,
-            Notification,
-            EgressDecision,
-            ProvidersUpdated,
-            McpServersUpdated,
-            SessionWorkspaceUpdated,
-            SessionForked,
-            SubscriptionReady,
-            StreamGap,
-        ]
-    };
-
     /// The kind a stored `type` names.
     pub fn parse(name: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+        EventKind::ALL.iter().copied().find(|k| k.as_str() == name)
     }
 
     /// A turn's terminal event.
@@ -343,7 +273,7 @@ mod tests {
 
     #[test]
     fn every_kind_parses_back_from_its_name_and_names_are_unique() {
-        for k in EventKind::ALL {
+        for &k in EventKind::ALL {
             assert_eq!(EventKind::parse(k.as_str()), Some(k));
         }
         let mut names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
