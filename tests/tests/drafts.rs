@@ -68,6 +68,11 @@ async fn workspace(gw: &Gateway, sid: &str) -> Value {
     v["workspace"].clone()
 }
 
+/// The folder the session works in now (its draft's while it is in one).
+async fn draft_root(gw: &Gateway, sid: &str) -> PathBuf {
+    PathBuf::from(workspace(gw, sid).await["root"].as_str().unwrap())
+}
+
 fn branches(root: &Path) -> String {
     git(root, &["branch", "--list"])
 }
@@ -174,12 +179,7 @@ async fn abandon_removes_the_worktree_and_the_branch() {
     let gw = start(&llm, dirs.clone()).await;
     let sid = gw.create_session_at(&root).await;
     slash(&gw, &sid, "/draft new gone").await.unwrap();
-    let draft = PathBuf::from(
-        workspace(&gw, &sid).await["root"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-    );
+    let draft = draft_root(&gw, &sid).await;
     assert!(draft.is_dir());
     assert!(branches(&root).contains("vis-draft/gone"));
     slash(&gw, &sid, "/draft abandon not needed").await.unwrap();
@@ -202,12 +202,7 @@ async fn a_conflicting_change_on_trunk_refuses_apply_and_leaves_both_sides_intac
     let gw = start(&llm, dirs.clone()).await;
     let sid = gw.create_session_at(&root).await;
     slash(&gw, &sid, "/draft new clash").await.unwrap();
-    let draft = PathBuf::from(
-        workspace(&gw, &sid).await["root"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-    );
+    let draft = draft_root(&gw, &sid).await;
     shell_turn(&gw, &llm, &sid, "echo draft > a.txt").await;
     std::fs::write(root.join("a.txt"), "trunk\n").unwrap();
     let head = git(&root, &["rev-parse", "HEAD"]);
