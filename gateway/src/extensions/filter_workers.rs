@@ -73,12 +73,7 @@ impl FilterWorkers {
         };
         let owner = Arc::new(FilterOwner {
             doors: doors.clone(),
-            preload: Preload {
-                ctx: ctx.clone(),
-                file: entry.file.clone(),
-                source: entry.source.clone(),
-                import_root: entry.import_root.clone(),
-            },
+            preload: entry.preload(ctx.clone()),
         });
         let client = Arc::new(WorkerClient::new(spec, ctx, owner));
         map.insert(key, (entry.catalog.name.clone(), client.clone()));

@@ -286,14 +286,12 @@ impl WorkerOwner for RegistrationOwner {
         let list = reg
             .all()
             .iter()
-            .map(|e| Preload {
-                ctx: CallCtx {
+            .map(|e| {
+                let ctx = CallCtx {
                     project_root: e.scope.project_root().map(Path::to_path_buf),
                     ..CallCtx::default()
-                },
-                file: e.file.clone(),
-                source: e.source.clone(),
-                import_root: e.import_root.clone(),
+                };
+                e.preload(ctx)
             })
             .collect();
         (reg.generation(), list)
@@ -320,12 +318,7 @@ impl WorkerOwner for SessionOwner {
         let list = reg
             .resolve(self.session.project_root.as_deref())
             .iter()
-            .map(|e| Preload {
-                ctx: ctx.clone(),
-                file: e.file.clone(),
-                source: e.source.clone(),
-                import_root: e.import_root.clone(),
-            })
+            .map(|e| e.preload(ctx.clone()))
             .collect();
         (reg.generation(), list)
     }

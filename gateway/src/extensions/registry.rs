@@ -2,6 +2,7 @@
 //! worker reports it), by scope, with the network filter lists built at each swap. Data
 //! only: the catalog (`catalog/`) loads and swaps it; the worker pool and the doors read it.
 
+use super::client::{CallCtx, Preload};
 #[cfg(test)]
 use super::FilterInfo;
 use super::LoadFailure;
@@ -118,6 +119,18 @@ pub(super) struct Entry {
     pub(super) source: Arc<Vec<u8>>,
     pub(super) import_root: Option<PathBuf>,
     pub(super) is_stale: bool,
+}
+
+impl Entry {
+    /// What a fresh worker loads for this file: the admitted bytes, run under `ctx`.
+    pub(super) fn preload(&self, ctx: CallCtx) -> Preload {
+        Preload {
+            ctx,
+            file: self.file.clone(),
+            source: self.source.clone(),
+            import_root: self.import_root.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone)]
