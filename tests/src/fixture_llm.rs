@@ -395,9 +395,8 @@ async fn add_extra_headers(
     resp
 }
 
-/// The models list; recorded, and behind the required key like the model routes (the
-/// dialect read from the headers: `x-api-key` or `anthropic-version` mean Anthropic).
-async fn models_route(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+/// Keeps a request for the test to inspect (path, headers, JSON body).
+fn record(shared: &Shared, uri: &Uri, headers: &HeaderMap, body: Value) {
     lock(&shared.requests).push(RecordedRequest {
         path: uri.path().to_string(),
         headers: headers
@@ -409,8 +408,14 @@ async fn models_route(State(shared): State<Arc<Shared>>, uri: Uri, headers: Head
                 )
             })
             .collect(),
-        body: Value::Null,
+        body,
     });
+}
+
+/// The models list; recorded, and behind the required key like the model routes (the
+/// dialect read from the headers: `x-api-key` or `anthropic-version` mean Anthropic).
+async fn models_route(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    record(&shared, &uri, &headers, Value::Null);
     let dialect = if headers.contains_key("x-api-key") || headers.contains_key("anthropic-version")
     {
         Dialect::Anthropic
@@ -495,19 +500,7 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let json_body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    lock(&shared.requests).push(RecordedRequest {
-        path: uri.path().to_string(),
-        headers: headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: json_body.clone(),
-    });
+    record(&shared, &uri, &headers, json_body.clone());
     let required = lock(&shared.required_key).clone();
     if let Some(required) = required {
         if presented_key(dialect, &headers).as_deref() != Some(required.as_str()) {
