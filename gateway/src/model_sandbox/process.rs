@@ -17,8 +17,12 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-/// The runtime's source, handed to `python3 -c`.
-pub const RUNTIME_SOURCE: &str = include_str!("runtime.py");
+/// The runtime's source, handed to `python3 -c`: the process and its channel, then the
+/// session's namespace, jobs and the functions whose answers are objects.
+pub const RUNTIME_SOURCE: &str = concat!(
+    include_str!("runtime.py"),
+    include_str!("runtime_session.py")
+);
 
 /// How long a new runtime may take to say `ready`.
 const READY_LIMIT: Duration = Duration::from_secs(15);
@@ -73,6 +77,10 @@ pub struct Done {
     pub output: String,
     pub output_bytes: u64,
     pub error: Option<String>,
+    /// The model's definitions, when the block changed them.
+    pub defs: Option<Vec<protocol::Def>>,
+    /// A line to put before the output (the sandbox restarted; a definition did not come back).
+    pub note: Option<String>,
 }
 
 /// Answers the host calls of a running block.
@@ -187,6 +195,7 @@ impl Runtime {
         &mut self,
         code: &str,
         functions: &[FnEntry],
+        restore: &[protocol::Def],
         host: &dyn HostCalls,
     ) -> Result<Done, RuntimeError> {
         self.next_run += 1;
@@ -197,6 +206,7 @@ impl Runtime {
                 id: run,
                 code,
                 functions,
+                restore,
             },
         )
         .await;
@@ -233,8 +243,10 @@ impl Runtime {
                             (id, answer)
                         });
                     }
-                    Some(Ok(FromRuntime::Done { id, output, output_bytes, error })) if id == run => {
-                        return Ok(Done { output, output_bytes, error });
+                    Some(Ok(FromRuntime::Done { id, output, output_bytes, error, defs, restore_failed })) if id == run => {
+                        let note = (!restore_failed.is_empty()).then(|| format!(
+                            "[not restored: {}]", restore_failed.join("; ")));
+                        return Ok(Done { output, output_bytes, error, defs, note });
                     }
                     Some(Ok(other)) => {
                         return Err(Some(RuntimeError::Protocol(format!("unexpected {other:?}"))));
