@@ -52,6 +52,47 @@ pub fn default_python() -> PathBuf {
     PathBuf::from("python3")
 }
 
+/// The oldest CPython the runtime supports.
+pub const MIN_PYTHON: (u32, u32) = (3, 9);
+
+/// Checks the sandbox's interpreter at start: `Err` (refuse to start) when it runs but is
+/// older than [`MIN_PYTHON`] or cannot run the runtime's flags; a missing interpreter only
+/// warns (blocks then fail with a message naming it).
+pub async fn check_python(python: PathBuf) -> Result<(), String> {
+    let run = tokio::process::Command::new(&python)
+        .args(["-I", "-S", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+        .env_clear()
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => {
+            tracing::warn!(python = %python.display(), error = %e,
+                "the model's sandbox interpreter cannot be started; python_execution blocks will fail");
+            return Ok(());
+        }
+        Err(_) => return Ok(()),
+    };
+    let need = format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1);
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let version: Vec<u32> = text.split('.').filter_map(|p| p.parse().ok()).collect();
+    match version.as_slice() {
+        [major, minor, ..] if out.status.success() && (*major, *minor) >= MIN_PYTHON => Ok(()),
+        [_, _, ..] if out.status.success() => Err(format!(
+            "the model's sandbox needs CPython {need} or newer, but {} is {text}; install a newer \
+             python3 or point VIS_SANDBOX_PYTHON at one",
+            python.display()
+        )),
+        _ => Err(format!(
+            "the model's sandbox needs CPython {need} or newer, but {} did not run ({}): {}",
+            python.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
 /// Why a block could not run to its end.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {

@@ -56,7 +56,8 @@ def _restore(namespace, entries):
 
 
 def _is_definition(obj):
-    return isinstance(obj, type) or callable(obj) and hasattr(obj, "__code__")
+    """A function or class, decorated or not (data is not restored)."""
+    return callable(obj) or isinstance(obj, (staticmethod, classmethod, property))
 
 
 def _defined_now(namespace):
