@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_matcher::Matcher;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
@@ -119,7 +119,9 @@ pub fn grep(ws: &Workspace, q: &GrepQuery) -> Result<GrepPage, FileError> {
                 return WalkState::Continue;
             };
             let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
-            if m.is_match(rel.as_os_str().as_encoded_bytes()).unwrap_or(false) {
+            if m.is_match(rel.as_os_str().as_encoded_bytes())
+                .unwrap_or(false)
+            {
                 if let Ok(mut named) = named.lock() {
                     named.push(entry.path().to_path_buf());
                 }
@@ -327,7 +329,10 @@ fn page(
 
 /// The rows of the hits `lo..hi` of one file, with the context around them.
 fn window(rows: &[Row], lo: usize, hi: usize) -> &[Row] {
-    let hit_at = |want: usize| rows.iter().position(|r| matches!(r, Row::Hit(i, _) if *i == want));
+    let hit_at = |want: usize| {
+        rows.iter()
+            .position(|r| matches!(r, Row::Hit(i, _) if *i == want))
+    };
     let (Some(first), Some(last)) = (hit_at(lo), hit_at(hi.saturating_sub(1).max(lo))) else {
         return &[];
     };

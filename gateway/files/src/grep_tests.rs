@@ -261,7 +261,10 @@ fn a_symlink_pointing_outside_is_not_followed() {
 
 #[test]
 fn any_of_several_terms_is_a_hit_and_case_is_smart() {
-    let (_d, ws) = tree(&[("a.txt", "alpha one\nBeta two\nbeta three\ngamma\nALPHA four\n")]);
+    let (_d, ws) = tree(&[(
+        "a.txt",
+        "alpha one\nBeta two\nbeta three\ngamma\nALPHA four\n",
+    )]);
     let both = GrepQuery {
         more: vec!["Beta".into()],
         ..q("alpha")
@@ -275,7 +278,11 @@ fn any_of_several_terms_is_a_hit_and_case_is_smart() {
         more: vec!["beta".into()],
         ..q("alpha")
     };
-    assert_eq!(grep(&ws, &lower).expect("grep").hits, 4, "no capital: any case");
+    assert_eq!(
+        grep(&ws, &lower).expect("grep").hits,
+        4,
+        "no capital: any case"
+    );
     let forced = GrepQuery {
         case: Some(false),
         ..both.clone()
@@ -316,10 +323,19 @@ fn file_names_match_too_and_an_empty_query_lists_files_honouring_gitignore() {
     ]);
     let page = grep(&ws, &q("parser")).expect("grep");
     assert_eq!(page.names, 1, "{}", page.text);
-    assert!(page.text.starts_with("files whose path matches:\n  src/parser.rs"), "{}", page.text);
+    assert!(
+        page.text
+            .starts_with("files whose path matches:\n  src/parser.rs"),
+        "{}",
+        page.text
+    );
     assert!(page.text.contains("notes.md\n  1:"), "{}", page.text);
     let all = grep(&ws, &q("")).expect("list");
-    assert_eq!(all.text, "files:\n  notes.md\n  src/parser.rs", "{}", all.text);
+    assert_eq!(
+        all.text, "files:\n  notes.md\n  src/parser.rs",
+        "{}",
+        all.text
+    );
     let limited = grep(
         &ws,
         &GrepQuery {
@@ -329,5 +345,8 @@ fn file_names_match_too_and_an_empty_query_lists_files_honouring_gitignore() {
         },
     )
     .expect("list");
-    assert_eq!(limited.text, "files:\n  src/parser.rs", "the second file only");
+    assert_eq!(
+        limited.text, "files:\n  src/parser.rs",
+        "the second file only"
+    );
 }

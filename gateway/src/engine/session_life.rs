@@ -87,7 +87,10 @@ impl Gateway {
         g.model_sandboxes
             .end_session(
                 sid,
-                Some(crate::model_sandbox::state::file(g.configuration.home(), sid)),
+                Some(crate::model_sandbox::state::file(
+                    g.configuration.home(),
+                    sid,
+                )),
             )
             .await;
         // Its draft stays, parked: another session of the repository can resume it.

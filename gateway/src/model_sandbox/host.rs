@@ -252,8 +252,10 @@ impl SessionHost {
                     cursor,
                 };
                 let page = blocking(move || vis_files::grep(&ws, &q)).await?;
-                Ok(json!({"text": page.text, "hits": page.hits, "files": page.files,
-                          "names": page.names, "next": page.next}))
+                Ok(
+                    json!({"text": page.text, "hits": page.hits, "files": page.files,
+                          "names": page.names, "next": page.next}),
+                )
             }
             "patch" => {
                 let path = required(args, "path", "patch")?;
@@ -323,7 +325,10 @@ impl SessionHost {
     async fn shell(&self, args: &Map<String, Value>) -> Result<Value, CallError> {
         let cmd = required(args, "cmd", "shell")?;
         if cmd.trim().is_empty() {
-            return Err(CallError::new("ValueError", "shell() needs a non-blank command"));
+            return Err(CallError::new(
+                "ValueError",
+                "shell() needs a non-blank command",
+            ));
         }
         let background = args
             .get("background")
@@ -363,7 +368,9 @@ impl SessionHost {
                 })
                 .await
                 .map_err(|e| match e {
-                    super::jobs::JobError::Limit(_) => CallError::new("RuntimeError", e.to_string()),
+                    super::jobs::JobError::Limit(_) => {
+                        CallError::new("RuntimeError", e.to_string())
+                    }
                     super::jobs::JobError::Start(_) => CallError::new("OSError", e.to_string()),
                 })?;
             self.shell_activity(ActivityKindArg::Background, &cmd);
@@ -405,7 +412,10 @@ impl SessionHost {
         let short: String = cmd.chars().take(200).collect();
         a.op = Some("shell".into());
         a.cmd = Some(short.clone());
-        a.label = Some(format!("shell {}", short.chars().take(60).collect::<String>()));
+        a.label = Some(format!(
+            "shell {}",
+            short.chars().take(60).collect::<String>()
+        ));
         a.phrase = Some(match kind {
             ActivityKindArg::Foreground => format!("Vis is running {short}"),
             ActivityKindArg::Background => format!("Vis started a background job: {short}"),
@@ -428,7 +438,12 @@ impl SessionHost {
         let job = u32::try_from(id)
             .ok()
             .and_then(|id| self.boxes.jobs.get(sid, id))
-            .ok_or_else(|| CallError::new("LookupError", format!("no job {id} in this session; jobs() lists them")))?;
+            .ok_or_else(|| {
+                CallError::new(
+                    "LookupError",
+                    format!("no job {id} in this session; jobs() lists them"),
+                )
+            })?;
         let op = text_arg(args, "op")?.unwrap_or_else(|| "status".into());
         match op.as_str() {
             "status" => {}
@@ -452,10 +467,9 @@ impl SessionHost {
             "logs" => {
                 let tail = int_arg(args, "tail")?.map(|n| n.max(0) as usize);
                 let since = int_arg(args, "since")?.map(|n| n.max(0) as u64);
-                let logs = job
-                    .logs(tail, since)
-                    .await
-                    .map_err(|e| CallError::new("OSError", format!("cannot read the job's log: {e}")))?;
+                let logs = job.logs(tail, since).await.map_err(|e| {
+                    CallError::new("OSError", format!("cannot read the job's log: {e}"))
+                })?;
                 return Ok(serde_json::to_value(logs).unwrap_or(Value::Null));
             }
             other => {

@@ -146,7 +146,10 @@ fn read_log(path: &Path, tail: Option<usize>, since: Option<u64>) -> std::io::Re
     if since.is_none() {
         let n = tail.unwrap_or(100);
         let body = text.strip_suffix('\n').unwrap_or(&text);
-        let cut = body.rmatch_indices('\n').nth(n.saturating_sub(1)).map(|(i, _)| i + 1);
+        let cut = body
+            .rmatch_indices('\n')
+            .nth(n.saturating_sub(1))
+            .map(|(i, _)| i + 1);
         if let Some(cut) = cut {
             start += cut as u64;
             text = text[cut..].to_string();

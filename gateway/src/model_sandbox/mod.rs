@@ -207,7 +207,10 @@ impl Sandboxes {
                 BlockOutcome::Done(done)
             }
             BlockOutcome::TimedOut(t) => {
-                guard.lost = Some(format!("the previous block ran past its limit ({} s)", t.as_secs()));
+                guard.lost = Some(format!(
+                    "the previous block ran past its limit ({} s)",
+                    t.as_secs()
+                ));
                 BlockOutcome::TimedOut(t)
             }
             BlockOutcome::Cancelled => {

@@ -60,7 +60,12 @@ pub const MIN_PYTHON: (u32, u32) = (3, 9);
 /// warns (blocks then fail with a message naming it).
 pub async fn check_python(python: PathBuf) -> Result<(), String> {
     let run = tokio::process::Command::new(&python)
-        .args(["-I", "-S", "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+        .args([
+            "-I",
+            "-S",
+            "-c",
+            "import sys; print('%d.%d.%d' % sys.version_info[:3])",
+        ])
         .env_clear()
         .stdin(Stdio::null())
         .kill_on_drop(true)

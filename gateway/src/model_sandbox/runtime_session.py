@@ -234,8 +234,22 @@ class Hit:
 
 
 class Hits(list):
-    """``apropos`` answers: one line each; with no query, grouped by namespace."""
+    """``apropos`` answers: one line each; with no query, grouped by namespace. It also
+    answers the text methods (``.splitlines()``, ``in``) as the text it prints."""
     grouped = False
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(str(self), name)
+
+    def __contains__(self, item):
+        if isinstance(item, str):
+            return item in str(self)
+        return list.__contains__(self, item)
+
+    def __format__(self, spec):
+        return format(str(self), spec)
 
     def __repr__(self):
         if not self:

@@ -173,8 +173,8 @@ impl Spill {
                 return;
             }
             if let Some(dir) = self.path.parent().map(Path::to_path_buf) {
-                let _ = tokio::task::spawn_blocking(move || super::shell::ensure_scratch(&dir))
-                    .await;
+                let _ =
+                    tokio::task::spawn_blocking(move || super::shell::ensure_scratch(&dir)).await;
             }
             match tokio::fs::File::create(&self.path).await {
                 Ok(f) => self.file = Some(f),
@@ -292,8 +292,7 @@ pub async fn run_full(
             return Err(std::io::Error::other("no output pipe"));
         };
         let (kept, tx) = (kept.clone(), tx.clone());
-        let mut noise =
-            (is_err && jail.is_some()).then(crate::sandbox::jail::NoiseFilter::new);
+        let mut noise = (is_err && jail.is_some()).then(crate::sandbox::jail::NoiseFilter::new);
         readers.push(tokio::spawn(async move {
             let mut chunk = vec![0u8; 64 * 1024];
             loop {

@@ -27,8 +27,7 @@ async fn a_command_sees_only_the_given_environment_and_runs_in_the_root() {
 
 #[tokio::test]
 async fn a_timeout_kills_the_whole_process_group() {
-    let env: BTreeMap<String, String> =
-        [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
+    let env: BTreeMap<String, String> = [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
     let t0 = std::time::Instant::now();
     let out = run(
         "sleep 30 & sleep 30; echo never",
@@ -63,8 +62,7 @@ async fn a_jailed_command_is_killed_with_its_group_and_its_stderr_is_clean() {
         log_file: None,
     };
     let prefix = super::super::jail::prepare(&spec).expect("the jail works here");
-    let env: BTreeMap<String, String> =
-        [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
+    let env: BTreeMap<String, String> = [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
     let out = run_with(
         "echo in; echo err >&2; cat /proc/net/route | wc -l",
         &root,
@@ -100,7 +98,13 @@ fn path_env() -> BTreeMap<String, String> {
 fn alive(pid: u32) -> bool {
     // A zombie has no `/proc/<pid>/cwd` target it can show; count it as gone.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
         .unwrap_or(false)
 }
 
@@ -163,10 +167,11 @@ async fn a_long_output_keeps_its_head_and_tail_and_spills_whole_to_a_file() {
 async fn a_dropped_run_kills_the_whole_tree_including_a_new_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let cancel = CancellationToken::new();
+    let env = path_env();
     let fut = run(
         "set -m; sleep 30 & echo $! > bg.pid; sleep 30",
         dir.path(),
-        &path_env(),
+        &env,
         Duration::from_secs(60),
         &cancel,
     );

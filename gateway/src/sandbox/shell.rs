@@ -69,7 +69,11 @@ impl ShellError {
 /// The session's scratch folder in the workspace `root`: long outputs and job logs, ignored
 /// by git and by `grep` (it holds a `.gitignore` of `*`), removed with the session.
 pub fn scratch_dir(root: &std::path::Path, sid: &str) -> PathBuf {
-    let short: String = sid.chars().filter(|c| c.is_ascii_alphanumeric()).take(8).collect();
+    let short: String = sid
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(8)
+        .collect();
     root.join(".vis").join("scratch").join(short)
 }
 
