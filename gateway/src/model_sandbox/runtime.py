@@ -21,7 +21,8 @@ Runtime -> gateway
 
 Blocks run one at a time in one ``__main__`` module that lives as long as the process:
 names a block defines are there in the next block. Top-level ``await`` is allowed and
-only what the block prints comes back. A ``run`` may carry ``"restore": [DEF...]``
+only what the block prints comes back (a last statement that is an expression prints its
+value's repr unless it is None, as a REPL does). A ``run`` may carry ``"restore": [DEF...]``
 (DEF is {"name","source"}): the model's ``def``/``class`` statements from an earlier
 process, run first. ``done`` then carries ``"defs": [DEF...]`` when the block changed
 the model's top-level functions and classes, and ``"restore_failed": ["name: error"]``. ``output`` is everything
@@ -729,6 +730,7 @@ def _run_block(message):
     error, tree, before = None, None, _defined_now(namespace)
     try:
         tree = compile(source, "<block>", "exec", PyCF_ONLY_AST, True)
+        _show_last(tree)
         code = compile(tree, "<block>", "exec", PyCF_ALLOW_TOP_LEVEL_AWAIT, True)
         result = eval(code, namespace)
         if code.co_flags & CO_COROUTINE:

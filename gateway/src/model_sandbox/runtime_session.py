@@ -5,7 +5,7 @@
 # and the functions whose answers are objects (shell jobs, apropos hits, doc).
 # ---------------------------------------------------------------------------------------
 
-from _ast import AsyncFunctionDef, ClassDef, FunctionDef
+from _ast import AsyncFunctionDef, Call, ClassDef, Expr, FunctionDef, Load, Name
 
 _module = None                # the __main__ module, kept for the process's life
 _namespace = None             # its dict
@@ -28,6 +28,7 @@ def _install_functions(namespace, specs):
     """(Re)installs the turn's functions; a name the model rebound to its own value keeps it."""
     global _ours
     fresh = {"gather": gather, "ToolError": ToolError, "defs": defs}
+    namespace["__vis_show__"] = _show
     for spec in specs:
         if spec.get("name"):
             _install(fresh, spec["name"], _function(spec))
@@ -85,6 +86,24 @@ def _track_defs(namespace, tree, source, before):
         return None
     _defs_sent[:] = now
     return now
+
+
+def _show(value):
+    """What a block's last expression is worth, printed as a REPL would (None: nothing)."""
+    if value is not None:
+        print(repr(value))
+
+
+def _show_last(tree):
+    """Makes the block's last statement, when it is an expression, print its value."""
+    last = tree.body[-1] if tree.body else None
+    if not isinstance(last, Expr):
+        return
+    call = Call(func=Name(id="__vis_show__", ctx=Load()), args=[last.value], keywords=[])
+    for node in (call, call.func):
+        for field in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+            setattr(node, field, getattr(last.value, field, None))
+    last.value = call
 
 
 def _signature(obj):

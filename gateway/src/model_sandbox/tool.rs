@@ -173,7 +173,8 @@ impl PythonExecution {
 const DESCRIPTION: &str = "Run Python 3 code in the session's sandbox (cwd = the workspace). \
 Names persist from call to call (defs() lists yours); after a sandbox restart your functions and \
 classes are restored and the output says so. Top-level `await` works. Only what the code prints \
-(stdout and stderr) and an uncaught exception's traceback come back, capped at 64 KiB. Built-in \
+(stdout and stderr), the value of a final expression and an uncaught exception's traceback \
+come back, capped at 64 KiB. Built-in \
 functions (no import needed): cat(path, start, end), grep(query_or_list, paths, include, exclude, \
 is_regex, context, limit, offset), patch(path, edits), ls(path), shell(cmd, timeout, \
 background), jobs(), defs(), apropos(text), doc(name), gather(*aws), draft_create(label), \

@@ -167,9 +167,13 @@ def test_doc_of_a_python_builtin_or_a_model_function_is_answered_locally(host):
     assert done["output"] == "def mine(a):\n    'Mine.'\n    return a\nlen(obj, /)\n", done
 
 
-def test_only_prints_come_back(host):
+def test_only_prints_and_the_last_expressions_value_come_back(host):
     done, _ = host.run("1 + 1\n'a value'")
-    assert done["output"] == "" and done["error"] is None
+    assert done["output"] == "'a value'\n" and done["error"] is None
+    done, _ = host.run("x = 3\nprint('p')\nNone")
+    assert done["output"] == "p\n"
+    done, _ = host.run("async def f():\n    return [1]\nawait f()")
+    assert done["output"] == "[1]\n" and done["error"] is None
 
 
 def test_top_level_await(host):
@@ -237,7 +241,7 @@ def test_one_mebibyte_is_truncated_with_a_notice(host):
 
 
 def test_output_just_under_the_cap_is_whole(host):
-    done, _ = host.run("import sys\nsys.stdout.write('é' * 32767 + 'x\\n')")
+    done, _ = host.run("import sys\n_ = sys.stdout.write('é' * 32767 + 'x\\n')")
     assert done["output_bytes"] == 65536
     assert done["output"] == "é" * 32767 + "x\n"
 
@@ -504,13 +508,13 @@ def test_block_state_of_the_process_is_reset(host, tmp_path):
 
 
 def test_children_do_not_inherit_the_control_socket(host):
-    done, _ = host.run(f"import os\nos.system('[ -e /proc/$$/fd/{host.control_fd} ] "
+    done, _ = host.run(f"import os\n_ = os.system('[ -e /proc/$$/fd/{host.control_fd} ] "
                        "&& echo leaked || echo sealed')")
     assert done["output"] == "sealed\n"
 
 
 def test_invalid_utf8_output_is_replaced(host):
-    done, _ = host.run("import os\nos.write(1, b'a\\xffb\\n')")
+    done, _ = host.run("import os\n_ = os.write(1, b'a\\xffb\\n')")
     assert done["output"] == "a\ufffdb\n" and done["output_bytes"] == 4
 
 
