@@ -66,7 +66,7 @@ impl Gateway {
                 }
             }
         };
-        self.finish(&l.sid, &l.tid, terminal);
+        self.finish_checked(&l.sid, &l.tid, terminal).await;
     }
 
     async fn execute(self: &Arc<Self>, l: &Launch) -> Terminal {
