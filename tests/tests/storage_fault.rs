@@ -467,7 +467,10 @@ async fn every_session_that_loses_events_on_a_full_disk_learns_it() {
     tokio::time::sleep(Duration::from_millis(4000)).await;
     t.free();
     for (sid, sse, seen) in runs.iter_mut() {
-        seen.extend(sse.collect_until_any(TERMINALS, Duration::from_secs(30)).await);
+        seen.extend(
+            sse.collect_until_any(TERMINALS, Duration::from_secs(30))
+                .await,
+        );
         let terminal = seen
             .iter()
             .rev()
