@@ -69,7 +69,7 @@ impl Gateway {
         // The exchange is kept before the terminal goes out: the next turn reads it.
         let steps = std::mem::take(&mut l.progress.lock().transcript);
         super::conversation::keep(&self.store, &l.sid, &l.tid, steps, &terminal).await;
-        self.finish(&l.sid, &l.tid, terminal);
+        self.finish_checked(&l.sid, &l.tid, terminal).await;
     }
 
     async fn execute(self: &Arc<Self>, l: &Launch) -> Terminal {
