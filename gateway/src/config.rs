@@ -131,9 +131,12 @@ impl Config {
     pub fn max_background_jobs(&self) -> usize {
         self.python_execution
             .max_background_jobs
-            .unwrap_or(crate::model_sandbox::jobs::DEFAULT_MAX_JOBS)
+            .unwrap_or(DEFAULT_MAX_JOBS)
     }
 }
+
+/// Running background jobs a session may have when `vis.yml` says nothing.
+pub const DEFAULT_MAX_JOBS: usize = 8;
 
 /// A `python_execution` block's time limit when `vis.yml` sets none.
 pub const DEFAULT_BLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);

@@ -276,7 +276,12 @@ async fn a_block_that_loops_forever_is_killed_by_its_limit_and_the_next_block_wo
     assert_eq!(output_event(&evs)["is_timeout"], true);
     assert!(t0.elapsed() < Duration::from_secs(10));
     let (_, result) = run_block(&gw, &llm, &sid, "print('alive')").await;
-    assert_eq!(result.trim(), "alive");
+    let (note, rest) = result.split_once('\n').unwrap_or_default();
+    assert!(
+        note.starts_with("[sandbox restarted (the previous block ran past its limit"),
+        "{result}"
+    );
+    assert_eq!(rest.trim(), "alive");
 }
 
 #[tokio::test(flavor = "multi_thread")]

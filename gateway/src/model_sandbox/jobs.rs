@@ -16,9 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Running jobs a session may have when `vis.yml` says nothing
-/// (`python_execution.max_background_jobs`).
-pub const DEFAULT_MAX_JOBS: usize = 8;
 /// Finished jobs kept listed per session (their logs stay on disk until the session goes).
 const FINISHED_KEPT: usize = 32;
 /// Most bytes one `logs()` call hands back.
@@ -218,7 +215,7 @@ impl Jobs {
         let log = spec.log.clone();
         let file = tokio::task::spawn_blocking(move || {
             if let Some(dir) = log.parent() {
-                crate::sandbox::shell::ensure_scratch(dir)?;
+                crate::sandbox::run::ensure_scratch(dir)?;
             }
             let out = std::fs::OpenOptions::new()
                 .create(true)

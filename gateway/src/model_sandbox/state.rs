@@ -70,13 +70,14 @@ pub fn save(file: Option<&Path>, defs: &Defs) {
 /// The one line a block's output starts with after a restart.
 pub fn restart_note(why: &str, restored: &[String]) -> String {
     let what = if restored.is_empty() {
-        "nothing to restore".to_string()
+        "no functions or classes to restore".to_string()
     } else {
-        format!("restored from their source: {}", restored.join(", "))
+        format!(
+            "functions and classes restored from their source: {}",
+            restored.join(", ")
+        )
     };
-    format!(
-        "[sandbox restarted ({why}): names from earlier blocks are gone; functions and classes {what}]"
-    )
+    format!("[sandbox restarted ({why}): names from earlier blocks are gone; {what}]")
 }
 
 #[cfg(test)]

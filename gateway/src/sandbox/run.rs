@@ -154,6 +154,17 @@ impl Kept {
     }
 }
 
+/// Creates a scratch folder (and its `.gitignore` of `*`, so git and `grep` skip it);
+/// blocking.
+pub fn ensure_scratch(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let ignore = dir.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(ignore, "*\n")?;
+    }
+    Ok(())
+}
+
 /// Writes the whole output to `path` once it outgrows what is kept; nothing otherwise.
 struct Spill {
     path: PathBuf,
@@ -173,8 +184,7 @@ impl Spill {
                 return;
             }
             if let Some(dir) = self.path.parent().map(Path::to_path_buf) {
-                let _ =
-                    tokio::task::spawn_blocking(move || super::shell::ensure_scratch(&dir)).await;
+                let _ = tokio::task::spawn_blocking(move || ensure_scratch(&dir)).await;
             }
             match tokio::fs::File::create(&self.path).await {
                 Ok(f) => self.file = Some(f),

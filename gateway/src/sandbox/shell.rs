@@ -77,16 +77,6 @@ pub fn scratch_dir(root: &std::path::Path, sid: &str) -> PathBuf {
     root.join(".vis").join("scratch").join(short)
 }
 
-/// Creates the scratch folder (and its `.gitignore`); blocking.
-pub fn ensure_scratch(dir: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let ignore = dir.join(".gitignore");
-    if !ignore.exists() {
-        std::fs::write(ignore, "*\n")?;
-    }
-    Ok(())
-}
-
 /// A fresh file name in the scratch folder (`shell-<ms>-<n>.log`).
 pub fn scratch_file(root: &std::path::Path, sid: &str, what: &str) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);

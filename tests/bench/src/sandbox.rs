@@ -343,7 +343,7 @@ async fn main() -> Result<()> {
     let mut restored = Vec::new();
     let crash = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)".to_string();
     for _ in 0..10 {
-        gw.turn(&llm, &dsid, &[crash.clone()]).await?;
+        gw.turn(&llm, &dsid, std::slice::from_ref(&crash)).await?;
         let forms = gw.turn(&llm, &dsid, &["print(f199(1))".into()]).await?;
         let text = forms[0]["result"].as_str().unwrap_or_default();
         if !text.contains("restored") || !text.contains("200") {
