@@ -173,6 +173,18 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
             .filter(|o| !o.is_empty())
             .collect(),
     };
+    // The registry is written before anything is served: a client that saw `/healthz`
+    // answer finds the gateway (`vis-gateway exec` right after start).
+    home.write_registry(&Registry {
+        pid: std::process::id(),
+        url: local_url.clone(),
+        host: bind_host.clone(),
+        port,
+        token: token.clone(),
+        require_token,
+        proxy_port: Some(proxy_port),
+        started_at: crate::engine::now_ms(),
+    })?;
     let app = vis_companion_api::app(Arc::new(Api(gw.clone())), cfg);
     let shutdown = CancellationToken::new();
     let mut servers = vec![tokio::spawn(vis_companion_api::serve(
@@ -187,16 +199,6 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
             shutdown.clone(),
         )));
     }
-    home.write_registry(&Registry {
-        pid: std::process::id(),
-        url: local_url.clone(),
-        host: bind_host.clone(),
-        port,
-        token: token.clone(),
-        require_token,
-        proxy_port: Some(proxy_port),
-        started_at: crate::engine::now_ms(),
-    })?;
     tracing::info!(url = %url, require_token, home = %home.dir.display(), "vis-gateway listening");
     println!("vis-gateway listening on {url}");
     if args.pair {
