@@ -563,3 +563,35 @@ async fn npm_with_its_own_cafile_trusts_the_interception_certificate() {
         "npm's request went through the interception: {decisions:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wget_trusts_the_gateway_ca_for_intercepted_https_and_node_is_told_to_use_the_proxy() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, leaf, key) = test_pki(pki.path());
+    let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
+    let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
+                        "rules": [{"host": "localhost", "access": "read-only"}]});
+    let gw = start_with_network(
+        policy,
+        Opts::default().env("VIS_SYSTEM_CA_CERT", ca.to_str().unwrap()),
+    )
+    .await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let url = format!("https://localhost:{}/secure?q=1", tls.port);
+    // wget reads no CA variable: it trusts the gateway CA through the generated WGETRC.
+    let out = gw.exec(&sid, &["wget", "-q", "-O", "-", &url]).await;
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(out.stdout.trim(), "tls-origin-ok GET /secure?q=1", "{out:?}");
+    let decisions = gw.wait_egress(&sid, 1).await;
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["is_intercepted"] == json!(true) && d["decision"] == "allow"),
+        "{decisions:?}"
+    );
+    // Node versions that honour it route fetch() through the proxy variables.
+    let node = gw
+        .exec(&sid, &["sh", "-c", "printf %s \"$NODE_USE_ENV_PROXY\""])
+        .await;
+    assert_eq!(node.stdout, "1", "{node:?}");
+}

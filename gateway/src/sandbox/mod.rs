@@ -24,6 +24,8 @@ pub struct Sandbox {
     pub proxy: Proxy,
     pub tokens: Arc<tokens::Tokens>,
     pub ca_bundle: PathBuf,
+    /// The children's `WGETRC`, naming the bundle.
+    pub wgetrc: PathBuf,
     /// The gateway's own ports, always denied to children.
     pub reserved_ports: Vec<u16>,
     /// Phantom keys and routes of the configured LLM providers (docs/decisions.md, P8).
@@ -72,10 +74,14 @@ impl Sandbox {
         let ca_bundle = dir.join(format!("bundle-{}.pem", std::process::id()));
         std::fs::write(&ca_bundle, proxy.ca_bundle_pem())
             .with_context(|| format!("cannot write {}", ca_bundle.display()))?;
+        let wgetrc = dir.join(format!("wgetrc-{}", std::process::id()));
+        std::fs::write(&wgetrc, env::wgetrc(&ca_bundle))
+            .with_context(|| format!("cannot write {}", wgetrc.display()))?;
         Ok(Sandbox {
             proxy,
             tokens,
             ca_bundle,
+            wgetrc,
             reserved_ports,
             routes,
         })
@@ -109,6 +115,7 @@ impl Sandbox {
             port: self.port(),
             token,
             ca_bundle: self.ca_bundle.clone(),
+            wgetrc: self.wgetrc.clone(),
         };
         let mut env = env::child_env(crate::start_env::vars(), &project, &proxy);
         // The child can name its session (e.g. to read its egress decisions).
@@ -132,7 +139,7 @@ impl Sandbox {
             proxy_port: self.port(),
             root: root.to_path_buf(),
             hide: home.map(Path::to_path_buf).into_iter().collect(),
-            expose_ro: vec![self.ca_bundle.clone()],
+            expose_ro: vec![self.ca_bundle.clone(), self.wgetrc.clone()],
             as_root: jail::running_as_root(),
             log_file,
         };
@@ -164,5 +171,6 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.ca_bundle);
+        let _ = std::fs::remove_file(&self.wgetrc);
     }
 }
