@@ -581,7 +581,11 @@ async fn wget_trusts_the_gateway_ca_for_intercepted_https_and_node_is_told_to_us
     // wget reads no CA variable: it trusts the gateway CA through the generated WGETRC.
     let out = gw.exec(&sid, &["wget", "-q", "-O", "-", &url]).await;
     assert!(out.ok(), "{out:?}");
-    assert_eq!(out.stdout.trim(), "tls-origin-ok GET /secure?q=1", "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        "tls-origin-ok GET /secure?q=1",
+        "{out:?}"
+    );
     let decisions = gw.wait_egress(&sid, 1).await;
     assert!(
         decisions

@@ -137,6 +137,13 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         };
     let proxy_port = gw.start_sandbox(vec![port]).await?;
     tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");
+    let resumed = gw.resume_backlogs().await?;
+    if resumed > 0 {
+        tracing::info!(
+            sessions = resumed,
+            "turns queued before the last stop resume in their order"
+        );
+    }
     let urls = pairing::urls(&bind_host, port);
     let url = urls
         .first()

@@ -110,7 +110,10 @@ impl Gateway {
             if let Some(k) = &t.idempotency_key {
                 st.keys.insert(k.clone(), tid.clone());
             }
-            if st.running.is_some() {
+            // An idle session's unpaused stored backlog (left by a stop) keeps its order: the
+            // new turn queues behind it and the backlog's head starts.
+            let behind_backlog = st.running.is_none() && Self::drainable(&st, false).is_some();
+            if st.running.is_some() || behind_backlog {
                 t.queued_at = Some(now);
                 self.save_turn(&t);
                 let ev = TurnQueued {
@@ -123,7 +126,11 @@ impl Gateway {
                 record = Some(t.record());
                 st.queue.push_back(t);
                 self.bus.publish(sid, Event::TurnQueued(ev));
-                launch = None;
+                launch = if behind_backlog {
+                    self.drain_locked(&mut st, false)
+                } else {
+                    None
+                };
             } else {
                 let l = self.start_locked(&mut st, t, false);
                 record = st.running.as_ref().map(|r| r.turn.record());
@@ -436,6 +443,18 @@ impl Gateway {
         }
     }
 
+    /// The position of the oldest queued turn a drain may start: an unpaused queue's turns
+    /// queued after the cancel floor (`force`: any turn).
+    pub(super) fn drainable(st: &SessionState, force: bool) -> Option<usize> {
+        if st.row.queue_paused && !force {
+            return None;
+        }
+        let floor = if force { None } else { st.row.cancel_floor };
+        st.queue
+            .iter()
+            .position(|q| floor.is_none_or(|f| q.queued_at.unwrap_or(0) >= f))
+    }
+
     /// Starts the oldest drainable queued turn if the session is idle.
     pub(super) fn drain_locked(
         self: &Arc<Self>,
@@ -445,11 +464,7 @@ impl Gateway {
         if st.running.is_some() {
             return None;
         }
-        let floor = if force { None } else { st.row.cancel_floor };
-        let idx = st
-            .queue
-            .iter()
-            .position(|q| floor.is_none_or(|f| q.queued_at.unwrap_or(0) >= f))?;
+        let idx = Self::drainable(st, force)?;
         let t = st.queue.remove(idx)?;
         self.bus.publish(
             &t.sid,
