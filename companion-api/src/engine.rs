@@ -64,6 +64,8 @@ pub struct SubmitTurn {
     pub model: Option<String>,
     pub reasoning_default: Option<Value>,
     pub attachments: Option<Vec<Attachment>>,
+    /// Members added to the provider request (a service tier, a temperature); a JSON object.
+    pub extra_body: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default)]

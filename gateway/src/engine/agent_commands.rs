@@ -122,6 +122,8 @@ impl super::slash::AgentCommands for ForTurn {
             budget: Budget::new(gw.window_of(&client, &model, &cfg)),
             budgets: Budgets::from_config(&cfg.agent),
             system: String::new(),
+            extra: None,
+            selected: (client.config().id.clone(), model.clone()),
         };
         let ctx = RunCtx {
             gw: gw.clone(),

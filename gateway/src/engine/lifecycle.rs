@@ -89,6 +89,12 @@ impl Gateway {
                 idempotency_key: req.idempotency_key.clone(),
                 model: req.model.clone().filter(|m| !m.trim().is_empty()),
                 reasoning_default: req.reasoning_default.clone(),
+                extra_body: req
+                    .extra_body
+                    .as_ref()
+                    .and_then(|v| v.as_object())
+                    .filter(|m| !m.is_empty())
+                    .cloned(),
                 created_at: now,
                 queued_at: None,
                 started_at: None,

@@ -237,6 +237,10 @@ pub struct Conversation {
     pub budget: Budget,
     pub budgets: Budgets,
     pub system: String,
+    /// The turn's `extra_body`, added to each provider request.
+    pub extra: Option<serde_json::Map<String, Value>>,
+    /// The provider and model the turn was routed to (a fallback runs on another).
+    pub selected: (String, String),
 }
 
 /// Stops the turn for a budget, with a message that says which and how to go on.
@@ -323,6 +327,7 @@ pub async fn run(
             ..Default::default()
         };
         settings.shape(&mut req);
+        req.extra = conv.extra.clone();
         let (thinking, prose, calls) = match stream_once(ctx, &client, &req, iteration).await {
             Ok(r) => r,
             Err(e) => {
@@ -422,7 +427,10 @@ pub async fn run(
                 "thinking": thinking, "assistant_prose": prose, "answer": if done { json!(prose) } else { Value::Null },
                 "code": calls.iter().map(|c| format!("{}({})", c.name, c.arguments)).collect::<Vec<_>>(),
                 "forms": forms, "duration_ms": t0.elapsed().as_millis() as u64, "cost_usd": 0.0, "error": null,
-                "llm_selected": model, "llm_actual": model, "is_llm_fallback": false, "llm_routing_trace": []}));
+                "llm_selected": {"provider": conv.selected.0, "model": conv.selected.1},
+                "llm_actual": {"provider": client.config().id, "model": model},
+                "is_llm_fallback": (client.config().id.as_str(), model.as_str()) != (conv.selected.0.as_str(), conv.selected.1.as_str()),
+                "llm_routing_trace": []}));
             if done {
                 p.answer = prose.clone();
             }

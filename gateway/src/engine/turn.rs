@@ -104,6 +104,9 @@ pub struct Turn {
     /// Compactions that ran in this turn.
     #[serde(default)]
     pub compactions: u32,
+    /// Members the submit asked to add to each provider request (never on the wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_body: Option<serde_json::Map<String, Value>>,
 }
 
 /// First line of a request, ≤ 240 chars plus `…`.
