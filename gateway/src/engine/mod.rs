@@ -22,6 +22,7 @@ pub mod presentation;
 mod queue;
 mod recovery;
 pub mod routes;
+mod run_ctx;
 pub mod runner;
 mod session_life;
 pub mod sessions;

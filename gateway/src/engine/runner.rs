@@ -6,10 +6,10 @@
 
 use super::coalesce::{Coalescer, Out};
 use super::compaction;
-use super::turn::{prose_block, Tokens};
-use super::Gateway;
-use crate::agent::budget::{Budgets, LoopGuard};
-use crate::agent::context::Context;
+use super::run_ctx::cut;
+pub use super::run_ctx::{Conversation, Outcome, Progress, RunCtx};
+use super::turn::prose_block;
+use crate::agent::budget::LoopGuard;
 use crate::agent::memory::Trigger;
 use crate::agent::window::{self, Budget};
 use crate::tools::Tool;
@@ -30,29 +30,6 @@ use vis_providers::{
 
 const ERROR_CAP: usize = 2000;
 
-/// What the loop has produced so far; read by the finisher even after a cancel.
-#[derive(Debug, Default)]
-pub struct Progress {
-    pub iterations: Vec<Value>,
-    pub open_blocks: Vec<String>,
-    pub answer: String,
-    pub tokens: Tokens,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    /// When the turn last produced output (any turn event but `activity`); `None` before
-    /// the first. Read by the silence watchdog.
-    pub last_output: Option<Instant>,
-    /// Tool calls running now (the silence watchdog exempts tool phases).
-    pub tools_running: usize,
-    /// The exchange so far as the model saw it (assistant messages and tool results),
-    /// kept when the turn settles, also after a cancel or a failure.
-    pub transcript: Vec<ChatMessage>,
-    /// The last request's estimated size and the model's window, in tokens.
-    pub context: Option<(u64, u64)>,
-    /// Compactions that ran in this turn.
-    pub compactions: u32,
-}
-
 /// Resolves once the turn has produced output and then stayed silent for `limit` outside
 /// a tool call ("output, then 6 min silence in a non-tool phase"); never before the
 /// first output.
@@ -72,40 +49,6 @@ pub async fn silence(progress: &Mutex<Progress>, limit: Duration) {
         };
         tokio::time::sleep(wait).await;
     }
-}
-
-pub enum Outcome {
-    Completed { content: Vec<Value> },
-    Failed { code: &'static str, message: String },
-}
-
-pub struct RunCtx {
-    pub gw: Arc<Gateway>,
-    pub sid: String,
-    pub tid: String,
-    pub root: std::path::PathBuf,
-    /// The session's real folder (`root` is a draft's while the session is in one).
-    pub trunk: std::path::PathBuf,
-    pub progress: Arc<Mutex<Progress>>,
-    pub cancel: CancellationToken,
-}
-
-impl RunCtx {
-    /// Publishes an event of the running turn (display records get its `turn_id`); any
-    /// event but an activity line counts as output for the silence watchdog.
-    pub fn emit(&self, mut event: Event) -> i64 {
-        if let Event::Activity(a) = &mut event {
-            a.turn_id.get_or_insert_with(|| self.tid.clone());
-        }
-        if event.kind() != EventKind::Activity {
-            self.progress.lock().last_output = Some(Instant::now());
-        }
-        self.gw.bus.publish(&self.sid, event)
-    }
-}
-
-pub(super) fn cut(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
 }
 
 /// Streams one provider call, publishing text as it comes. Returns the collected message.
@@ -227,20 +170,6 @@ async fn stream_once(
         prose.text().to_string(),
         calls,
     ))
-}
-
-/// What one turn's model loop is given besides the provider.
-#[derive(Clone)]
-pub struct Conversation {
-    /// The session's summary, settled turns and this turn's request.
-    pub context: Context,
-    pub budget: Budget,
-    pub budgets: Budgets,
-    pub system: String,
-    /// The turn's `extra_body`, added to each provider request.
-    pub extra: Option<serde_json::Map<String, Value>>,
-    /// The provider and model the turn was routed to (a fallback runs on another).
-    pub selected: (String, String),
 }
 
 /// Stops the turn for a budget, with a message that says which and how to go on.
