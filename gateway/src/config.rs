@@ -53,6 +53,28 @@ pub struct PythonExecutionSection {
     pub timeout_s: Option<u64>,
 }
 
+/// How a draft's apply lands its changes (docs/decisions.md, W1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DraftApply {
+    /// One commit on the target branch whose parent is its tip.
+    #[default]
+    Commit,
+    /// The changes are written to trunk's files, uncommitted and unstaged.
+    Uncommitted,
+}
+
+/// `drafts:`: how drafts land.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraftsSection {
+    /// `commit` (default) or `uncommitted`.
+    pub apply: Option<DraftApply>,
+    /// The model's `draft_approve` lands a draft without asking the user (default false:
+    /// the user is asked with a form).
+    pub model_may_approve: Option<bool>,
+}
+
 /// The merged configuration.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -73,6 +95,8 @@ pub struct Config {
     /// MCP servers (`mcp.servers.<name>`), offered in the sandbox under their names.
     #[serde(default)]
     pub mcp: McpSection,
+    #[serde(default)]
+    pub drafts: DraftsSection,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

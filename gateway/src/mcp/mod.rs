@@ -118,6 +118,11 @@ impl Mcp {
         out
     }
 
+    /// The server saved from the phone under `name`, if any.
+    pub fn saved(&self, name: &str) -> Option<McpServerInput> {
+        self.managed.lock().get(name).cloned()
+    }
+
     fn is_killed(&self, name: &str) -> bool {
         self.killed.lock().contains(name)
     }
@@ -196,6 +201,13 @@ impl Mcp {
             cwd: input.cwd.clone(),
             url: input.url.clone(),
             timeout_ms: input.timeout_ms,
+            env_keys: input.env.iter().flatten().map(|(k, _)| k.clone()).collect(),
+            header_keys: input
+                .headers
+                .iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect(),
             last_error: st.last_error,
         }
     }

@@ -1,7 +1,7 @@
 //! What a configured MCP server must look like, and how its tools are named in a block.
 
 use std::time::Duration;
-use vis_companion_api::mcp::{McpServerInput, McpTransport};
+use vis_companion_api::mcp::{McpServerEdit, McpServerInput, McpTransport, SecretsEdit};
 
 /// Connecting (spawn + `initialize` + `tools/list`) may take this long by default.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,6 +71,55 @@ pub fn check(input: &McpServerInput) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `scheme://host:port` of a URL (the default port filled in), or `None` when it is not one.
+fn origin(url: &str) -> Option<String> {
+    let u = url.trim().parse::<axum::http::Uri>().ok()?;
+    let scheme = u.scheme_str()?.to_ascii_lowercase();
+    let port = u.port_u16().or(match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    })?;
+    Some(format!(
+        "{scheme}://{}:{port}",
+        u.host()?.to_ascii_lowercase()
+    ))
+}
+
+/// An edit from the phone over the server saved under its name: secrets it does not resend
+/// are kept (docs/decisions.md, "MCP server edits"). Saved headers never follow a server to
+/// another origin: such an edit must resend or clear them.
+pub fn edited(
+    edit: &McpServerEdit,
+    saved: Option<&McpServerInput>,
+) -> Result<McpServerInput, String> {
+    let Some(saved) = saved else {
+        return Ok(edit.fresh());
+    };
+    let kept_headers = !edit.headers.keeps_nothing_of(saved.headers.as_ref());
+    if kept_headers {
+        let (old, new) = (
+            saved.url.as_deref().and_then(origin),
+            edit.server.url.as_deref().and_then(origin),
+        );
+        if new.is_some() && old != new {
+            return Err(format!(
+                "the server's url moves to another origin ({}), and its saved headers are \
+                 kept only for {}: resend the headers for the new url, or send \
+                 `\"headers\": null` to drop them",
+                new.unwrap_or_default(),
+                old.unwrap_or_else(|| "its old url".into())
+            ));
+        }
+    }
+    let mut out = edit.over(Some(saved));
+    // A server moved to stdio has no headers; kept ones are not carried into it.
+    if out.transport == McpTransport::Stdio && edit.headers == SecretsEdit::Keep {
+        out.headers = None;
+    }
+    Ok(out)
 }
 
 /// The call's time limit.
