@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 pub enum McpTransport {
     /// A command the gateway runs as a sandbox child, speaking MCP on its stdio.
     Stdio,
-    /// An HTTP endpoint, reached through the egress proxy.
+    /// An HTTP endpoint, reached through the egress proxy (`http` is accepted for it).
+    #[serde(alias = "http")]
     StreamableHttp,
 }
 

@@ -102,8 +102,10 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpSection {
+    /// Each entry as written; it is read on its own (`mcp::spec::from_config`), so one
+    /// that cannot work is reported on that server, not as a broken configuration.
     #[serde(default)]
-    pub servers: BTreeMap<String, vis_companion_api::mcp::McpServerInput>,
+    pub servers: BTreeMap<String, serde_json::Value>,
 }
 
 impl Config {

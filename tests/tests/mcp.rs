@@ -457,4 +457,97 @@ async fn validating_a_server_leaves_no_session_in_the_users_list() {
     let (s, v) = gw.get("/v1/sessions").await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["sessions"], json!([]), "{v}");
+    // Its traffic stays reachable for an operator, by its channel.
+    let (_, v) = gw.get("/v1/sessions?channel=system").await;
+    assert_eq!(v["sessions"][0]["title"], "MCP server tests", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hanging_server_costs_a_turn_about_a_second_and_is_named_as_down() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    std::fs::write(
+        dirs.root().join("vis.yml"),
+        format!(
+            "mcp:\n  servers:\n    fixture:\n      transport: stdio\n      command: {FIXTURE}\n      args: [stdio]\n    slow:\n      transport: stdio\n      command: {FIXTURE}\n      args: [hang]\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let code = r#"
+print("sum", (await fixture.add(a=1, b=2))["sum"])
+print("apropos:", apropos("slow"))
+try:
+    await slow.anything()
+except Exception as e:
+    print("slow:", type(e).__name__, e)
+"#;
+    let started = std::time::Instant::now();
+    let out = block(&gw, &llm, &sid, code).await;
+    let took = started.elapsed();
+    assert!(out.contains("sum 3"), "{out}");
+    assert!(
+        took < Duration::from_secs(6),
+        "the hanging server held the turn {took:?}"
+    );
+    assert!(out.contains("slow:"), "{out}");
+    assert!(
+        out.contains("not connected") || out.contains("down"),
+        "named as not available: {out}"
+    );
+    assert!(out.contains("apropos:") && out.contains("slow"), "{out}");
+    // The next turn does not pay again for the good server: its connection is kept.
+    let started = std::time::Instant::now();
+    let out = block(
+        &gw,
+        &llm,
+        &sid,
+        "print((await fixture.add(a=2, b=2))['sum'])",
+    )
+    .await;
+    assert_eq!(out.trim(), "4");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reference_style_server_entries_are_accepted_and_a_bad_one_is_reported_on_itself() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let script = dirs.root().join("token_server.py");
+    std::fs::write(&script, TOKEN_SERVER).unwrap();
+    std::fs::write(dirs.root().join(".env"), "OTHER_FROM_DOTENV=dot\n").unwrap();
+    // No `transport` (inferred from `command`), `${VAR}` from the project environment, and
+    // one entry that cannot work.
+    std::fs::write(
+        dirs.root().join("vis.yml"),
+        format!(
+            "environment:\n  MY_TOKEN: from-env\nmcp:\n  servers:\n    keys:\n      command: python3\n      args: [{}]\n      env:\n        TOKEN: \"${{MY_TOKEN}}\"\n        OTHER: \"${{OTHER_FROM_DOTENV}}\"\n    broken:\n      transport: carrier-pigeon\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let out = block(&gw, &llm, &sid, "print(await keys.token())").await;
+    assert_eq!(out.trim(), "from-env|dot");
+    let (s, v) = gw.get("/v1/mcp/servers").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let broken = v["servers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "broken"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        broken["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("carrier-pigeon")),
+        "{v}"
+    );
+    let keys = v["servers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "keys"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(keys["transport"], "stdio", "{v}");
 }
