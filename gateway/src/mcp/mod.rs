@@ -6,23 +6,22 @@
 //! - [`conn`]: one live connection (stdio child or streamable HTTP through the proxy).
 //! - [`managed`]: the servers saved from the phone (`<home>/mcp-servers.json`, 0600).
 //! - [`oauth`]: sign-ins for HTTP servers that ask for one, and their tokens.
+//! - [`session`]: a session's servers as the model sees them: connections opened in the
+//!   background and kept, servers not ready named as such, the system prompt's facts.
 //! - [`Mcp`]: the registry: the server list the phone sees, each session's connections,
 //!   kills, and the last status of every server (tools seen, last error).
 //!
 //! A session's stdio servers are its own children (their traffic is attributed to it), so
-//! connections are per session; a connection that died is reopened at the next call, and
-//! its failure shows in the list until a connection succeeds again.
+//! connections are per session and kept across turns; a connection that died is reopened at
+//! the next call, and its failure shows in the list until a connection succeeds again.
 
 pub mod conn;
 pub mod managed;
 pub mod oauth;
 pub mod reach;
-mod session;
+/// The system prompt's MCP facts (docs/decisions.md, T3): `Mcp::servers_for_prompt`.
+pub mod session;
 pub mod spec;
-
-// The system prompt's MCP facts (docs/decisions.md, T3) come from `servers_for_prompt`.
-#[allow(unused_imports)]
-pub use session::{McpServerFact, McpServerState};
 
 use crate::config::Config;
 use crate::tools::CallError;
