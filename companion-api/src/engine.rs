@@ -119,7 +119,8 @@ pub trait Engine: Send + Sync + 'static {
     async fn create_session(&self, req: CreateSession) -> ApiResult<SessionCreated>;
     async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<SessionList>;
     async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<SessionRecord>;
-    async fn delete_session(&self, sid: &str);
+    /// Deletes a session; an unknown id is a 404 `session-not-found`.
+    async fn delete_session(&self, sid: &str) -> ApiResult<()>;
     async fn transcript(
         &self,
         sid: &str,

@@ -25,6 +25,9 @@ pub struct ProviderEntry {
     pub max_retries: Option<u32>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The model's context window in tokens, when the provider's listing and the table of
+    /// well-known models do not know it (a local server, say).
+    pub context_window: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -75,6 +78,18 @@ pub struct DraftsSection {
     pub model_may_approve: Option<bool>,
 }
 
+/// The agent loop's budgets (`agent:` in `vis.yml`; docs/decisions.md, T4).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    /// Model requests one turn may make (default 200).
+    pub max_steps: Option<usize>,
+    /// Wall-clock minutes one turn may run (default 120).
+    pub max_minutes: Option<u64>,
+    /// The same failing call repeated this many times in a row stops the turn (default 3).
+    pub repeated_failures: Option<usize>,
+}
+
 /// The merged configuration.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +112,13 @@ pub struct Config {
     pub mcp: McpSection,
     #[serde(default)]
     pub drafts: DraftsSection,
+    /// Replaces the core system prompt (`.vis/SYSTEM.md` wins over it).
+    pub system_prompt: Option<String>,
+    /// Appended after the project's instructions (after `.vis/APPEND_SYSTEM.md`).
+    pub append_system_prompt: Option<String>,
+    /// The agent loop's budgets.
+    #[serde(default)]
+    pub agent: AgentSection,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -111,9 +111,9 @@ pub async fn get_one(
     Ok(Json(st.engine.get_session(&sid, include_queued).await?))
 }
 
-pub async fn delete(State(st): State<AppState>, Path(sid): Path<String>) -> StatusCode {
-    st.engine.delete_session(&sid).await;
-    StatusCode::NO_CONTENT
+pub async fn delete(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<StatusCode> {
+    st.engine.delete_session(&sid).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn release(Path(_sid): Path<String>) -> StatusCode {

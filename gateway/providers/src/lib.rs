@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use collect::{collect, Collected};
 pub use error::ProviderError;
+pub use models::listed_window;
 
 /// Wire dialect of a provider endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

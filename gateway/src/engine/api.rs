@@ -124,8 +124,11 @@ impl Engine for Api {
         Ok(soul)
     }
 
-    async fn delete_session(&self, sid: &str) {
-        self.0.delete_session(sid).await
+    async fn delete_session(&self, sid: &str) -> ApiResult<()> {
+        // An unknown id is a 404 (the lookup's error), not a silent 204.
+        self.0.sessions.get(sid).await?;
+        self.0.delete_session(sid).await;
+        Ok(())
     }
 
     async fn transcript(

@@ -104,6 +104,9 @@ impl Gateway {
                 duration_ms: None,
                 utilization: None,
                 is_slash: false,
+                context_tokens: None,
+                context_window: None,
+                compactions: 0,
             };
             if let Some(k) = &t.idempotency_key {
                 st.keys.insert(k.clone(), tid.clone());
@@ -267,7 +270,16 @@ impl Gateway {
         }
         t.completed_at = Some(now);
         t.duration_ms = t.started_at.map(|s| now - s);
-        t.utilization = Some((t.tokens.input as f64 / 128_000.0).min(1.0));
+        // The fill level: the last request's size against the model's window.
+        t.context_tokens = progress.context.map(|c| c.0);
+        t.context_window = progress.context.map(|c| c.1);
+        t.compactions = progress.compactions;
+        t.utilization = Some(
+            progress
+                .context
+                .map_or(0.0, |(used, window)| used as f64 / window.max(1) as f64)
+                .min(1.0),
+        );
         let (kind, status) = match terminal {
             Terminal::Completed { content } => {
                 t.content = content;

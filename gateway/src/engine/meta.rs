@@ -297,6 +297,7 @@ impl Gateway {
         let new_sid = created.id;
         let shared = self.sessions.get(&new_sid).await?;
         let mut copies = Vec::new();
+        let mut memory = Vec::new();
         for t in &turns[..end] {
             let mut c = t.clone();
             c.tid = uuid::Uuid::new_v4().to_string();
@@ -307,6 +308,12 @@ impl Gateway {
             if c.status == Status::Streaming || c.status == Status::Queued {
                 continue;
             }
+            memory.push(crate::agent::memory::CopiedTurn {
+                old_tid: t.tid.clone(),
+                new_tid: c.tid.clone(),
+                old_ord: t.ord,
+                new_ord: c.ord,
+            });
             copies.push(c);
         }
         let through_tid = turns[end - 1].tid.clone();
@@ -328,6 +335,7 @@ impl Gateway {
                         rows::put_turn(c, &t.tid, &t.sid, t.ord, t.status.as_str(), None, &rec)?;
                     }
                     rows::put_session(c, &row)?;
+                    crate::agent::memory::copy_for_fork(c, &parent, &row.id, &memory)?;
                     crate::drafts::rows::put_fork(c, &row.id, &parent, Some(&through_tid), now)
                 })
             })

@@ -5,10 +5,13 @@
 //! await: state changes, their journal writes and their events happen together under it, so
 //! the order clients see is the order things happened.
 
+mod agent_commands;
 pub mod api;
 mod coalesce;
+mod compaction;
 pub mod companion;
 pub mod configuration;
+mod conversation;
 pub mod egress;
 mod execute;
 pub mod ext;
@@ -25,6 +28,7 @@ pub mod sessions;
 pub mod shutdown;
 mod slash;
 mod storage;
+mod tool_call;
 pub mod turn;
 mod turn_tools;
 mod views;

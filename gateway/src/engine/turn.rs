@@ -96,6 +96,14 @@ pub struct Turn {
     pub utilization: Option<f64>,
     #[serde(default)]
     pub is_slash: bool,
+    /// The last model request's estimated size and the model's window, in tokens.
+    #[serde(default)]
+    pub context_tokens: Option<u64>,
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// Compactions that ran in this turn.
+    #[serde(default)]
+    pub compactions: u32,
 }
 
 /// First line of a request, ≤ 240 chars plus `…`.

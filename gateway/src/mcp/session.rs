@@ -18,7 +18,6 @@ pub fn turn_wait() -> Duration {
 }
 
 /// Where one server of a session stands.
-#[allow(dead_code)] // read by the system prompt's assembly (T3)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum McpServerState {
@@ -46,7 +45,6 @@ pub enum McpServerState {
 }
 
 /// One MCP server as the system prompt states it.
-#[allow(dead_code)] // read by the system prompt's assembly (T3)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct McpServerFact {
     /// The server's name: its tools are `await <name>.<tool>(…)` in a block.
@@ -56,10 +54,9 @@ pub struct McpServerFact {
     pub state: McpServerState,
 }
 
-#[allow(dead_code)] // read by the system prompt's assembly (T3)
 impl McpServerFact {
-    /// The fact as one line of text.
-    pub fn line(&self) -> String {
+    /// The state and summary as one line (the prompt puts the name before it).
+    pub fn describe(&self) -> String {
         let state = match &self.state {
             McpServerState::Connected { tools } => format!("connected, {tools} tool(s)"),
             McpServerState::Connecting => "connecting".into(),
@@ -70,7 +67,13 @@ impl McpServerFact {
             McpServerState::Disabled => "disabled".into(),
             McpServerState::Stopped => "stopped".into(),
         };
-        format!("{} ({state}): {}", self.name, self.summary)
+        let name = &self.name;
+        match &self.state {
+            McpServerState::Connected { .. } => {
+                format!("{state} (`await {name}.tool(...)`); {}", self.summary)
+            }
+            _ => format!("{state}; its tools are not available now; {}", self.summary),
+        }
     }
 }
 
@@ -224,7 +227,6 @@ impl Mcp {
 
     /// Every server of the session's configuration and where it stands, for the system
     /// prompt (the same state the block names; no connection is opened or waited for).
-    #[allow(dead_code)] // read by the system prompt's assembly (T3)
     pub async fn servers_for_prompt(&self, sid: &str, cfg: &Config) -> Vec<McpServerFact> {
         let entries = self.servers(cfg);
         let invalid = self.invalid.lock().clone();

@@ -23,7 +23,14 @@ fn slash_title(name: &str, text: &str) -> String {
 
 impl SlashCommands {
     /// Runs `request` as turn `tid` of session `sid`, where the session works (`root`).
-    pub async fn run(&self, sid: &str, tid: &str, request: &str, root: &str) -> Terminal {
+    pub async fn run(
+        &self,
+        sid: &str,
+        tid: &str,
+        request: &str,
+        root: &str,
+        agent: &dyn super::AgentCommands,
+    ) -> Terminal {
         let Some((name, args)) = parse(request) else {
             return Terminal::Failed {
                 code: "turn_failed".into(),
@@ -63,6 +70,8 @@ impl SlashCommands {
             "sh" => self.sh(sid, args, work).await,
             "draft" => self.workspaces.slash(sid, args).await,
             "net-probe" => self.net_probe(sid, args, work).await,
+            "prompt" => agent.prompt().await,
+            "compact" => agent.compact(args).await,
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self

@@ -15,6 +15,14 @@ const BUILTINS: &[(&str, &str)] = &[
     ),
     ("extensions", "List loaded extensions and load failures"),
     (
+        "prompt",
+        "Show the system prompt the model is given in this session",
+    ),
+    (
+        "compact",
+        "Summarise the older turns to free the model's context: /compact [what to keep in focus]",
+    ),
+    (
         "draft",
         "Isolated workspaces: /draft new NAME, /draft, /draft list, /draft apply, /draft stash, /draft resume NAME, /draft abandon",
     ),
