@@ -82,7 +82,8 @@ impl Gateway {
                 tid: tid.clone(),
                 sid: sid.to_string(),
                 ord: self.sessions.next_ord(),
-                engine_turn_id: uuid::Uuid::new_v4().to_string(),
+                // One id on every surface (submit answer, events, transcript, trace, forks).
+                engine_turn_id: tid.clone(),
                 status: Status::Queued,
                 request,
                 display_request: req.display_request.clone().filter(|d| !d.trim().is_empty()),

@@ -162,7 +162,7 @@ impl Turn {
         let outcome = self.status.is_terminal().then(|| {
             let t = &self.tokens;
             TurnOutcome {
-                engine_turn_id: self.engine_turn_id.clone(),
+                engine_turn_id: self.tid.clone(),
                 provider: self.provider.clone(),
                 llm_selected: self.model.clone(),
                 llm_actual: self.model.clone(),
@@ -214,11 +214,13 @@ impl Turn {
         }
     }
 
-    /// The transcript row (engine id and raw status).
+    /// The transcript row (raw status). Its id is the turn's one id, the one the submit
+    /// answer, the events and `/forks` use (turns stored before ids were unified kept a
+    /// second engine id; the trace answers to both).
     pub fn transcript_row(&self) -> TranscriptRow {
         let t = &self.tokens;
         TranscriptRow {
-            id: self.engine_turn_id.clone(),
+            id: self.tid.clone(),
             user_request: self
                 .display_request
                 .clone()
