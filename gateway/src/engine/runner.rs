@@ -18,11 +18,9 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 use vis_companion_api::events::{
     Activity, ActivityKind, BlockCompleted, BlockDelta, BlockPreview, BlockStartedData, Event,
-    EventKind, IterationCompleted, IterationError, IterationErrorData, ProviderFallback,
-    ProviderRetry,
+    IterationCompleted, IterationError, IterationErrorData, ProviderFallback, ProviderRetry,
 };
 use vis_providers::{
     ChatMessage, ChatRequest, Client, ProviderError, RetryInfo, StreamEvent, ToolCall,
