@@ -120,15 +120,17 @@ fn git_facts(work: &Path) -> Option<String> {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
-    let branch = run(&["rev-parse", "--abbrev-ref", "HEAD"])?;
+    // `symbolic-ref` also names the branch of a repository without commits yet.
+    let branch = match run(&["symbolic-ref", "--short", "-q", "HEAD"]) {
+        Some(b) if !b.is_empty() => format!("branch `{b}`"),
+        _ => format!(
+            "a detached HEAD at {}",
+            run(&["rev-parse", "--short", "HEAD"])?
+        ),
+    };
     let changed = run(&["status", "--porcelain"])
         .map(|s| s.lines().count())
         .unwrap_or(0);
-    let branch = if branch == "HEAD" {
-        "a detached HEAD".to_string()
-    } else {
-        format!("branch `{branch}`")
-    };
     Some(match changed {
         0 => format!("{branch}, no uncommitted changes"),
         n => format!("{branch}, {n} changed or untracked files not committed"),

@@ -213,7 +213,7 @@ impl Engine for Api {
         let turns = self.0.sessions.turns(sid).await.unwrap_or_default();
         let iterations = turns
             .into_iter()
-            .find(|t| t.engine_turn_id == engine_tid)
+            .find(|t| t.tid == engine_tid || t.engine_turn_id == engine_tid)
             .map(|t| t.iterations)
             .unwrap_or_default();
         Ok(Trace { iterations })

@@ -77,7 +77,7 @@ impl Gateway {
         let Ok(shared) = self.sessions.get(&l.sid).await else {
             return Terminal::Cancelled;
         };
-        let (request, model, root, attachments, pinned, trunk) = {
+        let (request, model, root, attachments, pinned, trunk, extra) = {
             let st = shared.lock();
             let Some(r) = &st.running else {
                 return Terminal::Cancelled;
@@ -92,6 +92,7 @@ impl Gateway {
                 r.turn.attachments.clone(),
                 self.companion.settings().pinned_model(&st.row),
                 std::path::PathBuf::from(&st.row.root),
+                r.turn.extra_body.clone(),
             )
         };
         // A turn without its own model runs on the session's pin, else the router default.
@@ -153,6 +154,8 @@ impl Gateway {
             budget: Budget::new(self.window_of(&client, &model, &kit.config)),
             budgets: Budgets::from_config(&kit.config.agent),
             system: self.system_prompt(&l.sid, &trunk, &kit).await.text,
+            extra,
+            selected: (client.config().id.clone(), model.clone()),
         };
         let ctx = RunCtx {
             gw: self.clone(),

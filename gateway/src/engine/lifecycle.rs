@@ -82,13 +82,20 @@ impl Gateway {
                 tid: tid.clone(),
                 sid: sid.to_string(),
                 ord: self.sessions.next_ord(),
-                engine_turn_id: uuid::Uuid::new_v4().to_string(),
+                // One id on every surface (submit answer, events, transcript, trace, forks).
+                engine_turn_id: tid.clone(),
                 status: Status::Queued,
                 request,
                 display_request: req.display_request.clone().filter(|d| !d.trim().is_empty()),
                 idempotency_key: req.idempotency_key.clone(),
                 model: req.model.clone().filter(|m| !m.trim().is_empty()),
                 reasoning_default: req.reasoning_default.clone(),
+                extra_body: req
+                    .extra_body
+                    .as_ref()
+                    .and_then(|v| v.as_object())
+                    .filter(|m| !m.is_empty())
+                    .cloned(),
                 created_at: now,
                 queued_at: None,
                 started_at: None,

@@ -22,6 +22,7 @@ pub mod presentation;
 mod queue;
 mod recovery;
 pub mod routes;
+mod run_ctx;
 pub mod runner;
 mod session_life;
 pub mod sessions;
@@ -169,13 +170,15 @@ impl Gateway {
             companion::Companion::new(store.clone(), sessions.clone(), configuration.clone());
         let egress = egress::EgressLog::new(store.clone());
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
-        let workspaces = Arc::new(workspace::Workspaces::new(
-            Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
-            sessions.clone(),
-            bus.clone(),
-            extensions.clone(),
-            model_sandboxes.clone(),
-        ));
+        let workspaces = Arc::new(workspace::Workspaces::new(workspace::WorkspaceDeps {
+            drafts: Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
+            sessions: sessions.clone(),
+            bus: bus.clone(),
+            extensions: extensions.clone(),
+            model_sandboxes: model_sandboxes.clone(),
+            configuration: configuration.clone(),
+            human_input: human_input.clone(),
+        }));
         let mcp = Arc::new(crate::mcp::Mcp::new(
             home_dir_for_mcp,
             crate::model_sandbox::builtins::docs()
