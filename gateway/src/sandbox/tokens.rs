@@ -76,6 +76,7 @@ mod tests {
             policy: Arc::new(Policy::unrestricted()),
             reserved_ports: vec![],
             project: None,
+            label: None,
         }
     }
 

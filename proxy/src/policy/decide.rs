@@ -28,6 +28,8 @@ pub struct Allowed {
     pub decider: DeciderKind,
     /// The selected rule's host pattern.
     pub rule_host: Option<String>,
+    /// Learn mode let through what the policy would deny (docs/decisions.md, L1).
+    pub would_deny: Option<super::learn::WouldDeny>,
 }
 
 fn host_denial(policy: &Policy, host: &str) -> Option<Denial> {
@@ -127,6 +129,7 @@ pub fn decide(policy: &Policy, req: DecideInput<'_>) -> Result<Allowed, Denial> 
         return Ok(Allowed {
             decider: DeciderKind::Default,
             rule_host: None,
+            would_deny: None,
         });
     }
     if let Some(reason) = &policy.deny_all {
@@ -159,12 +162,14 @@ pub fn decide(policy: &Policy, req: DecideInput<'_>) -> Result<Allowed, Denial> 
                 DeciderKind::HostGate
             },
             rule_host,
+            would_deny: None,
         });
     };
     let Some(r) = rule else {
         return Ok(Allowed {
             decider: DeciderKind::HostGate,
             rule_host,
+            would_deny: None,
         });
     };
     let method = method.to_ascii_uppercase();
@@ -173,6 +178,7 @@ pub fn decide(policy: &Policy, req: DecideInput<'_>) -> Result<Allowed, Denial> 
         Ok(Allowed {
             decider: DeciderKind::Rule,
             rule_host,
+            would_deny: None,
         })
     } else {
         Err(Denial::policy(
