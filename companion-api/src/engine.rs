@@ -97,6 +97,10 @@ pub trait Engine: Send + Sync + 'static {
     fn mcp(&self) -> Option<std::sync::Arc<dyn crate::mcp::McpApi>> {
         None
     }
+    /// Learn mode (`/v1/…/egress/proposal`, `…/egress/mode`, …), when the gateway has it.
+    fn learn(&self) -> Option<std::sync::Arc<dyn crate::learn::LearnApi>> {
+        None
+    }
     /// Providers managed from the phone (`/v1/providers…`), when the gateway has them.
     fn providers(&self) -> Option<std::sync::Arc<dyn crate::providers::ProvidersApi>> {
         None

@@ -63,6 +63,10 @@ impl Engine for Api {
         Some(Arc::new(super::routes::mcp::McpRoutes(self.0.clone())))
     }
 
+    fn learn(&self) -> Option<Arc<dyn vis_companion_api::learn::LearnApi>> {
+        Some(Arc::new(super::routes::learn::LearnRoutes(self.0.clone())))
+    }
+
     fn providers(&self) -> Option<Arc<dyn vis_companion_api::providers::ProvidersApi>> {
         Some(Arc::new(super::routes::providers::ProviderRoutes(
             self.0.clone(),

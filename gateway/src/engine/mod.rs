@@ -119,6 +119,8 @@ pub struct Gateway {
     companion: companion::Companion,
     /// Where each session works: trunk or one of its drafts (`workspace/`).
     workspaces: Arc<workspace::Workspaces>,
+    /// Learn mode: proposals, the review and `vis.yml` edits, mode switches (L1).
+    learn: Arc<crate::learn::Learn>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -164,6 +166,10 @@ impl Gateway {
         let companion =
             companion::Companion::new(store.clone(), sessions.clone(), configuration.clone());
         let egress = egress::EgressLog::new(store.clone());
+        let learn = Arc::new(crate::learn::Learn::new(
+            store.clone(),
+            configuration.clone(),
+        ));
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
         let workspaces = Arc::new(workspace::Workspaces::new(
             Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
@@ -193,6 +199,8 @@ impl Gateway {
             extensions.clone(),
             workspaces.clone(),
             configuration.clone(),
+            learn.clone(),
+            human_input.clone(),
         );
         let gw = Arc::new(Gateway {
             store,
@@ -216,6 +224,7 @@ impl Gateway {
             storage: Default::default(),
             companion,
             workspaces,
+            learn,
         });
         gw.human_input.bind(&gw);
         gw.watch_storage();
@@ -239,6 +248,7 @@ impl Gateway {
         self.slash.install_sandbox(sandbox.clone());
         self.configuration
             .attach_sandbox_routes(sandbox.routes.clone());
+        self.learn.install_sandbox(sandbox.clone()).await;
         let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
         Ok(port)

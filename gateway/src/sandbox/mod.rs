@@ -92,12 +92,28 @@ impl Sandbox {
         self.tokens.token_for(
             || Principal {
                 session_id: sid.to_string(),
-                policy: compile_policy(cfg),
+                policy: self.session_policy(sid, cfg),
                 reserved_ports: self.reserved_ports.clone(),
                 project: Some(Arc::from(root)),
+                label: None,
             },
             sid,
         )
+    }
+
+    /// The session's policy: the project's, with the session's own mode switch applied.
+    pub fn session_policy(&self, sid: &str, cfg: &Config) -> Arc<Policy> {
+        let policy = compile_policy(cfg);
+        match self.tokens.mode_of(sid) {
+            Some(mode) => Arc::new((*policy).clone().with_mode(mode)),
+            None => policy,
+        }
+    }
+
+    /// Re-decides the session's live token with its current policy (after a `vis.yml` edit
+    /// or a mode switch).
+    pub fn refresh_policy(&self, sid: &str, cfg: &Config) {
+        self.tokens.repolicy(sid, self.session_policy(sid, cfg));
     }
 
     /// The full child environment for a session's process.

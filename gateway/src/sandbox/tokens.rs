@@ -14,6 +14,8 @@ pub struct Tokens {
     by_token: RwLock<HashMap<String, Principal>>,
     by_session: RwLock<HashMap<String, String>>,
     on_revoke: RwLock<Vec<OnRevoke>>,
+    /// A session's own network mode, switched from the phone (docs/decisions.md, L1).
+    modes: RwLock<HashMap<String, vis_proxy::policy::Mode>>,
 }
 
 impl Tokens {
@@ -34,6 +36,40 @@ impl Tokens {
     pub fn principal_of(&self, sid: &str) -> Option<Principal> {
         let t = self.by_session.read().get(sid).cloned()?;
         self.by_token.read().get(&t).cloned()
+    }
+
+    /// The session's own network mode, when one was switched on from the phone.
+    pub fn mode_of(&self, sid: &str) -> Option<vis_proxy::policy::Mode> {
+        self.modes.read().get(sid).copied()
+    }
+
+    /// Sets (or clears) the session's own network mode; takes effect with [`Self::repolicy`].
+    pub fn set_mode(&self, sid: &str, mode: Option<vis_proxy::policy::Mode>) {
+        match mode {
+            Some(m) => self.modes.write().insert(sid.to_string(), m),
+            None => self.modes.write().remove(sid),
+        };
+    }
+
+    /// Replaces the policy of the session's live token (a changed `vis.yml`, a mode switch):
+    /// the next request is decided by it.
+    pub fn repolicy(&self, sid: &str, policy: Arc<vis_proxy::policy::Policy>) {
+        let Some(t) = self.by_session.read().get(sid).cloned() else {
+            return;
+        };
+        if let Some(p) = self.by_token.write().get_mut(&t) {
+            p.policy = policy;
+        }
+    }
+
+    /// The sessions with a live token whose project is `root`.
+    pub fn sessions_of(&self, root: &std::path::Path) -> Vec<String> {
+        self.by_token
+            .read()
+            .values()
+            .filter(|p| p.project.as_deref() == Some(root))
+            .map(|p| p.session_id.clone())
+            .collect()
     }
 
     /// Forgets the session's token: the proxy answers 407 for it from now on.

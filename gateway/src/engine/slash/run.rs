@@ -63,6 +63,7 @@ impl SlashCommands {
             "sh" => self.sh(sid, args, work).await,
             "draft" => self.workspaces.slash(sid, args).await,
             "net-probe" => self.net_probe(sid, args, work).await,
+            "net" => self.net(sid, args, project).await,
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self

@@ -15,6 +15,10 @@ const BUILTINS: &[(&str, &str)] = &[
     ),
     ("extensions", "List loaded extensions and load failures"),
     (
+        "net",
+        "Learn mode: /net propose [project], /net review, /net mode [learn|enforce|project], /net suggested",
+    ),
+    (
         "draft",
         "Isolated workspaces: /draft new NAME, /draft, /draft list, /draft apply, /draft stash, /draft resume NAME, /draft abandon",
     ),
