@@ -83,8 +83,43 @@ fn expected(mut before: Value, edit: &Edit<'_>) -> Value {
     before
 }
 
-fn to_yaml_mapping(v: &Value) -> Result<Mapping, String> {
-    let text = serde_norway::to_string(v).map_err(|e| e.to_string())?;
+/// A scalar as YAML writes it (quoted only when it must be: `'*.example.com'`).
+fn scalar(s: &str) -> String {
+    serde_norway::to_string(s)
+        .map(|t| t.trim_end().to_string())
+        .unwrap_or_else(|_| format!("{s:?}"))
+}
+
+/// A rule as a block mapping in the keys' natural order (host, access, methods, ports,
+/// allow), lists of scalars in flow style.
+fn rule_text(r: &RuleYaml) -> String {
+    let mut t = format!("host: {}\n", scalar(&r.host));
+    if let Some(a) = r.access {
+        t.push_str(&format!("access: {a}\n"));
+    }
+    if !r.methods.is_empty() {
+        let m: Vec<String> = r.methods.iter().map(|m| scalar(m)).collect();
+        t.push_str(&format!("methods: [{}]\n", m.join(", ")));
+    }
+    if !r.ports.is_empty() {
+        let p: Vec<String> = r.ports.iter().map(u16::to_string).collect();
+        t.push_str(&format!("ports: [{}]\n", p.join(", ")));
+    }
+    if !r.allow.is_empty() {
+        t.push_str("allow:\n");
+        for a in &r.allow {
+            t.push_str(&format!(
+                "  - method: {}\n    path: {}\n",
+                scalar(&a.method),
+                scalar(&a.path)
+            ));
+        }
+    }
+    t
+}
+
+fn to_yaml_mapping(r: &RuleYaml) -> Result<Mapping, String> {
+    let text = rule_text(r);
     Document::from_str(&text)
         .map_err(|e| e.to_string())?
         .as_mapping()
@@ -103,6 +138,12 @@ pub fn apply(text: &str, edit: &Edit<'_>) -> Result<String, String> {
     ] {
         if !v.is_null() && !v.is_object() {
             return Err(format!("vis.yml: `{path}` is not a mapping"));
+        }
+    }
+    for key in ["allowed_domains", "rules"] {
+        let v = &before["jail"]["network"][key];
+        if !v.is_null() && !v.is_array() {
+            return Err(format!("vis.yml: `jail.network.{key}` is not a list"));
         }
     }
     let doc = if text.trim().is_empty() {
@@ -145,7 +186,7 @@ pub fn apply(text: &str, edit: &Edit<'_>) -> Result<String, String> {
             .get_sequence("rules")
             .ok_or("vis.yml: `jail.network.rules` is not a list")?;
         for r in edit.rules {
-            seq.push(to_yaml_mapping(&rule_value(&rule_yaml(r)))?);
+            seq.push(to_yaml_mapping(&rule_yaml(r))?);
         }
     }
     if let Some(m) = edit.mode {

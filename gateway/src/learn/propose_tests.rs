@@ -178,7 +178,7 @@ fn the_same_traffic_in_any_order_gives_the_same_yaml_byte_for_byte() {
     seen[0].first_ts = 5;
     let first = yaml(&rules(&seen), &NetworkConfig::default(), Some(true));
     seen.reverse();
-    seen.rotate(1);
+    seen.rotate_left(1);
     let second = yaml(&rules(&seen), &NetworkConfig::default(), Some(true));
     assert_eq!(first, second);
     assert!(
