@@ -55,9 +55,16 @@ pub fn observation(row: &str, denials: bool) -> Option<Observation> {
     if !wanted {
         return None;
     }
+    // an address the SSRF floor always refuses (metadata, link-local, …) is never proposed
+    let host = s("host")?;
+    if let Some(ip) = vis_proxy::ssrf::parse_ip_literal(&host) {
+        if vis_proxy::ssrf::classify(ip) == vis_proxy::ssrf::AddrClass::Internal {
+            return None;
+        }
+    }
     let ts = v.get("ts").and_then(Value::as_u64).unwrap_or(0);
     Some(Observation {
-        host: s("host")?,
+        host,
         port: v.get("port").and_then(Value::as_u64)? as u16,
         tunnel: lane == "connect" || lane == "socks",
         method: s("method"),
