@@ -284,11 +284,30 @@ async fn a_learned_policy_lets_the_same_commands_pass_in_enforce_mode_and_denies
     let (pip_rule, git_rule, post_rule) = (rule("127.0.0.1"), rule("localhost"), rule("127.0.0.2"));
     assert_eq!(pip_rule["read_only"], true, "{pip_rule}");
     assert_eq!(pip_rule["ports"], json!([pip.port]));
-    assert_eq!(pip_rule["path_prefix"], "/simple/vis-egress-probe", "{pip_rule}");
+    assert_eq!(
+        pip_rule["path_prefix"], "/simple/vis-egress-probe",
+        "{pip_rule}"
+    );
     assert_eq!(git_rule["methods"], json!(["GET", "POST"]), "{git_rule}");
     assert_eq!(git_rule["path_prefix"], "/repo.git", "{git_rule}");
     assert_eq!(git_rule["already_allowed"], true);
     assert_eq!(post_rule["methods"], json!(["POST"]), "{post_rule}");
+    // evidence: which programs made the requests
+    assert_eq!(
+        post_rule["evidence"]["commands"],
+        json!(["curl"]),
+        "{post_rule}"
+    );
+    assert_eq!(
+        git_rule["evidence"]["commands"],
+        json!(["git"]),
+        "{git_rule}"
+    );
+    let pip_cmds = pip_rule["evidence"]["commands"].as_array().unwrap();
+    assert!(
+        pip_cmds.len() == 1 && pip_cmds[0].as_str().unwrap().ends_with(" -m pip"),
+        "{pip_rule}"
+    );
     assert!(post_rule["evidence"]["requests"].as_u64().unwrap() >= 1);
     assert!(p["rules"]
         .as_array()
@@ -388,7 +407,10 @@ async fn a_learned_policy_lets_the_same_commands_pass_in_enforce_mode_and_denies
         hosts.contains(&"127.0.0.3") && hosts.contains(&"127.0.0.1"),
         "{sug}"
     );
-    assert_eq!(sug["denials"], 2, "the metadata denial is not a suggestion: {sug}");
+    assert_eq!(
+        sug["denials"], 2,
+        "the metadata denial is not a suggestion: {sug}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -385,8 +385,9 @@ impl Engine for Api {
         session_id: Option<String>,
         root: Option<String>,
         title: Option<String>,
+        command: Option<String>,
     ) -> ApiResult<SandboxEnv> {
-        self.0.sandbox_env(session_id, root, title).await
+        self.0.sandbox_env(session_id, root, title, command).await
     }
 
     async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
