@@ -168,7 +168,7 @@ impl Gateway {
         let egress = egress::EgressLog::new(store.clone());
         let learn = Arc::new(crate::learn::Learn::new(
             store.clone(),
-            configuration.clone(),
+            Arc::new(routes::learn::ConfigurationProjects(configuration.clone())),
         ));
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
         let workspaces = Arc::new(workspace::Workspaces::new(

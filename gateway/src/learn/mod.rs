@@ -10,7 +10,7 @@ pub mod edit;
 pub mod propose;
 pub mod rows;
 
-use crate::engine::configuration::Configuration;
+use crate::config::Config;
 use crate::sandbox::Sandbox;
 use crate::store::Store;
 use rows::Scope;
@@ -46,9 +46,18 @@ fn failed(e: impl std::fmt::Display) -> LearnError {
     LearnError::Failed(e.to_string())
 }
 
+/// The projects' configuration as learn mode needs it (the gateway's configuration job).
+#[async_trait::async_trait]
+pub trait Projects: Send + Sync + 'static {
+    /// The configuration of a project (home layers + the project's own).
+    async fn project(&self, root: &Path) -> Result<Config, String>;
+    /// Re-reads the configuration after `vis.yml` changed.
+    async fn reload(&self, root: &Path) -> Result<(), String>;
+}
+
 pub struct Learn {
     store: Store,
-    configuration: Arc<Configuration>,
+    configuration: Arc<dyn Projects>,
     sandbox: OnceLock<Arc<Sandbox>>,
 }
 
@@ -64,7 +73,7 @@ pub fn parse_mode(s: &str) -> Result<Mode, LearnError> {
 }
 
 impl Learn {
-    pub fn new(store: Store, configuration: Arc<Configuration>) -> Learn {
+    pub fn new(store: Store, configuration: Arc<dyn Projects>) -> Learn {
         Learn {
             store,
             configuration,
@@ -263,7 +272,7 @@ impl Learn {
             file: file.to_string_lossy().into_owned(),
             session_id: sid.map(str::to_string),
             applied_by: applied_by.to_string(),
-            applied_at: crate::engine::now_ms(),
+            applied_at: vis_companion_api::sse::now_ms(),
             rules: chosen,
             mode: enforce.then(|| "enforce".to_string()),
         };

@@ -21,6 +21,15 @@ pub struct DecideInput<'a> {
     pub port: Option<u16>,
 }
 
+/// What enforcement would have answered a request learn mode let through.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WouldDeny {
+    /// The `X-Vis-Egress-Error` kind enforcement would send.
+    pub error_kind: String,
+    /// The refusal sentence enforcement would send.
+    pub reason: String,
+}
+
 /// An allow verdict, with who decided (for the decision record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allowed {
@@ -29,7 +38,7 @@ pub struct Allowed {
     /// The selected rule's host pattern.
     pub rule_host: Option<String>,
     /// Learn mode let through what the policy would deny (docs/decisions.md, L1).
-    pub would_deny: Option<super::learn::WouldDeny>,
+    pub would_deny: Option<WouldDeny>,
 }
 
 fn host_denial(policy: &Policy, host: &str) -> Option<Denial> {

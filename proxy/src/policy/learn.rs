@@ -8,20 +8,9 @@
 //! the deny-all of a broken policy. The SSRF floor and the network filters run after this
 //! step and are not touched by it at all.
 
-use serde::Serialize;
-
 use super::compile::Policy;
-use super::decide::{decide, Allowed, DecideInput};
+use super::decide::{decide, Allowed, DecideInput, WouldDeny};
 use crate::deny::{kind, Denial, DenyClass};
-
-/// What enforcement would have answered a request learn mode let through.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WouldDeny {
-    /// The `X-Vis-Egress-Error` kind enforcement would send.
-    pub error_kind: String,
-    /// The refusal sentence enforcement would send.
-    pub reason: String,
-}
 
 /// Could a proposal lift this denial (an allowlist reason, not an explicit refusal)?
 fn learnable(policy: &Policy, host: &str, d: &Denial) -> bool {

@@ -9,5 +9,5 @@ pub mod learn;
 
 pub use compile::{normalize_host, HostPattern, Policy, Rule};
 pub use config::{Mode, NetworkConfig};
-pub use decide::{decide, normalize_path, Allowed, DecideInput};
-pub use learn::{decide_or_learn, WouldDeny};
+pub use decide::{decide, normalize_path, Allowed, DecideInput, WouldDeny};
+pub use learn::decide_or_learn;

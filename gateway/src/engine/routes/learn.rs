@@ -19,6 +19,19 @@ use vis_companion_api::{ApiError, ApiResult};
 
 pub struct LearnRoutes(pub Arc<Gateway>);
 
+/// The configuration job as learn mode's view of the projects.
+pub struct ConfigurationProjects(pub Arc<crate::engine::configuration::Configuration>);
+
+#[async_trait]
+impl crate::learn::Projects for ConfigurationProjects {
+    async fn project(&self, root: &std::path::Path) -> Result<crate::config::Config, String> {
+        self.0.project(root).await
+    }
+    async fn reload(&self, root: &std::path::Path) -> Result<(), String> {
+        self.0.reload(root).await.map(|_| ())
+    }
+}
+
 fn api_error(e: LearnError) -> ApiError {
     match e {
         LearnError::Invalid(m) => ApiError::bad_request("invalid-request", m),
