@@ -64,6 +64,8 @@ pub struct SubmitTurn {
     pub model: Option<String>,
     pub reasoning_default: Option<Value>,
     pub attachments: Option<Vec<Attachment>>,
+    /// Members added to the provider request (a service tier, a temperature); a JSON object.
+    pub extra_body: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -72,6 +74,9 @@ pub struct SessionListQuery {
     pub after: Option<(i64, i64, String)>,
     pub root: Option<String>,
     pub dirty: Vec<String>,
+    /// Only this channel's sessions (`?channel=`); the gateway's internal channel is
+    /// listed only when named.
+    pub channel: Option<String>,
 }
 
 /// Figures for `/v1/admin/status`, `/healthz` and `/metrics`.
@@ -120,7 +125,8 @@ pub trait Engine: Send + Sync + 'static {
     async fn create_session(&self, req: CreateSession) -> ApiResult<SessionCreated>;
     async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<SessionList>;
     async fn get_session(&self, sid: &str, include_queued: bool) -> ApiResult<SessionRecord>;
-    async fn delete_session(&self, sid: &str);
+    /// Deletes a session; an unknown id is a 404 `session-not-found`.
+    async fn delete_session(&self, sid: &str) -> ApiResult<()>;
     async fn transcript(
         &self,
         sid: &str,

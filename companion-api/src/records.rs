@@ -87,6 +87,11 @@ pub struct TurnUsage {
     pub cost_usd: Option<f64>,
     pub duration_ms: Option<i64>,
     pub created_at: i64,
+    /// The turn's last model request: its estimated tokens and the model's context window.
+    #[serde(default)]
+    pub context_tokens: Option<u64>,
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 /// `GET /v1/sessions/:sid/usage` — the whole-life rollup plus the per-turn rows.
@@ -109,6 +114,14 @@ pub struct SessionUsage {
     pub last_turn_at: Option<i64>,
     pub provider: Option<String>,
     pub model: Option<String>,
+    /// How full the model's context window is: the newest model turn's last request
+    /// against its window (0–1), with both numbers.
+    #[serde(default)]
+    pub context_utilization: Option<f64>,
+    #[serde(default)]
+    pub context_tokens: Option<u64>,
+    #[serde(default)]
+    pub context_window: Option<u64>,
     pub turns: Vec<TurnUsage>,
 }
 

@@ -131,6 +131,7 @@
 //!   filters are; `Host` is set to the base URL's authority; lane `provider`.
 #![warn(missing_docs)]
 
+mod admission;
 pub mod attribution;
 pub mod body;
 mod conn_pool;

@@ -1,6 +1,7 @@
-//! Accept loop: the overall connection cap, first-byte demux, lane dispatch.
+//! Accept loop: admission (`admission.rs`: the unauthenticated budget, then the overall
+//! cap), first-byte demux, lane dispatch.
 //!
-//! The cap counts every client connection for as long as anything of it lives: an
+//! The cap counts every authenticated client connection for as long as anything of it lives: an
 //! established CONNECT tunnel, a SOCKS5 relay or an upgraded connection keeps its place
 //! (a [`ConnGuard`]) after the HTTP exchange that opened it has ended. The cap is also
 //! lowered, at start, so that all connections' descriptors fit under the process's
@@ -12,11 +13,15 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
+use crate::admission::Admission;
 use crate::detect::{detect, Protocol};
 use crate::io_threads::IoThreads;
 use crate::state::{ConnGuard, Shared};
+
+/// Refusals being answered at once at most; past it a refused connection is just closed.
+const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -36,7 +41,8 @@ pub(crate) async fn serve(
             "proxy connection cap lowered to fit the descriptor limit"
         );
     }
-    let sem = Arc::new(Semaphore::new(cap.max(1)));
+    let admission = Admission::new(cap, shared.cfg.max_unauthenticated, shared.cfg.auth_timeout);
+    let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -50,15 +56,26 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = sem.clone().try_acquire_owned() else {
-            tracing::warn!("proxy connection cap reached; refusing a connection");
-            drop(stream);
+        let Some(guard) = admission.accept() else {
+            admission.refused_unauthenticated.note(
+                "proxy: too many connections waiting to authenticate; refused a connection (503)",
+            );
+            if let Ok(p) = refusals.clone().try_acquire_owned() {
+                let timeout = shared.cfg.first_byte_timeout.min(Duration::from_secs(1));
+                tokio::spawn(async move {
+                    refuse_busy(stream, timeout).await;
+                    drop(p);
+                });
+            }
             continue;
         };
         let shared = shared.clone();
-        let guard: ConnGuard = Arc::new(permit);
         io.spawn_conn(stream, move |stream| async move {
-            handle(stream, shared, guard).await;
+            let c = guard.clone();
+            tokio::select! {
+                _ = handle(stream, shared, guard) => {}
+                _ = c.must_close() => {}
+            }
         });
     }
 }
@@ -90,10 +107,30 @@ pub fn nofile_limit() -> Option<u64> {
         .ok()
 }
 
+/// Answers a connection that found no place: HTTP 503, or a SOCKS5 greeting's "no
+/// acceptable method" (the handshake has no general-failure reply before a request).
+async fn refuse_busy(mut stream: TcpStream, timeout: Duration) {
+    let first = detect(&stream, timeout).await;
+    let answer: &[u8] = match first {
+        Ok(Protocol::Socks5) => &[0x05, 0xff],
+        Ok(Protocol::Http) => BUSY_503.as_bytes(),
+        _ => b"",
+    };
+    let _ = stream.write_all(answer).await;
+    let _ = stream.shutdown().await;
+}
+
+/// The answer to an HTTP client the proxy has no place for.
+pub(crate) const BUSY_503: &str = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 46\r\nRetry-After: 1\r\nConnection: close\r\n\r\nproxy busy: too many connections, retry later\n";
+
 async fn handle(mut stream: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
     let _ = stream.set_nodelay(true);
-    match detect(&stream, shared.cfg.first_byte_timeout).await {
-        Ok(Protocol::Socks5) => crate::lanes::socks5::serve(stream, shared).await,
+    let first = detect(&stream, shared.cfg.first_byte_timeout).await;
+    if matches!(first, Ok(Protocol::Socks5 | Protocol::Http)) {
+        conn.spoke();
+    }
+    match first {
+        Ok(Protocol::Socks5) => crate::lanes::socks5::serve(stream, shared, conn).await,
         Ok(Protocol::Http) => {
             if starts_like_h2c(&stream, shared.cfg.head_timeout).await {
                 let body = format!("{}\n", crate::deny::reason::MALFORMED);
@@ -146,6 +183,13 @@ mod tests {
         assert_eq!(effective_cap(2048, Some(100), Some(700)), 100);
         assert_eq!(effective_cap(2048, None, None), 2048);
         assert_eq!(effective_cap(2048, Some(5000), Some(10)), 1);
+    }
+
+    #[test]
+    fn the_busy_answer_is_a_well_formed_503() {
+        let (head, body) = BUSY_503.split_once("\r\n\r\n").expect("head and body");
+        assert!(head.starts_with("HTTP/1.1 503 "));
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub struct ProxyConfig {
     pub reserved_fds: Option<usize>,
     /// Concurrent attributed requests/tunnels per session (256).
     pub max_per_session: usize,
+    /// Connections not yet attributed to a session, counted apart from `max_connections`
+    /// (256, `VIS_PROXY_MAX_UNAUTHENTICATED`); when full, a new connection takes the place
+    /// of the oldest one that has not sent a byte.
+    pub max_unauthenticated: usize,
+    /// Time a connection has to get a request attributed before it is closed (10 s).
+    pub auth_timeout: Duration,
     /// Request head size cap (64 KiB).
     pub max_header_bytes: usize,
     /// Leaf certificate LRU bound (1024).
@@ -70,6 +76,12 @@ impl Default for ProxyConfig {
                 .unwrap_or(2048),
             reserved_fds: None,
             max_per_session: 256,
+            max_unauthenticated: std::env::var("VIS_PROXY_MAX_UNAUTHENTICATED")
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(256),
+            auth_timeout: Duration::from_secs(10),
             max_header_bytes: 64 * 1024,
             leaf_cache_size: 1024,
             use_system_roots: true,

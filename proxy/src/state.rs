@@ -5,9 +5,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hyper_util::client::legacy::Client;
-use tokio::sync::OwnedSemaphorePermit;
-
 use crate::body::ProxyBody;
 use crate::conn_pool::Upstreams;
 use crate::dial::DeniedCache;
@@ -18,6 +15,7 @@ use crate::traits::{
     SystemResolver, TcpDialer,
 };
 use crate::upstream::ValidatedConnector;
+use hyper_util::client::legacy::Client;
 
 /// Everything the proxy asks its host for (the proxy knows nothing of sessions or
 /// Python: it asks these).
@@ -71,9 +69,10 @@ impl Services {
     }
 }
 
-/// One client connection's place under the overall cap; shared by whatever outlives the
-/// connection's first exchange (a tunnel, an upgraded connection).
-pub(crate) type ConnGuard = Arc<OwnedSemaphorePermit>;
+/// One client connection's admission (its place in the unauthenticated budget, then under
+/// the overall cap); shared by whatever outlives the connection's first exchange (a tunnel,
+/// an upgraded connection).
+pub(crate) type ConnGuard = Arc<crate::admission::Conn>;
 
 /// The state of one running proxy, shared by all its connections.
 pub(crate) struct Shared {

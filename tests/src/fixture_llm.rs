@@ -98,6 +98,31 @@ impl Script {
     }
 }
 
+/// Words of the gateway's summariser instructions that mark a compaction request.
+pub const SUMMARY_REQUEST_MARK: &str = "working memory of Vis";
+
+/// The system prompt of a request in either dialect.
+pub fn system_text(body: &Value) -> String {
+    if let Some(s) = body.get("system") {
+        return match s {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+    }
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.first())
+        .filter(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// True for the gateway's summarising requests.
+pub fn is_summary_request(body: &Value) -> bool {
+    system_text(body).contains(SUMMARY_REQUEST_MARK)
+}
+
 /// One request as received.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRequest {
@@ -125,6 +150,11 @@ struct Shared {
     required_key: Mutex<Option<String>>,
     /// Headers added to every answer (rate-limit headers, say).
     extra_headers: Mutex<Vec<(String, String)>>,
+    /// The model's context window: a larger request is refused as the real APIs do.
+    context_window: Mutex<Option<u64>>,
+    /// The answer to the gateway's summarising requests (compactions), which then leave
+    /// the script queue alone.
+    summary_reply: Mutex<Option<String>>,
     counter: AtomicU64,
 }
 
@@ -208,6 +238,18 @@ impl FixtureLlm {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+    }
+
+    /// Refuses requests whose prompt (counted at four characters a token) plus the answer
+    /// cap they ask for exceeds `window`, with the dialect's context-length error.
+    pub fn set_context_window(&self, window: Option<u64>) {
+        *lock(&self.shared.context_window) = window;
+    }
+
+    /// Answers every summarising request (a compaction: the system prompt holds
+    /// [`SUMMARY_REQUEST_MARK`]) with `reply`, outside the script queue.
+    pub fn set_summary_reply(&self, reply: Option<&str>) {
+        *lock(&self.shared.summary_reply) = reply.map(str::to_string);
     }
 
     pub fn requests(&self) -> Vec<RecordedRequest> {
@@ -492,6 +534,107 @@ fn validate(dialect: Dialect, body: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The prompt's tokens at four characters a token (messages, system prompt, tools).
+fn prompt_tokens(body: &Value) -> u64 {
+    tokens(
+        body.get("messages").map_or(0, |m| m.to_string().len())
+            + body.get("system").map_or(0, |s| s.to_string().len())
+            + body.get("tools").map_or(0, |t| t.to_string().len()),
+    )
+}
+
+/// Refuses the malformed tool sequences the real APIs refuse: a call without its result
+/// right after it, a result without its call, and (Anthropic) a first message that is not
+/// the user's or an empty message.
+fn validate_sequence(dialect: Dialect, body: &Value) -> Result<(), String> {
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    match dialect {
+        Dialect::OpenAi => {
+            let mut open: Vec<String> = Vec::new();
+            for (i, m) in msgs.iter().enumerate() {
+                let role = m["role"].as_str().unwrap_or("");
+                if role == "tool" {
+                    let id = m["tool_call_id"].as_str().unwrap_or("");
+                    let Some(at) = open.iter().position(|o| o == id) else {
+                        return Err(format!("Invalid parameter: messages[{i}]: messages with role 'tool' must be a response to a preceding message with 'tool_calls' (tool_call_id {id:?})."));
+                    };
+                    open.remove(at);
+                    continue;
+                }
+                if !open.is_empty() {
+                    return Err(format!("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {}", open.join(", ")));
+                }
+                if role == "assistant" {
+                    if let Some(calls) = m["tool_calls"].as_array() {
+                        open = calls
+                            .iter()
+                            .filter_map(|c| c["id"].as_str().map(str::to_string))
+                            .collect();
+                    }
+                }
+            }
+            if !open.is_empty() {
+                return Err(format!("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {}", open.join(", ")));
+            }
+        }
+        Dialect::Anthropic => {
+            if msgs.first().and_then(|m| m["role"].as_str()) != Some("user") {
+                return Err("messages: the first message must use the \"user\" role".into());
+            }
+            let blocks = |m: &Value| -> Vec<Value> {
+                match &m["content"] {
+                    Value::Array(a) => a.clone(),
+                    Value::String(s) => vec![json!({"type": "text", "text": s})],
+                    _ => vec![],
+                }
+            };
+            let mut pending: Vec<String> = Vec::new();
+            for (i, m) in msgs.iter().enumerate() {
+                let content = blocks(m);
+                let last = i + 1 == msgs.len();
+                if content.is_empty() && !(last && m["role"] == "assistant") {
+                    return Err(format!("messages.{i}: all messages must have non-empty content except for the optional final assistant message"));
+                }
+                for b in &content {
+                    if b["type"] == "text" && b["text"].as_str().is_some_and(str::is_empty) {
+                        return Err(format!(
+                            "messages.{i}: text content blocks must be non-empty"
+                        ));
+                    }
+                }
+                let results: Vec<String> = content
+                    .iter()
+                    .filter(|b| b["type"] == "tool_result")
+                    .filter_map(|b| b["tool_use_id"].as_str().map(str::to_string))
+                    .collect();
+                if !pending.is_empty() {
+                    let missing: Vec<&String> =
+                        pending.iter().filter(|p| !results.contains(p)).collect();
+                    if m["role"] != "user" || !missing.is_empty() {
+                        return Err(format!("messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.", i - 1, missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+                    }
+                }
+                if let Some(stray) = results.iter().find(|r| !pending.contains(r)) {
+                    return Err(format!("messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: {stray}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."));
+                }
+                pending = if m["role"] == "assistant" {
+                    content
+                        .iter()
+                        .filter(|b| b["type"] == "tool_use")
+                        .filter_map(|b| b["id"].as_str().map(str::to_string))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+            }
+            if !pending.is_empty() {
+                return Err(format!("messages: `tool_use` ids were found without `tool_result` blocks immediately after: {}", pending.join(", ")));
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn handle(
     dialect: Dialect,
     shared: Arc<Shared>,
@@ -514,7 +657,36 @@ async fn handle(
     if let Err(msg) = validate(dialect, &json_body) {
         return error_response(dialect, 400, &msg, None);
     }
-    let mut script = lock(&shared.scripts).pop_front();
+    if let Err(msg) = validate_sequence(dialect, &json_body) {
+        return error_response(dialect, 400, &msg, None);
+    }
+    let window = *lock(&shared.context_window);
+    if let Some(window) = window {
+        let prompt = prompt_tokens(&json_body);
+        let answer = json_body
+            .get("max_tokens")
+            .or_else(|| json_body.get("max_completion_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if prompt + answer > window {
+            let msg = match dialect {
+                Dialect::OpenAi => format!(
+                    "This model's maximum context length is {window} tokens. However, you requested {} tokens ({prompt} in the messages, {answer} in the completion). Please reduce the length of the messages or completion.",
+                    prompt + answer
+                ),
+                Dialect::Anthropic => format!(
+                    "prompt is too long: {} tokens > {window} maximum",
+                    prompt + answer
+                ),
+            };
+            return error_response(dialect, 400, &msg, None);
+        }
+    }
+    let summary = lock(&shared.summary_reply).clone();
+    let mut script = match summary {
+        Some(reply) if is_summary_request(&json_body) => Some(Script::Text(vec![reply])),
+        _ => lock(&shared.scripts).pop_front(),
+    };
     let mut force_whole = false;
     let mut rechunk = None;
     loop {
@@ -601,11 +773,7 @@ async fn handle(
         }
     };
     let n = shared.counter.fetch_add(1, Ordering::Relaxed) + 1;
-    let input_tokens = tokens(
-        json_body.get("messages").map_or(0, |m| m.to_string().len())
-            + json_body.get("system").map_or(0, |s| s.to_string().len())
-            + json_body.get("tools").map_or(0, |t| t.to_string().len()),
-    );
+    let input_tokens = prompt_tokens(&json_body);
     let model = json_body
         .get("model")
         .and_then(Value::as_str)

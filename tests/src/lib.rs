@@ -2,7 +2,7 @@
 
 pub mod fixture_llm;
 
-pub use fixture_llm::{FixtureLlm, RecordedRequest, Script};
+pub use fixture_llm::{is_summary_request, system_text, FixtureLlm, RecordedRequest, Script};
 
 /// Installs ring as the process-wide rustls crypto provider (needed before
 /// building a reqwest client with the workspace's `rustls-no-provider`

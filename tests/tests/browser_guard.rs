@@ -88,3 +88,52 @@ async fn with_the_token_on_any_origin_is_echoed_as_the_protocol_says() {
         Some("http://app.example")
     );
 }
+
+/// Sends raw request bytes to the gateway and returns the status line and the headers.
+async fn raw(gw: &Gateway, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    text.split("\r\n\r\n").next().unwrap_or("").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_browser_guard_cannot_vouch_for_is_refused() {
+    let gw = Gateway::start(Opts::default()).await;
+    let port = gw.port;
+    // An Origin that is not ASCII is neither served nor echoed.
+    let mut req = format!("GET /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://")
+        .into_bytes();
+    req.push(0xe9);
+    req.extend_from_slice(b"vil.example\r\nConnection: close\r\n\r\n");
+    let head = raw(&gw, &req).await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("access-control-allow-origin"),
+        "{head}"
+    );
+    // An absolute-form target naming another host.
+    let head = raw(
+        &gw,
+        format!("GET http://attacker.example/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 421"), "{head}");
+    // A Host that is not UTF-8.
+    req = b"GET /v1/sessions HTTP/1.1\r\nHost: attacker\xff.example\r\nConnection: close\r\n\r\n"
+        .to_vec();
+    let head = raw(&gw, &req).await;
+    assert!(head.starts_with("HTTP/1.1 421"), "{head}");
+    // What a loopback client sends is still served.
+    req = format!("GET http://127.0.0.1:{port}/healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").into_bytes();
+    let head = raw(&gw, &req).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}

@@ -137,6 +137,23 @@ async fn a_child_sees_every_proxy_and_ca_variable_and_no_operator_secret() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_pwd_is_its_own_working_directory() {
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let py = python();
+    let out = gw
+        .exec_in_root(&[
+            &py,
+            "-c",
+            "import os; print(os.environ.get('PWD')); print(os.getcwd())",
+        ])
+        .await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert_eq!(lines[0], lines[1], "PWD names another directory: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_passes_the_childs_exit_status_and_stdio_through() {
     let gw = start_with_network(loopback_policy(), Opts::default()).await;
     let out = gw

@@ -6,6 +6,8 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -186,7 +188,10 @@ async fn the_api_answers_healthz_while_the_proxy_is_at_its_connection_cap() {
     }
     // established tunnels count: one more is refused
     let (_extra, head) = connect_tunnel(proxy, &token, &target).await;
-    assert_eq!(head, "", "the proxy is at its cap");
+    assert!(
+        head.starts_with("HTTP/1.1 503"),
+        "the proxy is at its cap and says so: {head:?}"
+    );
     // and a flood of further connection attempts does not take the API down
     let mut flood = Vec::new();
     for _ in 0..200 {
@@ -201,6 +206,93 @@ async fn the_api_answers_healthz_while_the_proxy_is_at_its_connection_cap() {
     // generous for a shared CI machine; `scripts/bench-egress` measures the real figure
     assert!(took < Duration::from_secs(2), "/healthz took {took:?}");
     drop(tunnels);
+}
+
+/// One plain-HTTP request through the proxy on a new connection; the status line ("" when
+/// the proxy closed instead of answering).
+async fn proxied_get(proxy: u16, token: &str, url: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", proxy)).await else {
+        return String::new();
+    };
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let req = format!(
+        "GET {url} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {}\r\nConnection: close\r\n\r\n",
+        basic(token)
+    );
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    text.lines().next().unwrap_or("").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_unauthenticated_connections_do_not_lock_a_session_out_of_the_proxy() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let token = token_of(&gw, &sid).await;
+    let proxy = gw.proxy_port(&sid).await;
+    // 2,100 connections that never say a word, each opened again as soon as it is closed
+    // (opened 50 at a time, so the listener's accept queue does not overflow).
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let mut idlers = Vec::new();
+    for i in 0..2100u64 {
+        let (stop, opened) = (stop.clone(), opened.clone());
+        idlers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(i / 50 * 25)).await;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut s) = TcpStream::connect(("127.0.0.1", proxy)).await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                opened.fetch_add(1, Ordering::Relaxed);
+                let mut sink = Vec::new();
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut sink)).await;
+            }
+        }));
+    }
+    let deadline = Instant::now() + WAIT;
+    while opened.load(Ordering::Relaxed) < 2100 {
+        assert!(
+            Instant::now() < deadline,
+            "the idle connections were not opened: {}",
+            opened.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // every idler has started (the ramp takes ~1 s), and the proxy has had time to accept
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let url = format!("{}/through", origin.url());
+    let mut answers = Vec::new();
+    for _ in 0..10 {
+        answers.push(proxied_get(proxy, &token, &url).await);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in idlers {
+        t.abort();
+    }
+    assert!(
+        answers.iter().all(|a| a.starts_with("HTTP/1.1 200")),
+        "the session's requests were refused: {answers:?}"
+    );
+    let log = gw.stderr();
+    let refusals = log
+        .lines()
+        .filter(|l| l.contains("refused a connection"))
+        .count();
+    assert!(
+        refusals <= 3,
+        "refusals are logged at most once per 10 s, not once each: {refusals} lines"
+    );
 }
 
 /// Sends `head` + `body` to the API and returns the status line (bounded).

@@ -638,7 +638,7 @@ async fn turn_records_strip_inline_attachments_and_the_attachments_route_returns
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_and_release_answer_204_also_for_unknown_ids() {
+async fn release_answers_204_for_any_id_and_delete_of_an_unknown_id_is_a_404() {
     let gw = Gateway::start(Opts::default()).await;
     let sid = gw.create_session().await;
     let unknown = uuid::Uuid::new_v4().to_string();
@@ -646,11 +646,14 @@ async fn delete_and_release_answer_204_also_for_unknown_ids() {
         let (s, _) = gw.post_empty(&format!("/v1/sessions/{id}/release")).await;
         assert_eq!(s, StatusCode::NO_CONTENT);
     }
-    for id in [&unknown, &sid, &sid] {
-        let (s, v) = gw.delete(&format!("/v1/sessions/{id}")).await;
-        assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
-        assert!(v.is_null());
-    }
+    let (s, v) = gw.delete(&format!("/v1/sessions/{unknown}")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    assert_eq!(error_type(&v), "session-not-found");
+    let (s, v) = gw.delete(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
+    assert!(v.is_null());
+    let (s, v) = gw.delete(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "deleted already: {v}");
     let (s, v) = gw.get(format!("/v1/sessions/{sid}")).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "deleted: {v}");
 }

@@ -420,3 +420,75 @@ async fn a_turn_whose_terminal_was_lost_is_failed_from_its_stored_record_once_th
     let (_, rec) = gw.get(format!("/v1/sessions/{sid}/turns/{tid}")).await;
     assert_eq!(rec["status"], "failed", "{rec}");
 }
+
+/// Seq holes in what one client of a session saw between its turn's start and its terminal.
+fn holes(seen: &[Event]) -> Vec<i64> {
+    let seqs: Vec<i64> = seen.iter().filter_map(Event::seq).collect();
+    seqs.windows(2)
+        .filter(|w| w[1] > w[0] + 1)
+        .flat_map(|w| (w[0] + 1)..w[1])
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_that_loses_events_on_a_full_disk_learns_it() {
+    let llm = FixtureLlm::start().await;
+    let sentence = format!("{}. ", "word ".repeat(200).trim_end());
+    // One turn streams all along, so its loss wakes the storage watcher first; four others
+    // write a sentence every 0.7–0.85 s, lose the ones written while the disk is full (4 s)
+    // and end soon after it frees, while the watcher may still be waiting to retry a write
+    // for the first one (this is how they used to end `turn.completed` with holes).
+    llm.push(long_answer());
+    for i in 0..4 {
+        llm.push(Script::Slow {
+            chunks: vec![sentence.clone(); 5],
+            delay_ms: 700 + 50 * i,
+        });
+    }
+    let (t, gw) = OnTmpfs::start(Opts::openai(&llm)).await;
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let sid = gw.create_session().await;
+        let sse = gw.events(&sid, -1).await;
+        runs.push((sid, sse, Vec::<Event>::new()));
+    }
+    for (sid, _, _) in &runs {
+        let (s, rec) = gw.submit(sid, "write a lot").await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{rec}");
+    }
+    for (_, sse, seen) in runs.iter_mut() {
+        let deadline = Instant::now() + WAIT;
+        while !seen.iter().any(|e| e.event == "content.block.delta") {
+            assert!(Instant::now() < deadline, "no deltas: {:?}", ev_types(seen));
+            seen.extend(sse.next_event(WAIT).await);
+        }
+    }
+    t.fill();
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    t.free();
+    for (sid, sse, seen) in runs.iter_mut() {
+        seen.extend(
+            sse.collect_until_any(TERMINALS, Duration::from_secs(30))
+                .await,
+        );
+        let terminal = seen
+            .iter()
+            .rev()
+            .find(|e| TERMINALS.contains(&e.event.as_str()))
+            .unwrap_or_else(|| panic!("session {sid} saw no terminal: {:?}", ev_types(seen)));
+        let holes = holes(seen);
+        let told = seen.iter().any(|e| e.event == "stream.gap")
+            || (terminal.event == "turn.failed" && error_code(&terminal.data) == "storage_error");
+        assert!(
+            holes.is_empty() || told,
+            "session {sid} lost seqs {holes:?} and ended {} {} without being told",
+            terminal.event,
+            terminal.data
+        );
+        assert_all_stored(seen, &journal(&gw, sid).await);
+    }
+    assert!(
+        metric(&gw, "vis_events_lost_total").await > 0.0,
+        "the disk really was full: some events were lost"
+    );
+}

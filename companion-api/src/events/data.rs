@@ -74,6 +74,23 @@ pub struct ContextUpdated {
     pub utilization: Option<f64>,
 }
 
+/// A compaction: the summary that replaces the session's older part in later requests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextCompacted {
+    pub turn_id: String,
+    /// `auto` (the request would have passed the threshold), `manual` (`/compact`) or
+    /// `overflow` (the provider refused a request as too long).
+    pub trigger: String,
+    pub summary: String,
+    /// Settled turns the summary replaces (the session's older part).
+    pub folded_turns: usize,
+    /// Estimated tokens of the request before and after.
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    /// The model's context window.
+    pub window: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QueuePaused {
     pub reason: String,

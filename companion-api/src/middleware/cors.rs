@@ -4,8 +4,9 @@
 //! page the user visits drive it — submit turns that run the shell tool. So on such a bind
 //! only loopback origins (and those listed in `VIS_GATEWAY_CORS_ORIGINS`) get CORS, requests
 //! from other origins are refused, and the `Host` header must name a loopback host (which
-//! defeats DNS rebinding). With the token on, any origin is echoed as the spec says: the
-//! token is the protection.
+//! defeats DNS rebinding). What the guard cannot read it refuses: an `Origin` or `Host` that
+//! is not ASCII, and an absolute-form request target naming a host that is not loopback.
+//! With the token on, any origin is echoed as the spec says: the token is the protection.
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -66,24 +67,16 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
         .cloned();
     if !state.cfg.require_token {
-        let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_string);
-        if let Some(h) = host.filter(|h| !is_loopback_host(host_part(h))) {
-            return ApiError::new(
-                StatusCode::MISDIRECTED_REQUEST,
-                "host-not-allowed",
-                format!("this gateway answers loopback names only, not {h}"),
-            )
-            .into_response();
+        if let Some(refusal) = foreign_host(&req) {
+            return refusal;
         }
     }
+    // An origin that is not ASCII cannot be checked (nor echoed): foreign unless the token
+    // is on (then it is simply not echoed).
+    let origin = origin.filter(|o| o.to_str().is_ok() || !state.cfg.require_token);
     let foreign = origin
         .as_ref()
-        .and_then(|o| o.to_str().ok())
-        .is_some_and(|o| !origin_allowed(&state, o));
+        .is_some_and(|o| o.to_str().map_or(true, |o| !origin_allowed(&state, o)));
     if foreign {
         // No CORS headers: the browser blocks the page; the request itself is refused too.
         if req.method() == Method::OPTIONS {
@@ -103,6 +96,32 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
     };
     decorate(resp.headers_mut(), origin, requested);
     resp
+}
+
+/// On a token-less bind: a 421 unless both the `Host` header and an absolute-form target
+/// name a loopback host (a `Host` that is not ASCII names nothing the guard can vouch for).
+fn foreign_host(req: &Request) -> Option<Response> {
+    let refuse = |what: String| {
+        ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "host-not-allowed",
+            format!("this gateway answers loopback names only, not {what}"),
+        )
+        .into_response()
+    };
+    if let Some(h) = req.headers().get(header::HOST) {
+        match h.to_str() {
+            Ok(h) if is_loopback_host(host_part(h)) => {}
+            Ok(h) => return Some(refuse(h.to_string())),
+            Err(_) => return Some(refuse("a Host header that is not ASCII".into())),
+        }
+    }
+    match req.uri().host() {
+        Some(h) if !is_loopback_host(h.trim_start_matches('[').trim_end_matches(']')) => {
+            Some(refuse(format!("{h} (the request target)")))
+        }
+        _ => None,
+    }
 }
 
 fn decorate(h: &mut HeaderMap, origin: Option<HeaderValue>, requested: Option<HeaderValue>) {

@@ -72,6 +72,10 @@ pub async fn list(State(st): State<AppState>, q: Q, headers: HeaderMap) -> ApiRe
         after,
         root: q.get("root").cloned(),
         dirty,
+        channel: q
+            .get("channel")
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty()),
     };
     let list = st.engine.list_sessions(query).await?;
     let body = serde_json::to_value(&list).map_err(|e| ApiError::engine(e.to_string()))?;
@@ -107,9 +111,9 @@ pub async fn get_one(
     Ok(Json(st.engine.get_session(&sid, include_queued).await?))
 }
 
-pub async fn delete(State(st): State<AppState>, Path(sid): Path<String>) -> StatusCode {
-    st.engine.delete_session(&sid).await;
-    StatusCode::NO_CONTENT
+pub async fn delete(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<StatusCode> {
+    st.engine.delete_session(&sid).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn release(Path(_sid): Path<String>) -> StatusCode {

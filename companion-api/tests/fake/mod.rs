@@ -166,8 +166,9 @@ impl Engine for FakeEngine {
         })
     }
 
-    async fn delete_session(&self, sid: &str) {
+    async fn delete_session(&self, sid: &str) -> ApiResult<()> {
         self.calls.push(format!("delete_session {sid}"));
+        Ok(())
     }
 
     async fn transcript(

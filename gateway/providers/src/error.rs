@@ -27,6 +27,18 @@ pub enum ProviderError {
     Cancelled,
 }
 
+/// How providers word a request that does not fit the model's context window.
+const OVERFLOW_WORDINGS: &[&str] = &[
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+    "exceeds the context",
+    "input is too long",
+];
+
 impl ProviderError {
     /// True for errors that the opening phase retries (408/409/429/5xx, connect errors).
     pub fn is_retryable(&self) -> bool {
@@ -43,6 +55,63 @@ impl ProviderError {
             ProviderError::Http { status, .. } => Some(*status),
             _ => None,
         }
+    }
+
+    /// True when the provider refused the request for being larger than the model's context
+    /// window (OpenAI `context_length_exceeded`, Anthropic "prompt is too long", and the
+    /// wordings of the common compatible servers).
+    pub fn is_context_overflow(&self) -> bool {
+        let message = match self {
+            ProviderError::Http {
+                status: 400 | 413 | 422,
+                message,
+                ..
+            } => message,
+            ProviderError::Stream { message, .. } => message,
+            _ => return false,
+        };
+        let m = message.to_ascii_lowercase();
+        OVERFLOW_WORDINGS.iter().any(|w| m.contains(w))
+    }
+
+    /// The window a context-length refusal names ("maximum context length is 8192 tokens",
+    /// "prompt is too long: 9000 tokens > 8192 maximum"), when it names one.
+    pub fn overflow_window(&self) -> Option<u64> {
+        if !self.is_context_overflow() {
+            return None;
+        }
+        let (ProviderError::Http { message, .. } | ProviderError::Stream { message, .. }) = self
+        else {
+            return None;
+        };
+        let m = message.to_ascii_lowercase();
+        let number_after = |key: &str| -> Option<u64> {
+            let rest = &m[m.find(key)? + key.len()..];
+            let digits: String = rest
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == ',')
+                .filter(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        };
+        number_after("maximum context length is")
+            .or_else(|| number_after("context window of"))
+            .or_else(|| {
+                // "… > 8192 maximum"
+                let at = m.find(" maximum")?;
+                let before = m[..at].trim_end();
+                let digits: String = before
+                    .chars()
+                    .rev()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                digits.parse().ok()
+            })
+            .filter(|w| *w > 0)
     }
 
     /// Short machine class, handy for `error_data.type` / `cause_class`.
@@ -202,5 +271,39 @@ mod tests {
         for s in [400, 401, 403, 404, 413, 422] {
             assert!(!status_is_retryable(s), "{s}");
         }
+    }
+}
+
+#[cfg(test)]
+mod overflow_tests {
+    use super::ProviderError;
+
+    fn http(status: u16, message: &str) -> ProviderError {
+        ProviderError::Http {
+            status,
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    #[test]
+    fn context_length_refusals_of_both_dialects_are_recognised_with_their_window() {
+        let openai = http(
+            400,
+            "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+        );
+        assert!(openai.is_context_overflow());
+        assert_eq!(openai.overflow_window(), Some(8192));
+        let anthropic = http(400, "prompt is too long: 210000 tokens > 200000 maximum");
+        assert!(anthropic.is_context_overflow());
+        assert_eq!(anthropic.overflow_window(), Some(200000));
+    }
+
+    #[test]
+    fn other_errors_are_not_context_overflows() {
+        assert!(!http(400, "model: Field required").is_context_overflow());
+        assert!(!http(500, "maximum context length is 10").is_context_overflow());
+        assert!(!ProviderError::Stalled.is_context_overflow());
+        assert_eq!(http(400, "context length exceeded").overflow_window(), None);
     }
 }

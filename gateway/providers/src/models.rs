@@ -53,11 +53,21 @@ impl Client {
             .or_else(|| v.get("models"))
             .and_then(|d| d.as_array())
             .ok_or_else(|| ProviderError::Protocol("the models list has no `data` array".into()))?;
-        Ok(rows
-            .iter()
-            .filter_map(|m| m.get("id").or_else(|| m.get("name")))
-            .filter_map(|id| id.as_str().map(str::to_string))
-            .collect())
+        let mut ids = Vec::with_capacity(rows.len());
+        for m in rows {
+            let Some(id) = m
+                .get("id")
+                .or_else(|| m.get("name"))
+                .and_then(|v| v.as_str())
+            else {
+                continue;
+            };
+            if let Some(window) = listed_window_of(m) {
+                remember_window(&self.cfg.base_url, id, window);
+            }
+            ids.push(id.to_string());
+        }
+        Ok(ids)
     }
 
     /// Keeps the rate-limit headers of an answer, when it has some.
@@ -81,5 +91,67 @@ impl Client {
             Dialect::Anthropic => "x-api-key",
             Dialect::OpenAiChat => "Authorization",
         }
+    }
+}
+
+/// The members a models listing may carry a context window in: OpenRouter and LM Studio
+/// (`context_length`), vLLM (`max_model_len`), others (`context_window`,
+/// `max_context_length`, `max_input_tokens`).
+const WINDOW_MEMBERS: &[&str] = &[
+    "context_window",
+    "context_length",
+    "max_model_len",
+    "max_context_length",
+    "max_input_tokens",
+];
+
+fn listed_window_of(model: &serde_json::Value) -> Option<u64> {
+    WINDOW_MEMBERS
+        .iter()
+        .find_map(|k| model.get(k).and_then(serde_json::Value::as_u64))
+        .filter(|w| *w > 0)
+}
+
+type Windows = std::sync::Mutex<std::collections::HashMap<(String, String), u64>>;
+
+fn windows() -> &'static Windows {
+    static W: std::sync::OnceLock<Windows> = std::sync::OnceLock::new();
+    W.get_or_init(Default::default)
+}
+
+fn remember_window(base_url: &str, model: &str, window: u64) {
+    if let Ok(mut w) = windows().lock() {
+        let key = (
+            base_url.trim_end_matches('/').to_string(),
+            model.to_string(),
+        );
+        w.insert(key, window);
+    }
+}
+
+/// The context window a provider's models listing gave for `model`, if the gateway has
+/// listed that provider's models since it started (a status check, adding the provider).
+pub fn listed_window(base_url: &str, model: &str) -> Option<u64> {
+    let key = (
+        base_url.trim_end_matches('/').to_string(),
+        model.to_string(),
+    );
+    windows().lock().ok()?.get(&key).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_names_its_window_under_any_of_the_known_members() {
+        let v = serde_json::json!({"id": "m", "max_model_len": 32768});
+        assert_eq!(listed_window_of(&v), Some(32768));
+        let v = serde_json::json!({"id": "m", "context_length": 8192});
+        assert_eq!(listed_window_of(&v), Some(8192));
+        assert_eq!(listed_window_of(&serde_json::json!({"id": "m"})), None);
+        remember_window("http://h/v1/", "m", 4096);
+        assert_eq!(listed_window("http://h/v1", "m"), Some(4096));
+        assert_eq!(listed_window("http://h/v1", "other"), None);
     }
 }

@@ -30,6 +30,9 @@ fn turn_id(data: &str) -> Option<String> {
 #[derive(Default)]
 pub struct LostSeqs {
     by_session: Mutex<HashMap<String, Lost>>,
+    /// The highest seq each session ever lost (kept after [`LostSeqs::take`]), so a turn
+    /// about to land can ask whether it lost one, whoever took the loss first.
+    highest: Mutex<HashMap<String, i64>>,
     notify: Notify,
 }
 
@@ -53,6 +56,11 @@ impl LostSeqs {
             l.terminals.extend(terminal);
             new
         };
+        {
+            let mut highest = self.highest.lock();
+            let h = highest.entry(sid.to_string()).or_insert(seq);
+            *h = (*h).max(seq);
+        }
         if first {
             tracing::error!(
                 session = sid,
@@ -61,6 +69,12 @@ impl LostSeqs {
             );
         }
         self.notify.notify_one();
+    }
+
+    /// Whether the session lost an event with a seq above `seq` (recorded so far: a caller
+    /// flushes the store first to learn the fate of every event published before it).
+    pub fn lost_after(&self, sid: &str, seq: i64) -> bool {
+        self.highest.lock().get(sid).is_some_and(|&h| h > seq)
     }
 
     /// Everything lost since the last call.

@@ -219,7 +219,12 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("no command given"))?;
     let mut cmd = std::process::Command::new(program);
-    cmd.args(rest).env_clear().envs(&env).current_dir(&cwd);
+    // PWD names the child's own directory, not the directory the environment came from.
+    cmd.args(rest)
+        .env_clear()
+        .envs(&env)
+        .env("PWD", &cwd)
+        .current_dir(&cwd);
     if jailed {
         // pasta's start-up lines are removed from the head of the child's stderr.
         cmd.stderr(std::process::Stdio::piped());

@@ -128,8 +128,11 @@ impl Engine for Api {
         Ok(soul)
     }
 
-    async fn delete_session(&self, sid: &str) {
-        self.0.delete_session(sid).await
+    async fn delete_session(&self, sid: &str) -> ApiResult<()> {
+        // An unknown id is a 404 (the lookup's error), not a silent 204.
+        self.0.sessions.get(sid).await?;
+        self.0.delete_session(sid).await;
+        Ok(())
     }
 
     async fn transcript(
@@ -214,7 +217,7 @@ impl Engine for Api {
         let turns = self.0.sessions.turns(sid).await.unwrap_or_default();
         let iterations = turns
             .into_iter()
-            .find(|t| t.engine_turn_id == engine_tid)
+            .find(|t| t.tid == engine_tid || t.engine_turn_id == engine_tid)
             .map(|t| t.iterations)
             .unwrap_or_default();
         Ok(Trace { iterations })

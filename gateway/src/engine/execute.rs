@@ -4,12 +4,12 @@
 
 use super::lifecycle::{Launch, Terminal};
 use super::runner::{self, Outcome, RunCtx};
-use super::turn::{Status, Turn};
 use super::Gateway;
+use crate::agent::budget::Budgets;
+use crate::agent::window::Budget;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use vis_providers::ChatMessage;
 
 /// How long a started turn may wait for an execution permit before it fails
 /// (`VIS_TURN_START_TIMEOUT_MS`, default 60 s: "no worker activity 60 s").
@@ -66,14 +66,17 @@ impl Gateway {
                 }
             }
         };
-        self.finish(&l.sid, &l.tid, terminal);
+        // The exchange is kept before the terminal goes out: the next turn reads it.
+        let steps = std::mem::take(&mut l.progress.lock().transcript);
+        super::conversation::keep(&self.store, &l.sid, &l.tid, steps, &terminal).await;
+        self.finish_checked(&l.sid, &l.tid, terminal).await;
     }
 
     async fn execute(self: &Arc<Self>, l: &Launch) -> Terminal {
         let Ok(shared) = self.sessions.get(&l.sid).await else {
             return Terminal::Cancelled;
         };
-        let (request, model, root, attachments, pinned, trunk) = {
+        let (request, model, root, attachments, pinned, trunk, extra) = {
             let st = shared.lock();
             let Some(r) = &st.running else {
                 return Terminal::Cancelled;
@@ -88,6 +91,7 @@ impl Gateway {
                 r.turn.attachments.clone(),
                 self.companion.settings().pinned_model(&st.row),
                 std::path::PathBuf::from(&st.row.root),
+                r.turn.extra_body.clone(),
             )
         };
         // A turn without its own model runs on the session's pin, else the router default.
@@ -108,7 +112,19 @@ impl Gateway {
             {
                 r.turn.is_slash = true;
             }
-            return self.slash.run(&l.sid, &l.tid, &request, &root).await;
+            let agent = super::agent_commands::ForTurn {
+                gw: self.clone(),
+                sid: l.sid.clone(),
+                tid: l.tid.clone(),
+                trunk: trunk.clone(),
+                model: model.clone(),
+                progress: l.progress.clone(),
+                cancel: l.cancel.clone(),
+            };
+            return self
+                .slash
+                .run(&l.sid, &l.tid, &request, &root, &agent)
+                .await;
         }
         let configured = self.configuration.pick(model.as_deref());
         let names_configured = configured.is_some()
@@ -129,12 +145,17 @@ impl Gateway {
                 message: "no usable AI provider is configured: set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add `providers:` to vis.yml".into(),
             };
         };
-        let mut messages = self.history(&l.sid).await;
-        messages.push(super::companion::attachments::user_message(
-            &request,
-            &attachments,
-        ));
-        let (tools, prompts) = self.turn_tools.for_turn(&l.sid, &trunk).await;
+        let request = super::companion::attachments::user_message(&request, &attachments);
+        let context = super::conversation::load(&self.store, &l.sid, &l.tid, request).await;
+        let kit = self.turn_tools.for_turn(&l.sid, &trunk).await;
+        let conv = runner::Conversation {
+            context,
+            budget: Budget::new(self.window_of(&client, &model, &kit.config)),
+            budgets: Budgets::from_config(&kit.config.agent),
+            system: self.system_prompt(&l.sid, &trunk, &kit).await.text,
+            extra,
+            selected: (client.config().id.clone(), model.clone()),
+        };
         let ctx = RunCtx {
             gw: self.clone(),
             sid: l.sid.clone(),
@@ -147,7 +168,7 @@ impl Gateway {
         let limit = silence_timeout();
         let fallback = self.companion.settings().fallback_pick(&client).await;
         let outcome = tokio::select! {
-            o = runner::run_with_fallback(&ctx, client, model, messages, tools, &prompts, fallback) => o,
+            o = runner::run_with_fallback(&ctx, client, model, conv, kit.tools, fallback) => o,
             _ = runner::silence(&l.progress, limit) => Outcome::Failed {
                 code: "turn_stalled",
                 message: format!(
@@ -164,38 +185,5 @@ impl Gateway {
                 message,
             },
         }
-    }
-
-    /// Earlier settled turns of the session as conversation context.
-    async fn history(&self, sid: &str) -> Vec<ChatMessage> {
-        let id = sid.to_string();
-        let records = self
-            .store
-            .call(move |c| crate::store::rows::turns_of(c, &id))
-            .await
-            .unwrap_or_default();
-        let mut out = Vec::new();
-        for t in records
-            .iter()
-            .filter_map(|r| serde_json::from_str::<Turn>(r).ok())
-        {
-            if t.status != Status::Completed || t.is_slash {
-                continue;
-            }
-            let answer: String = t
-                .content
-                .iter()
-                .filter_map(|b| b.get("markdown").and_then(|m| m.as_str()))
-                .collect();
-            out.push(super::companion::attachments::user_message(
-                &t.request,
-                &t.attachments,
-            ));
-            out.push(ChatMessage::Assistant {
-                text: answer,
-                tool_calls: vec![],
-            });
-        }
-        out
     }
 }

@@ -82,13 +82,20 @@ impl Gateway {
                 tid: tid.clone(),
                 sid: sid.to_string(),
                 ord: self.sessions.next_ord(),
-                engine_turn_id: uuid::Uuid::new_v4().to_string(),
+                // One id on every surface (submit answer, events, transcript, trace, forks).
+                engine_turn_id: tid.clone(),
                 status: Status::Queued,
                 request,
                 display_request: req.display_request.clone().filter(|d| !d.trim().is_empty()),
                 idempotency_key: req.idempotency_key.clone(),
                 model: req.model.clone().filter(|m| !m.trim().is_empty()),
                 reasoning_default: req.reasoning_default.clone(),
+                extra_body: req
+                    .extra_body
+                    .as_ref()
+                    .and_then(|v| v.as_object())
+                    .filter(|m| !m.is_empty())
+                    .cloned(),
                 created_at: now,
                 queued_at: None,
                 started_at: None,
@@ -103,6 +110,9 @@ impl Gateway {
                 duration_ms: None,
                 utilization: None,
                 is_slash: false,
+                context_tokens: None,
+                context_window: None,
+                compactions: 0,
             };
             if let Some(k) = &t.idempotency_key {
                 st.keys.insert(k.clone(), tid.clone());
@@ -266,7 +276,16 @@ impl Gateway {
         }
         t.completed_at = Some(now);
         t.duration_ms = t.started_at.map(|s| now - s);
-        t.utilization = Some((t.tokens.input as f64 / 128_000.0).min(1.0));
+        // The fill level: the last request's size against the model's window.
+        t.context_tokens = progress.context.map(|c| c.0);
+        t.context_window = progress.context.map(|c| c.1);
+        t.compactions = progress.compactions;
+        t.utilization = Some(
+            progress
+                .context
+                .map_or(0.0, |(used, window)| used as f64 / window.max(1) as f64)
+                .min(1.0),
+        );
         let (kind, status) = match terminal {
             Terminal::Completed { content } => {
                 t.content = content;

@@ -5,10 +5,13 @@
 //! await: state changes, their journal writes and their events happen together under it, so
 //! the order clients see is the order things happened.
 
+mod agent_commands;
 pub mod api;
 mod coalesce;
+mod compaction;
 pub mod companion;
 pub mod configuration;
+mod conversation;
 pub mod egress;
 mod execute;
 pub mod ext;
@@ -19,12 +22,14 @@ pub mod presentation;
 mod queue;
 mod recovery;
 pub mod routes;
+mod run_ctx;
 pub mod runner;
 mod session_life;
 pub mod sessions;
 pub mod shutdown;
 mod slash;
 mod storage;
+mod tool_call;
 pub mod turn;
 mod turn_tools;
 mod views;
@@ -171,13 +176,15 @@ impl Gateway {
             Arc::new(routes::learn::ConfigurationProjects(configuration.clone())),
         ));
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
-        let workspaces = Arc::new(workspace::Workspaces::new(
-            Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
-            sessions.clone(),
-            bus.clone(),
-            extensions.clone(),
-            model_sandboxes.clone(),
-        ));
+        let workspaces = Arc::new(workspace::Workspaces::new(workspace::WorkspaceDeps {
+            drafts: Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
+            sessions: sessions.clone(),
+            bus: bus.clone(),
+            extensions: extensions.clone(),
+            model_sandboxes: model_sandboxes.clone(),
+            configuration: configuration.clone(),
+            human_input: human_input.clone(),
+        }));
         let mcp = Arc::new(crate::mcp::Mcp::new(
             home_dir_for_mcp,
             crate::model_sandbox::builtins::docs()

@@ -1,63 +1,32 @@
-//! The model loop of one turn: call the provider, stream text into coalesced content
-//! blocks, run the tool calls it asks for, repeat until it answers without tools
-//! (docs/decisions.md, G6). Every phase is published as a session event.
+//! The model loop of one turn: fit the conversation to the model's window (compacting when
+//! it would pass the threshold), call the provider, stream text into coalesced content
+//! blocks, run the tool calls it asks for, repeat until it answers without tools or a
+//! budget stops it (docs/decisions.md, G6, T1–T4). Every phase is published as a session
+//! event; the exchange is kept in `Progress` for the transcript.
 
 use super::coalesce::{Coalescer, Out};
-use super::turn::{prose_block, Tokens};
-use super::Gateway;
-use crate::tools::{Tool, ToolCtx, ToolOutput};
+use super::compaction;
+use super::run_ctx::cut;
+pub use super::run_ctx::{Conversation, Outcome, Progress, RunCtx};
+use super::turn::prose_block;
+use crate::agent::budget::LoopGuard;
+use crate::agent::memory::Trigger;
+use crate::agent::window::{self, Budget};
+use crate::tools::Tool;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 use vis_companion_api::events::{
     Activity, ActivityKind, BlockCompleted, BlockDelta, BlockPreview, BlockStartedData, Event,
-    EventKind, IterationCompleted, IterationError, IterationErrorData, ProviderFallback,
-    ProviderRetry, ToolBlock, ToolBlockOutput,
+    IterationCompleted, IterationError, IterationErrorData, ProviderFallback, ProviderRetry,
 };
 use vis_providers::{
     ChatMessage, ChatRequest, Client, ProviderError, RetryInfo, StreamEvent, ToolCall,
 };
 
-/// Iterations before a turn is stopped as runaway.
-pub const MAX_ITERATIONS: usize = 24;
-const STDOUT_CAP: usize = 4000;
 const ERROR_CAP: usize = 2000;
-
-/// What the loop has produced so far; read by the finisher even after a cancel.
-#[derive(Debug, Default)]
-pub struct Progress {
-    pub iterations: Vec<Value>,
-    pub open_blocks: Vec<String>,
-    pub answer: String,
-    pub tokens: Tokens,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    /// When the turn last produced output (any turn event but `activity`); `None` before
-    /// the first. Read by the silence watchdog.
-    pub last_output: Option<Instant>,
-    /// Tool calls running now (the silence watchdog exempts tool phases).
-    pub tools_running: usize,
-}
-
-/// Counts a tool call as running until dropped (also when the call is abandoned).
-struct ToolPhase<'a>(&'a Mutex<Progress>);
-
-impl<'a> ToolPhase<'a> {
-    fn enter(p: &'a Mutex<Progress>) -> Self {
-        p.lock().tools_running += 1;
-        ToolPhase(p)
-    }
-}
-
-impl Drop for ToolPhase<'_> {
-    fn drop(&mut self) {
-        let mut p = self.0.lock();
-        p.tools_running = p.tools_running.saturating_sub(1);
-    }
-}
 
 /// Resolves once the turn has produced output and then stayed silent for `limit` outside
 /// a tool call ("output, then 6 min silence in a non-tool phase"); never before the
@@ -78,40 +47,6 @@ pub async fn silence(progress: &Mutex<Progress>, limit: Duration) {
         };
         tokio::time::sleep(wait).await;
     }
-}
-
-pub enum Outcome {
-    Completed { content: Vec<Value> },
-    Failed { code: &'static str, message: String },
-}
-
-pub struct RunCtx {
-    pub gw: Arc<Gateway>,
-    pub sid: String,
-    pub tid: String,
-    pub root: std::path::PathBuf,
-    /// The session's real folder (`root` is a draft's while the session is in one).
-    pub trunk: std::path::PathBuf,
-    pub progress: Arc<Mutex<Progress>>,
-    pub cancel: CancellationToken,
-}
-
-impl RunCtx {
-    /// Publishes an event of the running turn (display records get its `turn_id`); any
-    /// event but an activity line counts as output for the silence watchdog.
-    pub fn emit(&self, mut event: Event) -> i64 {
-        if let Event::Activity(a) = &mut event {
-            a.turn_id.get_or_insert_with(|| self.tid.clone());
-        }
-        if event.kind() != EventKind::Activity {
-            self.progress.lock().last_output = Some(Instant::now());
-        }
-        self.gw.bus.publish(&self.sid, event)
-    }
-}
-
-fn cut(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
 }
 
 /// Streams one provider call, publishing text as it comes. Returns the collected message.
@@ -235,101 +170,9 @@ async fn stream_once(
     ))
 }
 
-/// Runs one tool call with its display events; returns the output.
-async fn run_tool(
-    ctx: &RunCtx,
-    tools: &[Arc<dyn Tool>],
-    call: &ToolCall,
-    iteration: usize,
-    n: usize,
-) -> (ToolBlockOutput, ToolOutput) {
-    let block_id = format!("{}:tool:{iteration}:{n}", ctx.tid);
-    let started = super::now_ms();
-    let tool = tools.iter().find(|t| t.spec().name == call.name);
-    let parsed = serde_json::from_str::<Value>(if call.arguments.trim().is_empty() {
-        "{}"
-    } else {
-        &call.arguments
-    });
-    let (code, language) = tool
-        .zip(parsed.as_ref().ok())
-        .and_then(|(t, args)| t.display(args))
-        .unwrap_or_else(|| (format!("{}({})", call.name, call.arguments), "json"));
-    let declared = tool.and_then(|t| t.activity());
-    let text = |k: &str| {
-        declared
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    let (presenter, label) = (text("presenter"), text("label"));
-    let shown = label.unwrap_or_else(|| call.name.clone());
-    let display = ToolBlock {
-        turn_id: ctx.tid.clone(),
-        block_id: block_id.clone(),
-        display_code: code.clone(),
-        code,
-        display_language: language.to_string(),
-        op: call.name.clone(),
-        tool_call_id: call.id.clone(),
-        iteration,
-        started_at_ms: started,
-        tag: "tool",
-        is_repaired: false,
-        presenter: presenter.clone(),
-    };
-    let mut activity = Activity::new(ActivityKind::Tool);
-    activity.iteration = Some(iteration);
-    activity.op = Some(call.name.clone());
-    activity.phrase = Some(format!("Vis is running {shown}"));
-    activity.label = Some(shown);
-    activity.presenter = presenter;
-    ctx.emit(Event::BlockStarted(display.clone()));
-    ctx.gw.presentations.start(&ctx.sid, &block_id, &call.name);
-    ctx.emit(Event::Activity(activity));
-    let t0 = Instant::now();
-    let phase = ToolPhase::enter(&ctx.progress);
-    let out = match tool {
-        None => ToolOutput::fail(format!("unknown tool {:?}", call.name)),
-        Some(tool) => match parsed {
-            Err(e) => ToolOutput::fail(format!("the arguments are not valid JSON: {e}")),
-            Ok(args) => {
-                let tctx = ToolCtx {
-                    session_id: ctx.sid.clone(),
-                    turn_id: ctx.tid.clone(),
-                    block_id: block_id.clone(),
-                    // Where the session is now: a draft made or left by an earlier call counts.
-                    root: ctx
-                        .gw
-                        .workspaces
-                        .work_root(&ctx.sid, &ctx.trunk.to_string_lossy()),
-                    cancel: ctx.cancel.clone(),
-                };
-                tool.call(&tctx, args).await
-            }
-        },
-    };
-    let duration_ms = t0.elapsed().as_millis() as u64;
-    drop(phase);
-    let mut form = ToolBlockOutput {
-        block: display,
-        result: out.result.clone(),
-        result_summary: cut(out.result.lines().next().unwrap_or(""), 200),
-        stdout: out.stdout.as_deref().map(|s| cut(s, STDOUT_CAP)),
-        error: out.error.as_deref().map(|s| cut(s, ERROR_CAP)),
-        silent: false,
-        is_timeout: out.is_timeout,
-        duration_ms,
-        presented: None,
-    };
-    if let Some(p) = ctx.gw.presentations.finish(&ctx.sid, &block_id) {
-        let (headline, presented) = super::presentation::display_fields(&p);
-        form.result_summary = headline;
-        form.presented = Some(presented);
-    }
-    ctx.emit(Event::BlockOutput(form.clone()));
-    (form, out)
+/// Stops the turn for a budget, with a message that says which and how to go on.
+fn budget_stop(code: &'static str, message: String) -> Outcome {
+    Outcome::Failed { code, message }
 }
 
 /// The agent loop.
@@ -337,9 +180,8 @@ pub async fn run(
     ctx: &RunCtx,
     client: Arc<Client>,
     model: String,
-    mut messages: Vec<ChatMessage>,
+    mut conv: Conversation,
     tools: Vec<Arc<dyn Tool>>,
-    prompts: &[String],
 ) -> Outcome {
     {
         let mut p = ctx.progress.lock();
@@ -351,10 +193,6 @@ pub async fn run(
         .filter(|t| !t.is_hidden())
         .map(|t| t.spec())
         .collect::<Vec<_>>();
-    let sandbox = tools
-        .iter()
-        .any(|t| t.spec().name == crate::model_sandbox::TOOL_NAME);
-    let system = system_prompt(prompts, sandbox);
     let settings = ctx
         .gw
         .companion
@@ -362,7 +200,33 @@ pub async fn run(
         .current()
         .await
         .unwrap_or_default();
-    for iteration in 1..=MAX_ITERATIONS {
+    let fixed = window::fixed_tokens(&conv.system, &specs);
+    let started = Instant::now();
+    let mut guard = LoopGuard::default();
+    let mut overflow_retried = false;
+    // Set after the compaction a refusal caused: the retry is not compacted again.
+    let mut just_compacted = false;
+    let mut iteration = 0usize;
+    loop {
+        if iteration >= conv.budgets.max_steps {
+            return budget_stop(
+                "step_budget",
+                format!(
+                    "stopped after {iteration} model requests (agent.max_steps is {}); the work so far is kept, ask Vis to continue",
+                    conv.budgets.max_steps
+                ),
+            );
+        }
+        if started.elapsed() >= conv.budgets.wall_clock {
+            return budget_stop(
+                "time_budget",
+                format!(
+                    "stopped after {} minutes (agent.max_minutes); the work so far is kept, ask Vis to continue",
+                    conv.budgets.wall_clock.as_secs() / 60
+                ),
+            );
+        }
+        iteration += 1;
         let t0 = Instant::now();
         let reason = if iteration == 1 {
             "user-submit"
@@ -374,15 +238,23 @@ pub async fn run(
         activity.reason = Some(reason.to_string());
         activity.phrase = Some("Vis is calling the provider".to_string());
         ctx.emit(Event::Activity(activity));
+        let may_compact = !std::mem::take(&mut just_compacted);
+        let fitted =
+            match compaction::fit(ctx, &client, &model, &mut conv, fixed, may_compact).await {
+                Ok(f) => f,
+                Err(outcome) => return outcome,
+            };
+        ctx.progress.lock().context = Some((fitted.tokens + fixed, conv.budget.window));
         let mut req = ChatRequest {
             model: model.clone(),
-            system: Some(system.clone()),
-            messages: messages.clone(),
+            system: Some(conv.system.clone()),
+            messages: fitted.messages,
             tools: specs.clone(),
-            max_tokens: None,
+            max_tokens: conv.budget.max_answer_tokens(),
             ..Default::default()
         };
         settings.shape(&mut req);
+        req.extra = conv.extra.clone();
         let (thinking, prose, calls) = match stream_once(ctx, &client, &req, iteration).await {
             Ok(r) => r,
             Err(e) => {
@@ -393,44 +265,52 @@ pub async fn run(
                         message: "cancelled".into(),
                     };
                 }
-                let (code, cause) = match &e {
-                    ProviderError::Stalled => ("provider_stream_stalled", "stalled"),
-                    ProviderError::Http { .. } => ("provider_error", "http"),
-                    _ => ("provider_error", "transport"),
-                };
-                let status = if let ProviderError::Http { status, .. } = &e {
-                    Some(*status)
-                } else {
-                    None
-                };
-                let msg = cut(&e.to_string(), ERROR_CAP);
-                ctx.emit(Event::IterationError(IterationError {
-                    turn_id: ctx.tid.clone(),
-                    iteration,
-                    error: msg.clone(),
-                    thinking: String::new(),
-                    error_data: IterationErrorData {
-                        kind: code.to_string(),
-                        message: msg.clone(),
-                        status,
-                        cause_class: cause.to_string(),
-                    },
-                }));
-                return Outcome::Failed { code, message: msg };
+                if e.is_context_overflow() && !overflow_retried {
+                    // Once per turn: believe the refusal, compact, and ask again.
+                    overflow_retried = true;
+                    let window = e
+                        .overflow_window()
+                        .filter(|w| *w < conv.budget.window)
+                        .unwrap_or(conv.budget.window * 3 / 4);
+                    conv.budget = Budget::new(window);
+                    let how = compaction::How::auto(Trigger::Overflow);
+                    if let Err(outcome) =
+                        compaction::compact(ctx, &client, &model, &mut conv, fixed, how).await
+                    {
+                        return outcome;
+                    }
+                    just_compacted = true;
+                    iteration -= 1;
+                    continue;
+                }
+                return provider_failure(ctx, iteration, &e);
             }
         };
         let mut forms = Vec::new();
-        let mut results = Vec::new();
+        let assistant = ChatMessage::Assistant {
+            text: prose.clone(),
+            tool_calls: calls.clone(),
+        };
+        remember(ctx, &mut conv, assistant);
+        let mut stop = None;
         // Files the calls write are found by their modification time.
         let mark = super::companion::artifacts::mark();
         for (n, call) in calls.iter().enumerate() {
-            let (form, out) = run_tool(ctx, &tools, call, iteration, n).await;
+            let (form, out) = super::tool_call::run_tool(ctx, &tools, call, iteration, n).await;
             forms.push(form);
-            results.push(ChatMessage::ToolResult {
-                call_id: call.id.clone(),
-                content: out.result.clone(),
-                is_error: out.error.is_some(),
-            });
+            let failed = out.error.is_some();
+            remember(
+                ctx,
+                &mut conv,
+                ChatMessage::ToolResult {
+                    call_id: call.id.clone(),
+                    content: out.result.clone(),
+                    is_error: failed,
+                },
+            );
+            if stop.is_none() {
+                stop = guard.observe(call, failed, conv.budgets.repeated_failures);
+            }
         }
         let done = calls.is_empty();
         let iteration_id = format!("{}:{iteration}", ctx.tid);
@@ -474,7 +354,10 @@ pub async fn run(
                 "thinking": thinking, "assistant_prose": prose, "answer": if done { json!(prose) } else { Value::Null },
                 "code": calls.iter().map(|c| format!("{}({})", c.name, c.arguments)).collect::<Vec<_>>(),
                 "forms": forms, "duration_ms": t0.elapsed().as_millis() as u64, "cost_usd": 0.0, "error": null,
-                "llm_selected": model, "llm_actual": model, "is_llm_fallback": false, "llm_routing_trace": []}));
+                "llm_selected": {"provider": conv.selected.0, "model": conv.selected.1},
+                "llm_actual": {"provider": client.config().id, "model": model},
+                "is_llm_fallback": (client.config().id.as_str(), model.as_str()) != (conv.selected.0.as_str(), conv.selected.1.as_str()),
+                "llm_routing_trace": []}));
             if done {
                 p.answer = prose.clone();
             }
@@ -489,16 +372,41 @@ pub async fn run(
                 },
             };
         }
-        messages.push(ChatMessage::Assistant {
-            text: prose,
-            tool_calls: calls,
-        });
-        messages.extend(results);
+        if let Some(message) = stop {
+            return budget_stop("repeated_failure", message);
+        }
     }
-    Outcome::Failed {
-        code: "turn_failed",
-        message: format!("the model kept calling tools for {MAX_ITERATIONS} iterations; stopped"),
+}
+
+/// Adds a message to this turn's exchange: the request context and the kept transcript.
+fn remember(ctx: &RunCtx, conv: &mut Conversation, m: ChatMessage) {
+    ctx.progress.lock().transcript.push(m.clone());
+    if let Some(cur) = conv.context.current.as_mut() {
+        cur.steps.push(m);
     }
+}
+
+/// A provider error as the iteration's error event and the turn's failure.
+fn provider_failure(ctx: &RunCtx, iteration: usize, e: &ProviderError) -> Outcome {
+    let (code, cause) = match e {
+        ProviderError::Stalled => ("provider_stream_stalled", "stalled"),
+        ProviderError::Http { .. } => ("provider_error", "http"),
+        _ => ("provider_error", "transport"),
+    };
+    let msg = cut(&e.to_string(), ERROR_CAP);
+    ctx.emit(Event::IterationError(IterationError {
+        turn_id: ctx.tid.clone(),
+        iteration,
+        error: msg.clone(),
+        thinking: String::new(),
+        error_data: IterationErrorData {
+            kind: code.to_string(),
+            message: msg.clone(),
+            status: e.status(),
+            cause_class: cause.to_string(),
+        },
+    }));
+    Outcome::Failed { code, message: msg }
 }
 
 /// [`run`], then once more on the fallback provider when the first provider call failed
@@ -507,12 +415,11 @@ pub async fn run_with_fallback(
     ctx: &RunCtx,
     client: Arc<Client>,
     model: String,
-    messages: Vec<ChatMessage>,
+    conv: Conversation,
     tools: Vec<Arc<dyn Tool>>,
-    prompts: &[String],
     fallback: Option<(Arc<Client>, String)>,
 ) -> Outcome {
-    let first = run(ctx, client, model, messages.clone(), tools.clone(), prompts).await;
+    let first = run(ctx, client, model, conv.clone(), tools.clone()).await;
     let untouched = ctx.progress.lock().iterations.is_empty();
     match (first, fallback) {
         (
@@ -528,28 +435,8 @@ pub async fn run_with_fallback(
                 provider: fb.config().id.clone(),
                 model: fb_model.clone(),
             }));
-            run(ctx, fb, fb_model, messages, tools, prompts).await
+            run(ctx, fb, fb_model, conv, tools).await
         }
         (outcome, _) => outcome,
     }
-}
-
-fn system_prompt(extension_prompts: &[String], sandbox: bool) -> String {
-    let mut s = if sandbox {
-        "You are Vis, a coding agent working in the user's project. You act by writing Python for \
-         the `python_execution` tool; every capability is a function inside it: cat, grep, patch \
-         (edits by the anchors cat/grep print), ls, shell, and the extensions' symbols as async \
-         functions. Call apropos(text) and doc(name) first to find what exists. Each block starts \
-         with a fresh namespace; print what you need to see. Answer in Markdown."
-            .to_string()
-    } else {
-        "You are Vis, a coding agent working in the user's project through the tools you are given. \
-         Answer in Markdown. Use `apropos` and `doc` to discover extension symbols."
-            .to_string()
-    };
-    for p in extension_prompts {
-        s.push_str("\n\n");
-        s.push_str(p);
-    }
-    s
 }

@@ -5,6 +5,12 @@
 //! was lost (landed in memory, not stored) is failed the same way. While it waits, the watcher
 //! also records the lost seqs as used (`sessions.last_seq`), so no seq a client could have been
 //! told of is handed out again, even after a `kill -9`.
+//!
+//! Every session that loses an event learns it: the watcher stops each session's turn as soon
+//! as its loss is recorded, also while it is still waiting for the database on behalf of
+//! others, and a turn's worker asks before landing its terminal ([`Gateway::finish_checked`]),
+//! so a turn that ended between a loss and the watcher's next look fails `storage_error`
+//! instead of ending `turn.completed` with holes.
 
 use super::lifecycle::Terminal;
 use super::runner::Progress;
@@ -36,6 +42,16 @@ impl StorageWatch {
     }
 }
 
+/// The terminal of a turn whose worker ended after some of its events were lost.
+fn storage_error_at_end() -> Terminal {
+    Terminal::Failed {
+        code: "storage_error".into(),
+        message: "the database could not store some events of this turn (is the disk full?), \
+                  so it did not complete; they are missing from its stream and transcript"
+            .into(),
+    }
+}
+
 fn storage_error(lost: &Lost) -> Terminal {
     Terminal::Failed {
         code: "storage_error".into(),
@@ -61,6 +77,32 @@ impl Gateway {
         });
     }
 
+    /// Lands a worker's terminal, unless events of its session were lost after the turn
+    /// started: then it fails `storage_error`. The store is flushed first, so the fate of
+    /// every event the turn published is known.
+    pub async fn finish_checked(self: &Arc<Self>, sid: &str, tid: &str, terminal: Terminal) {
+        self.store.flush().await;
+        let started = self.sessions.loaded(sid).and_then(|shared| {
+            let st = shared.lock();
+            st.running
+                .as_ref()
+                .filter(|r| r.turn.tid == tid)
+                .map(|r| r.started_seq)
+        });
+        let terminal = match started {
+            Some(seq) if self.bus.lost().lost_after(sid, seq - 1) => {
+                tracing::error!(
+                    session = sid,
+                    turn = tid,
+                    "events of this turn could not be stored; it fails instead of completing"
+                );
+                storage_error_at_end()
+            }
+            _ => terminal,
+        };
+        self.finish(sid, tid, terminal);
+    }
+
     /// Stops the turns that lost events, waits for the database, fails them; again while
     /// more events are lost meanwhile.
     async fn settle_lost(self: &Arc<Self>) {
@@ -77,16 +119,8 @@ impl Gateway {
                 tokio::time::sleep(pause).await;
             }
             pause = (pause * 2).clamp(RETRY_FIRST, RETRY_MAX);
-            for (sid, l) in lost {
-                self.stop_for_lost(&sid, &l);
-                let e = all.entry(sid).or_default();
-                let fresh = e.count == 0;
-                e.first = if fresh { l.first } else { e.first.min(l.first) };
-                e.last = e.last.max(l.last);
-                e.count += l.count;
-                e.terminals.extend(l.terminals);
-            }
-            if !self.wait_for_writes(&all).await {
+            self.stop_and_merge(lost, &mut all);
+            if !self.wait_for_writes(&mut all).await {
                 return;
             }
             for (sid, l) in std::mem::take(&mut all) {
@@ -94,6 +128,19 @@ impl Gateway {
             }
             // The terminals are stored (or lost again, which the next round sees).
             self.store.flush().await;
+        }
+    }
+
+    /// Stops the turns of `lost`'s sessions and adds their losses to `all`.
+    fn stop_and_merge(&self, lost: HashMap<String, Lost>, all: &mut HashMap<String, Lost>) {
+        for (sid, l) in lost {
+            self.stop_for_lost(&sid, &l);
+            let e = all.entry(sid).or_default();
+            let fresh = e.count == 0;
+            e.first = if fresh { l.first } else { e.first.min(l.first) };
+            e.last = e.last.max(l.last);
+            e.count += l.count;
+            e.terminals.extend(l.terminals);
         }
     }
 
@@ -123,8 +170,9 @@ impl Gateway {
     }
 
     /// Retries a write until the database takes it (or the gateway is stopping). The write
-    /// records every lost seq as used, so a restart never hands one out again.
-    async fn wait_for_writes(&self, lost: &HashMap<String, Lost>) -> bool {
+    /// records every lost seq as used, so a restart never hands one out again. Sessions that
+    /// lose events meanwhile are stopped at once and join `lost`.
+    async fn wait_for_writes(&self, lost: &mut HashMap<String, Lost>) -> bool {
         let mut wait = RETRY_FIRST;
         loop {
             let used: Vec<(String, i64)> = lost
@@ -144,9 +192,16 @@ impl Gateway {
                 tracing::warn!("the database takes writes again; failing the stopped turns");
                 return true;
             }
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.shutdown.wait() => return false,
+            let until = tokio::time::Instant::now() + wait;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = self.shutdown.wait() => return false,
+                    _ = self.bus.lost().wait() => {
+                        let more = self.bus.lost().take();
+                        self.stop_and_merge(more, lost);
+                    }
+                }
             }
             wait = (wait * 2).min(RETRY_MAX);
         }

@@ -14,6 +14,43 @@ use parking_lot::RwLock;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+/// What a model turn gets: its tools, and what the system prompt says about them.
+pub struct TurnKit {
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The extensions' prompt parts, labelled by extension (`ctx` data as `session_env`).
+    pub prompts: Vec<(String, String)>,
+    /// Extension namespaces the model can call: (name, one line).
+    pub namespaces: Vec<(String, String)>,
+    /// The MCP servers of the session: (name, one line with its state).
+    pub mcp: Vec<(String, String)>,
+    /// The project's configuration as the turn read it.
+    pub config: crate::config::Config,
+}
+
+/// Extension namespaces from dotted function names: (namespace, "N functions: a, b, …").
+fn namespaces<'a>(names: impl Iterator<Item = &'a str>) -> Vec<(String, String)> {
+    let mut by: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for n in names {
+        let ns = n.split('.').next().unwrap_or(n).to_string();
+        by.entry(ns).or_default().push(n.to_string());
+    }
+    by.into_iter()
+        .map(|(ns, fns)| {
+            let shown: Vec<&str> = fns.iter().take(6).map(String::as_str).collect();
+            let more = if fns.len() > shown.len() { ", …" } else { "" };
+            let noun = if fns.len() == 1 {
+                "function"
+            } else {
+                "functions"
+            };
+            (
+                ns,
+                format!("{} {noun}: {}{more}", fns.len(), shown.join(", ")),
+            )
+        })
+        .collect()
+}
+
 /// Assembles a turn's tools from the extension host, the sandboxes, MCP and the workspaces.
 pub struct TurnTools {
     extensions: ExtensionHost,
@@ -62,11 +99,7 @@ impl TurnTools {
 
     /// Tools of a model turn and the extensions' prompt fragments: `apropos`/`doc`, the
     /// active extensions' Symbols, and the built-ins (wrapped in the op hooks).
-    pub async fn for_turn(
-        &self,
-        sid: &str,
-        trunk: &std::path::Path,
-    ) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
+    pub async fn for_turn(&self, sid: &str, trunk: &std::path::Path) -> TurnKit {
         let session = self.workspaces.session(sid, trunk);
         let root = session.workspace_root.clone();
         let root = root.as_path();
@@ -76,7 +109,7 @@ impl TurnTools {
             .await
             .unwrap_or_default();
         if cfg.model_tools() == crate::config::ModelTools::Sandbox {
-            let symbols = host
+            let symbols: Vec<crate::model_sandbox::tool::SymbolFn> = host
                 .tools()
                 .list(&session)
                 .await
@@ -91,6 +124,20 @@ impl TurnTools {
                 })
                 .collect();
             let mcp_fns = self.mcp_functions(sid, root, &cfg).await;
+            let spaces = namespaces(
+                symbols
+                    .iter()
+                    .filter(|s| !s.is_hidden)
+                    .map(|s| s.name.as_str()),
+            );
+            // Each configured MCP server with its state this turn (the same the block names).
+            let mcp = self
+                .mcp
+                .servers_for_prompt(sid, &cfg)
+                .await
+                .into_iter()
+                .map(|f| (f.name.clone(), f.describe()))
+                .collect();
             let tool = crate::model_sandbox::tool::PythonExecution::new(
                 crate::model_sandbox::tool::Parts {
                     boxes: self.model_sandboxes.clone(),
@@ -111,7 +158,13 @@ impl TurnTools {
                 inner: Arc::new(tool),
                 session,
             })];
-            return (tools, extras.into_prompts());
+            return TurnKit {
+                tools,
+                prompts: extras.into_labelled_prompts(),
+                namespaces: spaces,
+                mcp,
+                config: cfg,
+            };
         }
         let mut tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(super::ext::Apropos {
@@ -141,7 +194,23 @@ impl TurnTools {
         }
         // Not wrapped: they cross `draft/*` and `git/commit` themselves.
         tools.extend(self.workspaces.draft_tools());
-        (tools, extras.into_prompts())
+        let spaces = namespaces(
+            tools
+                .iter()
+                .map(|t| t.spec().name)
+                .filter(|n| n.contains("__"))
+                .map(|n| n.replace("__", "."))
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str),
+        );
+        TurnKit {
+            tools,
+            prompts: extras.into_labelled_prompts(),
+            namespaces: spaces,
+            mcp: Vec::new(),
+            config: cfg,
+        }
     }
 
     /// The tools of the session's MCP servers as block functions (connecting as needed).

@@ -296,6 +296,16 @@ impl TurnExtras {
     /// The system-prompt fragments of the turn: every active extension's prompt, then the
     /// deep-merged `ctx` dicts as one `session_env` section (when any extension added data),
     /// so the model sees them whichever tool mode the turn uses.
+    /// The prompt parts labelled by extension; the `ctx` data as `session_env`.
+    pub fn into_labelled_prompts(self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self.prompts;
+        if let Some(section) = session_section(&self.session) {
+            out.push(("session_env".to_string(), section));
+        }
+        out
+    }
+
+    #[cfg(test)]
     pub fn into_prompts(self) -> Vec<String> {
         let mut out: Vec<String> = self.prompts.into_iter().map(|(_, p)| p).collect();
         if let Some(section) = session_section(&self.session) {

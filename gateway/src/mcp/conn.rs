@@ -36,6 +36,7 @@ fn stdio_command(input: &McpServerInput, reach: &Reach) -> Result<tokio::process
     cmd.args(&argv[1..])
         .env_clear()
         .envs(&reach.env)
+        .env("PWD", &cwd)
         .envs(input.env.clone().unwrap_or_default())
         .current_dir(cwd)
         .process_group(0)

@@ -126,6 +126,7 @@ impl Runtime {
         cmd.args(&argv[1..])
             .env_clear()
             .envs(&spec.env)
+            .env("PWD", &spec.cwd)
             .current_dir(&spec.cwd)
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs_out)))

@@ -74,6 +74,7 @@ pub fn sh_command(
     cmd.args(&argv[1..])
         .env_clear()
         .envs(env)
+        .env("PWD", cwd)
         .current_dir(cwd)
         .stdin(stdin)
         .stdout(Stdio::piped())

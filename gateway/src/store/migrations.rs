@@ -177,7 +177,23 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX forks_by_parent ON forks(parent, created_at);
     "#,
-    // 5: learn mode (docs/decisions.md, L1): a session's own network mode switch, and the
+    // 5: the agent's memory: each settled turn's model-visible exchange, and the summaries
+    // compactions wrote (the newest replaces the session's older part).
+    r#"
+    CREATE TABLE transcripts (
+        sid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        tid TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (sid, tid)
+    ) WITHOUT ROWID;
+    CREATE TABLE compactions (
+        sid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        n INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (sid, n)
+    ) WITHOUT ROWID;
+    "#,
+    // 6: learn mode (docs/decisions.md, L1): a session's own network mode switch, and the
     // policy changes written into a project's vis.yml (who applied what; `record` is the
     // change as JSON).
     r#"

@@ -5,7 +5,7 @@
 //! event bus relies on this for atomic replay. Pending jobs are applied in one transaction per
 //! batch, which keeps the per-event write cost low.
 
-mod migrations;
+pub(crate) mod migrations;
 pub mod rows;
 
 use rusqlite::Connection;

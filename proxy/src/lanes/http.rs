@@ -66,6 +66,40 @@ fn provider_route(shared: &Shared, uri: &http::Uri) -> Option<crate::lanes::prov
     crate::lanes::provider::parse_route(pq)
 }
 
+/// The first request of a connection that carries a token the host knows moves the
+/// connection under the overall cap (`admission.rs`); a 503 when the cap is full. A request
+/// without a known token goes on unadmitted (and is refused by the attribution step).
+async fn admit(
+    shared: &Shared,
+    conn: &ConnGuard,
+    req: &Request<Incoming>,
+) -> Option<Response<ProxyBody>> {
+    let token = token_from_headers(req.headers())
+        .or_else(|| provider_route(shared, req.uri()).map(|r| r.token));
+    let attribution = shared.svc.attribution.as_ref();
+    if crate::attribution::authorize(attribution, token.as_deref())
+        .await
+        .is_err()
+        || conn.authenticated()
+    {
+        return None;
+    }
+    let mut resp = Response::new(crate::body::full(bytes::Bytes::from_static(
+        b"proxy busy: too many connections, retry later\n",
+    )));
+    *resp.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    h.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    Some(resp)
+}
+
 async fn handle(
     shared: Arc<Shared>,
     local: Arc<ConnPool>,
@@ -74,6 +108,11 @@ async fn handle(
 ) -> Response<ProxyBody> {
     if head_size(&req) > shared.cfg.max_header_bytes {
         return Denial::head_too_large().to_response();
+    }
+    if !conn.is_authenticated() {
+        if let Some(busy) = admit(&shared, &conn, &req).await {
+            return busy;
+        }
     }
     if req.method() == Method::CONNECT {
         return crate::lanes::connect::handle(shared, conn, req).await;

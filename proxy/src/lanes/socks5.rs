@@ -13,7 +13,7 @@ use crate::deny::{reason, socks_reply_frame, Denial, DenyClass};
 use crate::phases::{self, Cleared, Framing, Step, Target};
 use crate::policy::normalize_host;
 use crate::record::RecordBase;
-use crate::state::Shared;
+use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Phase, Principal};
 
 /// A malformed SOCKS5 message.
@@ -156,13 +156,20 @@ async fn read_msg<R: AsyncRead + Unpin, T>(
     }
 }
 
-pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>) {
+pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
     let head = shared.cfg.head_timeout;
     let Ok(Some((attributed, req))) = tokio::time::timeout(head, handshake(&mut s, &shared)).await
     else {
         let _ = s.shutdown().await;
         return;
     };
+    // Attributed: the connection leaves the unauthenticated budget for a place under the
+    // overall cap (admission.rs), or is answered "general failure" when there is none.
+    if attributed.is_ok() && !conn.authenticated() {
+        let _ = s.write_all(&socks_reply_frame(0x01)).await;
+        let _ = s.shutdown().await;
+        return;
+    }
     let host = match &req.addr {
         SocksAddr::Ip(ip) => normalize_host(&ip.to_string()),
         SocksAddr::Domain(d) => normalize_host(d),

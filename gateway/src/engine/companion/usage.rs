@@ -40,6 +40,8 @@ pub fn turn_usage(t: &Turn, turn: i64) -> TurnUsage {
         cost_usd: None,
         duration_ms: t.duration_ms,
         created_at: t.created_at,
+        context_tokens: t.context_tokens,
+        context_window: t.context_window,
     }
 }
 
@@ -74,7 +76,13 @@ pub fn rollup(turns: &[Turn]) -> Option<SessionUsage> {
             u.provider = r.provider.clone();
             u.model = r.model.clone();
         }
+        if let (Some(used), Some(window)) = (r.context_tokens, r.context_window) {
+            u.context_tokens = Some(used);
+            u.context_window = Some(window);
+            u.context_utilization = Some((used as f64 / window.max(1) as f64).min(1.0));
+        }
     }
+    u.fold_count = turns.iter().map(|t| u64::from(t.compactions)).sum();
     u.cache_hit_rate = if u.input_tokens == 0 {
         0.0
     } else {

@@ -19,6 +19,16 @@ use crate::extensions::ExtensionHost;
 use crate::sandbox::Sandbox;
 use std::sync::{Arc, OnceLock};
 
+/// The commands about the model's side of a session (`/prompt`, `/compact`), answered by
+/// the turn engine for the turn that runs them.
+#[async_trait::async_trait]
+pub trait AgentCommands: Send + Sync {
+    /// The system prompt the model gets in this session now.
+    async fn prompt(&self) -> Result<String, String>;
+    /// Summarises the session's settled turns (`/compact FOCUS`).
+    async fn compact(&self, focus: &str) -> Result<String, String>;
+}
+
 /// The slash commands of the sessions: which exist for a project, and running one as a turn.
 pub struct SlashCommands {
     sessions: Arc<Sessions>,

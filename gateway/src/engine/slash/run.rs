@@ -23,7 +23,14 @@ fn slash_title(name: &str, text: &str) -> String {
 
 impl SlashCommands {
     /// Runs `request` as turn `tid` of session `sid`, where the session works (`root`).
-    pub async fn run(&self, sid: &str, tid: &str, request: &str, root: &str) -> Terminal {
+    pub async fn run(
+        &self,
+        sid: &str,
+        tid: &str,
+        request: &str,
+        root: &str,
+        agent: &dyn super::AgentCommands,
+    ) -> Terminal {
         let Some((name, args)) = parse(request) else {
             return Terminal::Failed {
                 code: "turn_failed".into(),
@@ -64,6 +71,8 @@ impl SlashCommands {
             "draft" => self.workspaces.slash(sid, args).await,
             "net-probe" => self.net_probe(sid, args, work).await,
             "net" => self.net(sid, args, project).await,
+            "prompt" => agent.prompt().await,
+            "compact" => agent.compact(args).await,
             other => {
                 // The command sees the channel of the session it runs in (`web`, `cli`, …).
                 let channel = self

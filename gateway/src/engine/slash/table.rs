@@ -19,6 +19,14 @@ const BUILTINS: &[(&str, &str)] = &[
         "Learn mode: /net propose [project], /net review, /net mode [learn|enforce|project], /net suggested",
     ),
     (
+        "prompt",
+        "Show the system prompt the model is given in this session",
+    ),
+    (
+        "compact",
+        "Summarise the older turns to free the model's context: /compact [what to keep in focus]",
+    ),
+    (
         "draft",
         "Isolated workspaces: /draft new NAME, /draft, /draft list, /draft apply, /draft stash, /draft resume NAME, /draft abandon",
     ),
