@@ -102,6 +102,10 @@ pub trait Engine: Send + Sync + 'static {
     fn mcp(&self) -> Option<std::sync::Arc<dyn crate::mcp::McpApi>> {
         None
     }
+    /// Learn mode (`/v1/…/egress/proposal`, `…/egress/mode`, …), when the gateway has it.
+    fn learn(&self) -> Option<std::sync::Arc<dyn crate::learn::LearnApi>> {
+        None
+    }
     /// Providers managed from the phone (`/v1/providers…`), when the gateway has them.
     fn providers(&self) -> Option<std::sync::Arc<dyn crate::providers::ProvidersApi>> {
         None
@@ -203,12 +207,14 @@ pub trait Engine: Send + Sync + 'static {
 
     /// The environment and working directory for a sandbox child of a session (used by
     /// `vis-gateway exec`); creates a session for `root` (with `title`, which lists it in
-    /// the Companion) when no session id is given.
+    /// the Companion) when no session id is given. `command` (the program's name) is reported
+    /// with every egress decision of the child.
     async fn sandbox_env(
         &self,
         session_id: Option<String>,
         root: Option<String>,
         title: Option<String>,
+        command: Option<String>,
     ) -> ApiResult<SandboxEnv>;
 
     /// Asks the process to stop (`POST /v1/admin/stop`).

@@ -124,6 +124,8 @@ pub struct Gateway {
     companion: companion::Companion,
     /// Where each session works: trunk or one of its drafts (`workspace/`).
     workspaces: Arc<workspace::Workspaces>,
+    /// Learn mode: proposals, the review and `vis.yml` edits, mode switches (L1).
+    learn: Arc<crate::learn::Learn>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -169,6 +171,10 @@ impl Gateway {
         let companion =
             companion::Companion::new(store.clone(), sessions.clone(), configuration.clone());
         let egress = egress::EgressLog::new(store.clone());
+        let learn = Arc::new(crate::learn::Learn::new(
+            store.clone(),
+            Arc::new(routes::learn::ConfigurationProjects(configuration.clone())),
+        ));
         let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
         let workspaces = Arc::new(workspace::Workspaces::new(workspace::WorkspaceDeps {
             drafts: Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
@@ -200,6 +206,8 @@ impl Gateway {
             extensions.clone(),
             workspaces.clone(),
             configuration.clone(),
+            learn.clone(),
+            human_input.clone(),
         );
         let gw = Arc::new(Gateway {
             store,
@@ -223,6 +231,7 @@ impl Gateway {
             storage: Default::default(),
             companion,
             workspaces,
+            learn,
         });
         gw.human_input.bind(&gw);
         gw.watch_storage();
@@ -246,6 +255,7 @@ impl Gateway {
         self.slash.install_sandbox(sandbox.clone());
         self.configuration
             .attach_sandbox_routes(sandbox.routes.clone());
+        self.learn.install_sandbox(sandbox.clone()).await;
         let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
         Ok(port)

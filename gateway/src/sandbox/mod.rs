@@ -98,17 +98,62 @@ impl Sandbox {
         self.tokens.token_for(
             || Principal {
                 session_id: sid.to_string(),
-                policy: compile_policy(cfg),
+                policy: self.session_policy(sid, cfg),
                 reserved_ports: self.reserved_ports.clone(),
                 project: Some(Arc::from(root)),
+                label: None,
             },
             sid,
         )
     }
 
+    /// The session's policy: the project's, with the session's own mode switch applied.
+    pub fn session_policy(&self, sid: &str, cfg: &Config) -> Arc<Policy> {
+        let policy = compile_policy(cfg);
+        match self.tokens.mode_of(sid) {
+            Some(mode) => Arc::new((*policy).clone().with_mode(mode)),
+            None => policy,
+        }
+    }
+
+    /// Re-decides the session's live token with its current policy (after a `vis.yml` edit
+    /// or a mode switch).
+    pub fn refresh_policy(&self, sid: &str, cfg: &Config) {
+        self.tokens.repolicy(sid, self.session_policy(sid, cfg));
+    }
+
     /// The full child environment for a session's process.
     pub fn child_env(&self, sid: &str, root: &Path, cfg: &Config) -> BTreeMap<String, String> {
-        let token = self.token(sid, root, cfg);
+        self.child_env_for(sid, root, cfg, None)
+    }
+
+    /// [`Self::child_env`] for one program (`command`: its name), whose egress decisions then
+    /// name it; `None` uses the session's own token.
+    pub fn child_env_for(
+        &self,
+        sid: &str,
+        root: &Path,
+        cfg: &Config,
+        command: Option<&str>,
+    ) -> BTreeMap<String, String> {
+        let label = command
+            .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+            .map(|c| c.chars().take(64).collect::<String>())
+            .filter(|c| !c.is_empty());
+        let token = match label {
+            Some(l) => self.tokens.token_for_label(
+                || Principal {
+                    session_id: sid.to_string(),
+                    policy: self.session_policy(sid, cfg),
+                    reserved_ports: self.reserved_ports.clone(),
+                    project: Some(Arc::from(root)),
+                    label: None,
+                },
+                sid,
+                &l,
+            ),
+            None => self.token(sid, root, cfg),
+        };
         let mut project = env::project_env(root, &cfg.environment);
         project.extend(self.routes.child_vars(sid, self.port(), &token));
         let proxy = env::ProxyEnv {
