@@ -193,7 +193,7 @@ def render_doc(contract: dict) -> str:
     """Render a callable (or namespace) contract as ``doc()`` text."""
     if "members" in contract:
         return "\n\n".join(render_doc(m) for m in contract["members"])
-    # The documented layout (docs/extension-api.md §3.5): the description comes first; the
+    # The layout extension authors are promised: the description comes first; the
     # parameters below carry what the signature line would repeat.
     lines = [contract["description"], "", f"Effect: {contract['tag']}", ""]
     if contract["parameters"]:
