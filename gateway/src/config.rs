@@ -52,8 +52,11 @@ pub enum ModelTools {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PythonExecutionSection {
-    /// A block's time limit in seconds (default 120).
+    /// A block's time limit in seconds (default 300); a call with a timeout of its own
+    /// (`shell(cmd, timeout=600)`) extends its block.
     pub timeout_s: Option<u64>,
+    /// Background jobs a session may have running at once (default 8).
+    pub max_background_jobs: Option<usize>,
 }
 
 /// How a draft's apply lands its changes (docs/decisions.md, W1).
@@ -149,10 +152,17 @@ impl Config {
             .map(std::time::Duration::from_secs)
             .unwrap_or(DEFAULT_BLOCK_LIMIT)
     }
+
+    /// Running background jobs a session may have (`python_execution.max_background_jobs`).
+    pub fn max_background_jobs(&self) -> usize {
+        self.python_execution
+            .max_background_jobs
+            .unwrap_or(crate::model_sandbox::jobs::DEFAULT_MAX_JOBS)
+    }
 }
 
 /// A `python_execution` block's time limit when `vis.yml` sets none.
-pub const DEFAULT_BLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+pub const DEFAULT_BLOCK_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A duration in milliseconds from the environment variable `name`, else `default`
 /// (unset or not a whole number).

@@ -61,6 +61,10 @@ pub struct Presented {
 pub enum ActivityKind {
     Tool,
     ProviderCall,
+    /// A shell command the turn waits for.
+    ShellRun,
+    /// A background job started (it runs on after the call returns).
+    ShellBg,
 }
 
 /// What Vis is doing right now (`activity`, live-only). Members that do not apply are left out.
@@ -86,6 +90,9 @@ pub struct Activity {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub block_id: Option<String>,
+    /// The command line of a `shell-run` / `shell-bg` activity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<String>,
     /// The tool a nested call runs inside (`python_execution`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_op: Option<String>,
@@ -114,6 +121,7 @@ impl Activity {
             presenter: None,
             reason: None,
             block_id: None,
+            cmd: None,
             parent_op: None,
             extension: None,
             presentation: None,

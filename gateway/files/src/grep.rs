@@ -1,12 +1,16 @@
 //! `grep`: ripgrep's engine (parallel walk honouring ignore files, fast line search) with
-//! deterministic pages of anchored hit lines.
+//! deterministic pages of anchored hit lines: any of several terms, smart case, context lines,
+//! and file names matched too (an empty query lists the files).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
-use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
+use grep_searcher::{
+    BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
+};
 use ignore::overrides::OverrideBuilder;
 use ignore::{WalkBuilder, WalkState};
 
@@ -26,12 +30,19 @@ pub const GREP_MAX_LINE_CHARS: usize = 300;
 /// `rg -g` (`*.rs` matches at any depth, `src/**` is anchored at the first root).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GrepQuery {
+    /// The term (empty, with no `more`: list the files).
     pub query: String,
+    /// Further terms: a line matching any term is a hit.
+    pub more: Vec<String>,
     pub paths: Vec<String>,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
-    /// false: `query` is literal text (case-sensitive); true: Rust regex syntax.
+    /// false: the terms are literal text; true: Rust regex syntax.
     pub is_regex: bool,
+    /// Some(true): case-sensitive; Some(false): not; None: only when a term has a capital.
+    pub case: Option<bool>,
+    /// Lines shown before and after each hit.
+    pub context: usize,
     /// Hit lines per page ([`GREP_DEFAULT_PAGE`] when 0).
     pub page_size: usize,
     /// Hits to skip (0 = the first page).
@@ -48,15 +59,26 @@ pub struct GrepPage {
     pub hits: usize,
     /// Files with hits (all pages).
     pub files: usize,
+    /// Files whose path matched (each one hit of the pages, listed before the line hits).
+    pub names: usize,
     /// The cursor of the next page; `None` on the last page.
     pub next: Option<usize>,
 }
 
-/// Hits of one file: how many, and their anchored lines when kept.
+/// Hits of one file: how many, and their rows when kept.
 struct FileHits {
     path: PathBuf,
     count: usize,
-    lines: Option<Vec<String>>,
+    rows: Option<Vec<Row>>,
+}
+
+/// A line of a file's answer: a hit (its index among the file's hits), a context line, or
+/// the gap between two groups of context.
+#[derive(Debug, Clone)]
+enum Row {
+    Hit(usize, String),
+    Context(String),
+    Break,
 }
 
 /// Searches files like `rg` does (ignore files honoured even outside git, hidden files and
@@ -77,10 +99,12 @@ pub fn grep(ws: &Workspace, q: &GrepQuery) -> Result<GrepPage, FileError> {
 
     let stored = AtomicUsize::new(0);
     let found: Mutex<Vec<FileHits>> = Mutex::new(Vec::new());
+    let named: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let root = ws.roots()[0].clone();
     walk.build_parallel().run(|| {
         let matcher = matcher.clone();
-        let mut searcher = searcher();
-        let (stored, found) = (&stored, &found);
+        let mut searcher = searcher(q.context);
+        let (stored, found, named, root) = (&stored, &found, &named, &root);
         Box::new(move |entry| {
             let Ok(entry) = entry else {
                 return WalkState::Continue;
@@ -88,16 +112,26 @@ pub fn grep(ws: &Workspace, q: &GrepQuery) -> Result<GrepPage, FileError> {
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 return WalkState::Continue;
             }
-            let mut sink = Collect::kept(stored);
-            if searcher
-                .search_path(&matcher, entry.path(), &mut sink)
-                .is_ok()
-                && sink.count > 0
+            let Some(m) = &matcher else {
+                if let Ok(mut named) = named.lock() {
+                    named.push(entry.into_path());
+                }
+                return WalkState::Continue;
+            };
+            let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+            if m.is_match(rel.as_os_str().as_encoded_bytes())
+                .unwrap_or(false)
             {
+                if let Ok(mut named) = named.lock() {
+                    named.push(entry.path().to_path_buf());
+                }
+            }
+            let mut sink = Collect::kept(stored);
+            if searcher.search_path(m, entry.path(), &mut sink).is_ok() && sink.count > 0 {
                 let hits = FileHits {
                     path: entry.into_path(),
                     count: sink.count,
-                    lines: sink.lines,
+                    rows: sink.rows,
                 };
                 if let Ok(mut found) = found.lock() {
                     found.push(hits);
@@ -108,32 +142,58 @@ pub fn grep(ws: &Workspace, q: &GrepQuery) -> Result<GrepPage, FileError> {
     });
     let mut found = found.into_inner().unwrap_or_else(|e| e.into_inner());
     found.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(page(ws, q, &matcher, &found, page_size))
+    let mut named = named.into_inner().unwrap_or_else(|e| e.into_inner());
+    named.sort();
+    Ok(page(ws, q, matcher.as_ref(), &named, &found, page_size))
 }
 
-fn build_matcher(q: &GrepQuery) -> Result<RegexMatcher, FileError> {
-    if q.query.is_empty() {
-        return Err(FileError::BadPattern(
-            "the query is empty; give the text (or regex) to look for".into(),
-        ));
+/// The terms of the query, in order (empty: list files).
+fn terms(q: &GrepQuery) -> Vec<&str> {
+    std::iter::once(q.query.as_str())
+        .chain(q.more.iter().map(String::as_str))
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// The query as the model wrote it, for messages.
+fn shown(q: &GrepQuery) -> String {
+    let t = terms(q);
+    match t.as_slice() {
+        [one] => format!("{one:?}"),
+        many => format!("{many:?}"),
     }
-    if q.query.contains('\n') {
-        return Err(FileError::BadPattern(
-            "the query contains a newline, but grep matches one line at a time; search for one line of it".into(),
-        ));
+}
+
+/// The matcher of the terms; `None` when there are none (the files are listed).
+fn build_matcher(q: &GrepQuery) -> Result<Option<RegexMatcher>, FileError> {
+    let terms = terms(q);
+    if terms.is_empty() {
+        return Ok(None);
     }
-    RegexMatcherBuilder::new()
-        .fixed_strings(!q.is_regex)
+    if let Some(t) = terms.iter().find(|t| t.contains('\n')) {
+        return Err(FileError::BadPattern(format!(
+            "the term {t:?} contains a newline, but grep matches one line at a time; search for one line of it"
+        )));
+    }
+    let mut b = RegexMatcherBuilder::new();
+    b.fixed_strings(!q.is_regex)
         .line_terminator(Some(b'\n'))
-        .ban_byte(Some(0))
-        .build(&q.query)
-        .map_err(|e| FileError::BadPattern(format!("{:?} is not a valid regex: {e}", q.query)))
+        .ban_byte(Some(0));
+    match q.case {
+        Some(sensitive) => b.case_insensitive(!sensitive),
+        None => b.case_smart(true),
+    };
+    b.build_many(&terms)
+        .map(Some)
+        .map_err(|e| FileError::BadPattern(format!("{} is not a valid regex: {e}", shown(q))))
 }
 
-fn searcher() -> Searcher {
+fn searcher(context: usize) -> Searcher {
     SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(0))
         .line_number(true)
+        .before_context(context)
+        .after_context(context)
         .build()
 }
 
@@ -166,18 +226,34 @@ fn overrides(ws: &Workspace, q: &GrepQuery) -> Result<ignore::overrides::Overrid
         .map_err(|e| FileError::BadPattern(format!("globs: {e}")))
 }
 
-/// Lays out the page `cursor..cursor+page_size` of the sorted hits.
+/// Lays out the page `cursor..cursor+page_size` of the sorted hits: the files whose path
+/// matched first (one hit each), then the line hits file by file.
 fn page(
     ws: &Workspace,
     q: &GrepQuery,
-    m: &RegexMatcher,
+    m: Option<&RegexMatcher>,
+    named: &[PathBuf],
     found: &[FileHits],
     size: usize,
 ) -> GrepPage {
-    let hits: usize = found.iter().map(|f| f.count).sum();
+    let lines: usize = found.iter().map(|f| f.count).sum();
+    let hits = named.len() + lines;
     let (lo, hi) = (q.cursor.min(hits), q.cursor.saturating_add(size).min(hits));
     let mut text = String::new();
-    let mut offset = 0;
+    let listing = m.is_none();
+    let names = &named[lo.min(named.len())..hi.min(named.len())];
+    if !names.is_empty() {
+        text.push_str(if listing {
+            "files:"
+        } else {
+            "files whose path matches:"
+        });
+        for p in names {
+            text.push_str("\n  ");
+            text.push_str(&ws.display(p));
+        }
+    }
+    let mut offset = named.len();
     for f in found {
         let (start, end) = (offset, offset + f.count);
         offset = end;
@@ -186,34 +262,46 @@ fn page(
         }
         let (skip, take) = (lo.saturating_sub(start), hi.min(end) - lo.max(start));
         let reread;
-        let lines: &[String] = match &f.lines {
-            Some(lines) => lines
-                .get(skip..skip + take)
-                .unwrap_or(&lines[skip.min(lines.len())..]),
-            None => {
-                reread = reread_window(m, &f.path, skip, take);
+        let rows: &[Row] = match (&f.rows, m) {
+            (Some(rows), _) => rows,
+            (None, Some(m)) => {
+                reread = reread_file(m, q.context, &f.path);
                 &reread
             }
+            (None, None) => &[],
         };
         if !text.is_empty() {
             text.push('\n');
         }
         text.push_str(&ws.display(&f.path));
-        for line in lines {
-            text.push_str("\n  ");
-            text.push_str(line);
+        for row in window(rows, skip, skip + take) {
+            match row {
+                Row::Hit(_, line) => {
+                    text.push_str("\n  ");
+                    text.push_str(line);
+                }
+                Row::Context(line) => {
+                    text.push_str("\n  ");
+                    text.push_str(&line.replacen('│', "┆", 1));
+                }
+                Row::Break => text.push_str("\n  --"),
+            }
         }
     }
     let next = (hi < hits).then_some(hi);
     let plural =
         |n: usize, what: &str| format!("{} {what}{}", thousands(n), if n == 1 { "" } else { "s" });
+    let scope = if q.paths.is_empty() {
+        ".".to_string()
+    } else {
+        q.paths.join(", ")
+    };
     if hits == 0 {
-        let scope = if q.paths.is_empty() {
-            ".".to_string()
+        text = if listing {
+            format!("(no files in {scope})")
         } else {
-            q.paths.join(", ")
+            format!("(no matches for {} in {scope})", shown(q))
         };
-        text = format!("(no matches for {:?} in {scope})", q.query);
     } else if lo >= hi {
         text = format!(
             "(no more hits: {} in {}, cursor {} is past the end)",
@@ -227,46 +315,70 @@ fn page(
             thousands(lo + 1),
             thousands(hi),
             thousands(hits),
-            plural(found.len(), "file")
+            plural(found.len().max(named.len()), "file")
         ));
     }
     GrepPage {
         text,
-        hits,
+        hits: lines,
         files: found.len(),
+        names: named.len(),
         next,
     }
 }
 
-/// Searches one file again for the hits `skip..skip+take` (their text was not kept).
-fn reread_window(m: &RegexMatcher, path: &Path, skip: usize, take: usize) -> Vec<String> {
-    let unlimited = AtomicUsize::new(0);
-    let mut sink = Collect::kept(&unlimited);
-    sink.window = (skip, skip + take);
-    sink.cap = usize::MAX;
-    let _ = searcher().search_path(m, path, &mut sink);
-    sink.lines.unwrap_or_default()
+/// The rows of the hits `lo..hi` of one file, with the context around them.
+fn window(rows: &[Row], lo: usize, hi: usize) -> &[Row] {
+    let hit_at = |want: usize| {
+        rows.iter()
+            .position(|r| matches!(r, Row::Hit(i, _) if *i == want))
+    };
+    let (Some(first), Some(last)) = (hit_at(lo), hit_at(hi.saturating_sub(1).max(lo))) else {
+        return &[];
+    };
+    let mut start = first;
+    while start > 0 && matches!(rows[start - 1], Row::Context(_)) {
+        start -= 1;
+    }
+    let mut end = last + 1;
+    while end < rows.len() && matches!(rows[end], Row::Context(_)) {
+        end += 1;
+    }
+    &rows[start..end]
 }
 
-/// A sink that counts hit lines and keeps the anchored text of those in `window` while the shared
-/// `stored` counter stays under `cap`; past it the file's text is dropped (only counted).
+/// Searches one file again for all its rows (their text was not kept during the walk).
+fn reread_file(m: &RegexMatcher, context: usize, path: &Path) -> Vec<Row> {
+    let unlimited = AtomicUsize::new(0);
+    let mut sink = Collect::kept(&unlimited);
+    sink.cap = usize::MAX;
+    let _ = searcher(context).search_path(m, path, &mut sink);
+    sink.rows.unwrap_or_default()
+}
+
+/// A sink that counts hit lines and keeps the anchored rows (hits and context) while the
+/// shared `stored` counter stays under `cap`; past it the file's text is dropped (only counted).
 struct Collect<'a> {
     count: usize,
-    lines: Option<Vec<String>>,
+    rows: Option<Vec<Row>>,
     stored: &'a AtomicUsize,
     cap: usize,
-    window: (usize, usize),
 }
 
 impl<'a> Collect<'a> {
     fn kept(stored: &'a AtomicUsize) -> Collect<'a> {
         Collect {
             count: 0,
-            lines: Some(Vec::new()),
+            rows: Some(Vec::new()),
             stored,
             cap: GREP_MAX_STORED_HITS,
-            window: (0, usize::MAX),
         }
+    }
+
+    fn line(number: usize, line: &[u8]) -> String {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        anchored(number, line, Some(GREP_MAX_LINE_CHARS))
     }
 }
 
@@ -278,17 +390,31 @@ impl Sink for Collect<'_> {
         for (i, line) in m.lines().enumerate() {
             let index = self.count;
             self.count += 1;
-            if index < self.window.0 || index >= self.window.1 {
-                continue;
-            }
-            if let Some(lines) = &mut self.lines {
+            if let Some(rows) = &mut self.rows {
                 if self.stored.fetch_add(1, Ordering::Relaxed) >= self.cap {
-                    self.lines = None;
+                    self.rows = None;
                     continue;
                 }
-                let line = line.strip_suffix(b"\n").unwrap_or(line);
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                lines.push(anchored(first + i, line, Some(GREP_MAX_LINE_CHARS)));
+                rows.push(Row::Hit(index, Self::line(first + i, line)));
+            }
+        }
+        Ok(true)
+    }
+
+    fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, std::io::Error> {
+        if let (Some(rows), SinkContextKind::Before | SinkContextKind::After) =
+            (&mut self.rows, c.kind())
+        {
+            let n = c.line_number().unwrap_or(0) as usize;
+            rows.push(Row::Context(Self::line(n, c.bytes())));
+        }
+        Ok(true)
+    }
+
+    fn context_break(&mut self, _: &Searcher) -> Result<bool, std::io::Error> {
+        if let Some(rows) = &mut self.rows {
+            if !rows.is_empty() {
+                rows.push(Row::Break);
             }
         }
         Ok(true)

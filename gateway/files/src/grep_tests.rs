@@ -169,9 +169,9 @@ fn pages_beyond_the_stored_hits_are_read_again_from_the_files() {
     let per_file = GREP_MAX_STORED_HITS / 2 + 10;
     let content: String = (1..=per_file).map(|i| format!("x{i}\n")).collect();
     let (_d, ws) = tree(&[
-        ("a.txt", &content),
-        ("b.txt", &content),
-        ("c.txt", &content),
+        ("a.dat", &content),
+        ("b.dat", &content),
+        ("c.dat", &content),
     ]);
     let total = 3 * per_file;
     let last = grep(
@@ -186,7 +186,7 @@ fn pages_beyond_the_stored_hits_are_read_again_from_the_files() {
     assert_eq!(last.hits, total);
     assert_eq!(last.next, None);
     let lines: Vec<_> = last.text.lines().collect();
-    assert_eq!(lines[0], "c.txt");
+    assert_eq!(lines[0], "c.dat");
     assert!(
         lines[5].ends_with(&format!("│ x{per_file}")),
         "{}",
@@ -257,4 +257,96 @@ fn a_symlink_pointing_outside_is_not_followed() {
         .expect("symlink");
     let page = grep(&ws, &q("needle")).expect("grep");
     assert_eq!(page.files, 1, "{}", page.text);
+}
+
+#[test]
+fn any_of_several_terms_is_a_hit_and_case_is_smart() {
+    let (_d, ws) = tree(&[(
+        "a.txt",
+        "alpha one\nBeta two\nbeta three\ngamma\nALPHA four\n",
+    )]);
+    let both = GrepQuery {
+        more: vec!["Beta".into()],
+        ..q("alpha")
+    };
+    let page = grep(&ws, &both).expect("grep");
+    // The query has a capital ("Beta"): every term matches its case exactly (as `rg -S`).
+    assert_eq!(page.hits, 2, "{}", page.text);
+    assert!(page.text.contains("│ alpha one") && !page.text.contains("│ ALPHA four"));
+    assert!(page.text.contains("│ Beta two") && !page.text.contains("│ beta three"));
+    let lower = GrepQuery {
+        more: vec!["beta".into()],
+        ..q("alpha")
+    };
+    assert_eq!(
+        grep(&ws, &lower).expect("grep").hits,
+        4,
+        "no capital: any case"
+    );
+    let forced = GrepQuery {
+        case: Some(false),
+        ..both.clone()
+    };
+    assert_eq!(grep(&ws, &forced).expect("grep").hits, 4);
+}
+
+#[test]
+fn context_lines_surround_hits_and_groups_are_separated() {
+    let body: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+    let (_d, ws) = tree(&[("a.txt", &body)]);
+    let page = grep(
+        &ws,
+        &GrepQuery {
+            more: vec!["line 15".into()],
+            context: 1,
+            ..q("line 3")
+        },
+    )
+    .expect("grep");
+    let lines: Vec<&str> = page.text.lines().collect();
+    assert_eq!(lines[0], "a.txt");
+    assert!(lines[1].ends_with("┆ line 2"), "{}", page.text);
+    assert!(lines[2].ends_with("│ line 3"), "{}", page.text);
+    assert!(lines[3].ends_with("┆ line 4"), "{}", page.text);
+    assert_eq!(lines[4], "  --");
+    assert!(lines[5].ends_with("┆ line 14") && lines[6].ends_with("│ line 15"));
+    assert_eq!(page.hits, 2);
+}
+
+#[test]
+fn file_names_match_too_and_an_empty_query_lists_files_honouring_gitignore() {
+    let (_d, ws) = tree(&[
+        ("src/parser.rs", "fn main() {}\n"),
+        ("notes.md", "the parser is slow\n"),
+        ("target/parser.o", "x\n"),
+        (".gitignore", "target/\n"),
+    ]);
+    let page = grep(&ws, &q("parser")).expect("grep");
+    assert_eq!(page.names, 1, "{}", page.text);
+    assert!(
+        page.text
+            .starts_with("files whose path matches:\n  src/parser.rs"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("notes.md\n  1:"), "{}", page.text);
+    let all = grep(&ws, &q("")).expect("list");
+    assert_eq!(
+        all.text, "files:\n  notes.md\n  src/parser.rs",
+        "{}",
+        all.text
+    );
+    let limited = grep(
+        &ws,
+        &GrepQuery {
+            page_size: 1,
+            cursor: 1,
+            ..q("")
+        },
+    )
+    .expect("list");
+    assert_eq!(
+        limited.text, "files:\n  src/parser.rs",
+        "the second file only"
+    );
 }

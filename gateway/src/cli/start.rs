@@ -75,6 +75,10 @@ fn raise_nofile() {
 
 async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> {
     raise_nofile();
+    // Checked while the rest starts; awaited before the gateway takes requests.
+    let python = tokio::spawn(crate::model_sandbox::process::check_python(
+        crate::model_sandbox::process::default_python(),
+    ));
     let home = Home::resolve(home_flag)?;
     let _lock = home.lock()?;
     let host = args.host.clone().unwrap_or_else(|| {
@@ -96,6 +100,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
     };
     let (h, r) = (home.dir.clone(), root.clone());
     let config = tokio::task::spawn_blocking(move || crate::config::load(&h, &r)).await??;
+    python.await?.map_err(anyhow::Error::msg)?;
     let store = Store::open(&home.db_path())
         .with_context(|| format!("cannot open the database {}", home.db_path().display()))?;
     let gw = Gateway::new(

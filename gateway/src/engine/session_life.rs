@@ -84,7 +84,15 @@ impl Gateway {
         if let Some(sb) = g.sandbox.get() {
             sb.tokens.revoke(sid);
         }
-        g.model_sandboxes.stop(sid);
+        g.model_sandboxes
+            .end_session(
+                sid,
+                Some(crate::model_sandbox::state::file(
+                    g.configuration.home(),
+                    sid,
+                )),
+            )
+            .await;
         // Its draft stays, parked: another session of the repository can resume it.
         g.workspaces.release(sid).await;
         g.mcp.stop_session(sid).await;

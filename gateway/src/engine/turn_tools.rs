@@ -124,6 +124,20 @@ impl TurnTools {
                 })
                 .collect();
             let mcp_fns = self.mcp_functions(sid, root, &cfg).await;
+            let project = session.project_root.clone();
+            let extensions = host
+                .catalog()
+                .list(project.as_deref())
+                .await
+                .extensions
+                .into_iter()
+                .filter(|e| !extras.inactive.contains(&e.name))
+                .map(|e| crate::model_sandbox::tool::ExtensionDoc {
+                    namespace: e.alias.clone().unwrap_or_else(|| e.name.clone()),
+                    name: e.name,
+                    description: e.description,
+                })
+                .collect();
             let spaces = namespaces(
                 symbols
                     .iter()
@@ -147,11 +161,13 @@ impl TurnTools {
                     bus: self.bus.clone(),
                     home: self.home.clone(),
                     limit: cfg.block_limit(),
+                    max_jobs: cfg.max_background_jobs(),
                     mcp: self.mcp.clone(),
                     drafts: Some(self.workspaces.model_drafts()),
                 },
                 symbols,
                 mcp_fns,
+                extensions,
             );
             let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(super::ext::Hooked {
                 host,

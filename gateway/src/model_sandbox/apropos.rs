@@ -20,6 +20,8 @@ pub struct DocEntry {
     pub doc: String,
     /// Callable but not listed.
     pub is_hidden: bool,
+    /// `builtin`, `symbol`, `mcp` or `extension` (an extension's own description).
+    pub kind: String,
 }
 
 /// The index of one turn's functions.
@@ -36,6 +38,15 @@ pub struct Index {
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 const NAME_WEIGHT: f64 = 3.0;
+
+/// The namespace an entry is listed under.
+fn namespace(e: &DocEntry) -> String {
+    match e.name.split_once('.') {
+        _ if e.kind == "extension" => e.name.clone(),
+        Some((head, _)) => head.to_string(),
+        None => "sandbox built-ins".to_string(),
+    }
+}
 
 /// Lower-case words of letters and digits; dotted and snake names split into their parts
 /// and also kept whole.
@@ -105,6 +116,30 @@ impl Index {
     /// The entry named `name` (hidden ones included: they are callable).
     pub fn get(&self, name: &str) -> Option<&DocEntry> {
         self.entries.iter().find(|e| e.name == name)
+    }
+
+    /// Every listed entry, by namespace (the name before its first dot; built-ins first).
+    pub fn listed(&self) -> Vec<&DocEntry> {
+        let mut all: Vec<&DocEntry> = self.entries.iter().filter(|e| !e.is_hidden).collect();
+        all.sort_by_key(|e| (namespace(e), e.kind != "extension", e.name.clone()));
+        all
+    }
+
+    /// `doc()` with no name: every namespace and its functions' names, in one text.
+    pub fn index(&self) -> String {
+        let mut out = String::from(
+            "What this sandbox offers, by namespace (doc(name) for one; apropos(words) to search):\n",
+        );
+        let mut last = None;
+        for e in self.listed() {
+            let ns = namespace(e);
+            if last.as_deref() != Some(ns.as_str()) {
+                out.push_str(&format!("\n{ns}:\n"));
+                last = Some(ns);
+            }
+            out.push_str(&format!("  {} — {}\n", e.name, e.summary));
+        }
+        out
     }
 
     /// The query's words, each known word as is and each unknown one as the known words
@@ -180,6 +215,7 @@ mod tests {
             summary: summary.into(),
             doc: format!("{name}\n{summary}"),
             is_hidden: false,
+            kind: "symbol".into(),
         }
     }
 

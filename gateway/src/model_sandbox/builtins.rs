@@ -14,10 +14,15 @@ const BUILTINS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "grep",
-        "grep(query, paths=None, include=None, exclude=None, is_regex=False) -> Grep",
-        "Search the workspace's files for text (or a regex); hits as anchored lines grouped by file.",
-        "Honours .gitignore. include/exclude are glob lists (['*.rs']). print(g) shows the first \
-         page; next(g) the next one; g.all() every page; g.hits and g.files count them.",
+        "grep(query=None, paths=None, include=None, exclude=None, is_regex=False, context=0, \
+         limit=None, offset=0, case=None) -> Grep",
+        "Search the workspace's files (and file names) for text, any of several terms, or a regex; hits as anchored lines grouped by file.",
+        "query: one term or a list of terms (a line matching any of them is a hit). Case-insensitive \
+         unless a term has a capital letter (case=True/False forces it). Files whose path matches \
+         are listed too; an empty query lists the files under paths. context=N shows N lines \
+         around each hit; limit hits per page (default 100), offset skips hits. Honours \
+         .gitignore. include/exclude are glob lists (['*.rs']). print(g) shows the first page; \
+         next(g) the next one; g.all() every page; g.hits and g.files count them.",
     ),
     (
         "patch",
@@ -37,21 +42,42 @@ const BUILTINS: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "shell",
-        "shell(cmd, timeout=120) -> str",
-        "Run a shell command (sh -c) in the workspace; returns its output and exit status.",
-        "Network access goes through the session's egress policy.",
+        "shell(cmd, timeout=None, background=False) -> str | Job",
+        "Run a shell command (sh -c) in the workspace; returns its output and exit status, or a Job handle with background=True.",
+        "timeout (seconds) bounds the command and extends the block's own limit for it \
+         (shell('cargo test', timeout=900)); without one the command gets what is left of the \
+         block's limit. A timeout kills everything the command started. A long output keeps its \
+         first 8 KiB and last 24 KiB and names a file holding all of it. background=True returns \
+         a Job at once: .alive, .wait(timeout), .logs(tail=N) / .logs(since=pos), .stop(), .log \
+         (its log file); it runs across blocks and turns until it ends or the session is deleted. \
+         A trailing & never hangs the call; what it started is stopped when the block ends. \
+         Network access goes through the session's egress policy.",
+    ),
+    (
+        "jobs",
+        "jobs() -> list[Job]",
+        "The session's background jobs (running and recently finished), oldest first.",
+        "Each is a Job handle: .alive, .exit_code, .wait(timeout), .logs(tail=N), .stop().",
     ),
     (
         "apropos",
-        "apropos(text) -> str",
-        "Search every available function (built-ins, extension symbols, MCP tools) by words of its name or docs.",
-        "Ranked; tolerates typos. Then read one with doc(name).",
+        "apropos(text=None) -> list[Hit]",
+        "Search every available function (built-ins, extension symbols and extensions, MCP tools, your own definitions, Python's built-ins) by words of its name or docs.",
+        "Ranked; tolerates typos. With no text: everything, by namespace. Each hit can be passed to doc().",
     ),
     (
         "doc",
-        "doc(name) -> str",
-        "The whole documentation and contract of one function, by its (dotted) name.",
+        "doc(name=None) -> str",
+        "The whole documentation and contract of one function (a dotted name, a hit of apropos, or the function itself); with no name, an index of everything.",
         "",
+    ),
+    (
+        "defs",
+        "defs() -> str",
+        "What this session's blocks defined: functions and classes with signatures, other names with types.",
+        "Names persist from block to block. When the sandbox restarts (a block past its limit, a \
+         cancel, a gateway restart) the next block says so; your functions and classes come back \
+         from their source, other names do not.",
     ),
     (
         "draft_create",
@@ -83,9 +109,15 @@ const BUILTINS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
-/// The names the gateway answers as host calls (`gather` lives in the runtime).
+/// Built-ins that live in the runtime (no host call).
+pub const RUNTIME_ONLY: [&str; 2] = ["gather", "defs"];
+
+/// The names the gateway answers as host calls.
 pub fn host_names() -> impl Iterator<Item = &'static str> {
-    BUILTINS.iter().map(|b| b.0).filter(|n| *n != "gather")
+    BUILTINS
+        .iter()
+        .map(|b| b.0)
+        .filter(|n| !RUNTIME_ONLY.contains(n))
 }
 
 /// The built-ins as searchable documents.
@@ -101,6 +133,7 @@ pub fn docs() -> Vec<DocEntry> {
                 format!("{sig}\n\n{summary}\n{details}")
             },
             is_hidden: false,
+            kind: "builtin".into(),
         })
         .collect()
 }

@@ -14,6 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// Which activity a shell call shows.
+#[derive(Clone, Copy)]
+enum ActivityKindArg {
+    Foreground,
+    Background,
+}
+
 /// What `shell()` needs to start a sandbox child.
 pub struct ShellSpec {
     pub sandbox: Arc<crate::sandbox::Sandbox>,
@@ -35,6 +42,29 @@ pub struct SessionHost {
     pub cancel: CancellationToken,
     /// The session's drafts: where its files are right now, and the draft functions.
     pub drafts: Option<Arc<dyn crate::drafts::SessionDrafts>>,
+    /// The running block's deadline (a call with its own timeout extends it).
+    pub deadline: Arc<super::Deadline>,
+    /// The sessions' runtimes and jobs.
+    pub boxes: Arc<super::Sandboxes>,
+    /// Running background jobs the session may have.
+    pub max_jobs: usize,
+    /// Processes that shell commands of this block left running (`cmd &`): killed when the
+    /// block ends, that is when this host is dropped.
+    pub leftovers: parking_lot::Mutex<Vec<crate::sandbox::run::Group>>,
+}
+
+/// Seconds from a number argument (`timeout=600`, `timeout=2.5`).
+fn seconds_arg(args: &Map<String, Value>, name: &str) -> Result<Option<Duration>, CallError> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s.min(1e7)))),
+            _ => Err(CallError::new(
+                "TypeError",
+                format!("`{name}` must be a number of seconds (0 or more), not {v}"),
+            )),
+        },
+    }
 }
 
 /// A Python exception type for an extension error (`ValueError: …` keeps its type).
@@ -184,7 +214,6 @@ impl SessionHost {
                 Ok(Value::String(out.text))
             }
             "grep" => {
-                let query = required(args, "query", "grep")?;
                 let paths = list_arg(args, "paths")?;
                 let ws = self.workspace()?;
                 let targets = if paths.is_empty() {
@@ -198,8 +227,18 @@ impl SessionHost {
                 for t in &targets {
                     self.gate("file-read", t).await?;
                 }
+                let mut terms = list_arg(args, "query")?.into_iter();
+                let count = |name: &str| -> Result<usize, CallError> {
+                    Ok(int_arg(args, name)?.unwrap_or(0).max(0) as usize)
+                };
+                // The first page starts at `offset`; later pages carry their `cursor`.
+                let cursor = match int_arg(args, "cursor")? {
+                    Some(c) if c > 0 => c as usize,
+                    _ => count("offset")?,
+                };
                 let q = vis_files::GrepQuery {
-                    query,
+                    query: terms.next().unwrap_or_default(),
+                    more: terms.collect(),
                     paths,
                     include: list_arg(args, "include")?,
                     exclude: list_arg(args, "exclude")?,
@@ -207,12 +246,15 @@ impl SessionHost {
                         .get("is_regex")
                         .and_then(Value::as_bool)
                         .unwrap_or(false),
-                    page_size: 0,
-                    cursor: int_arg(args, "cursor")?.unwrap_or(0).max(0) as usize,
+                    case: args.get("case").and_then(Value::as_bool),
+                    context: count("context")?.min(50),
+                    page_size: count("limit")?,
+                    cursor,
                 };
                 let page = blocking(move || vis_files::grep(&ws, &q)).await?;
                 Ok(
-                    json!({"text": page.text, "hits": page.hits, "files": page.files, "next": page.next}),
+                    json!({"text": page.text, "hits": page.hits, "files": page.files,
+                          "names": page.names, "next": page.next}),
                 )
             }
             "patch" => {
@@ -235,29 +277,30 @@ impl SessionHost {
                 ))
             }
             "shell" => self.shell(args).await,
+            "job" | "jobs" => self.job(func, args).await,
             d if crate::drafts::FUNCTIONS.contains(&d) => self.draft(d, args).await,
             "apropos" => {
-                let text = required(args, "text", "apropos")?;
-                let hits = self.index.search(&text, 20);
-                if hits.is_empty() {
-                    return Ok(Value::String(format!("nothing matches {text:?}")));
-                }
-                Ok(Value::String(
+                let hits = match text_arg(args, "text")?.filter(|t| !t.trim().is_empty()) {
+                    Some(text) => self.index.search(&text, 20),
+                    None => self.index.listed(),
+                };
+                Ok(Value::Array(
                     hits.iter()
-                        .map(|e| format!("{} — {}", e.name, e.summary))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
+                        .map(|e| json!({"name": e.name, "kind": e.kind, "summary": e.summary}))
+                        .collect(),
                 ))
             }
             "doc" => {
-                let name = required(args, "name", "doc")?;
+                let Some(name) = text_arg(args, "name")?.filter(|n| !n.trim().is_empty()) else {
+                    return Ok(Value::String(self.index.index()));
+                };
                 self.index
                     .get(&name)
                     .map(|e| Value::String(e.doc.clone()))
                     .ok_or_else(|| {
                         CallError::new(
                             "LookupError",
-                            format!("no function named {name:?}; search with apropos(text)"),
+                            format!("nothing named {name:?}; doc() lists everything, apropos(words) searches"),
                         )
                     })
             }
@@ -281,34 +324,166 @@ impl SessionHost {
 
     async fn shell(&self, args: &Map<String, Value>) -> Result<Value, CallError> {
         let cmd = required(args, "cmd", "shell")?;
-        let timeout = int_arg(args, "timeout")?
-            .filter(|t| *t > 0)
-            .map(|t| Duration::from_secs(t as u64))
-            .unwrap_or(crate::sandbox::shell::DEFAULT_TIMEOUT);
+        if cmd.trim().is_empty() {
+            return Err(CallError::new(
+                "ValueError",
+                "shell() needs a non-blank command",
+            ));
+        }
+        let background = args
+            .get("background")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let own = seconds_arg(args, "timeout")?.filter(|t| !t.is_zero());
         let Some(spec) = &self.shell else {
             return Err(CallError::new("RuntimeError", "the sandbox is not running"));
         };
-        use crate::sandbox::shell::{run_in_session, ShellError};
-        let out = run_in_session(
+        use crate::sandbox::shell::{child_setup, run_in_session, ShellError};
+        let shell_error = |e: ShellError| match &e {
+            ShellError::Config(_) => CallError::new("RuntimeError", e.message()),
+            ShellError::Jail(why) => CallError::permission(why.clone()),
+            ShellError::Start(_) => CallError::new("OSError", e.message()),
+        };
+        let root = self.ctx().workspace_root;
+        self.boxes.used_scratch(
+            &self.session.id,
+            crate::sandbox::shell::scratch_dir(&root, &self.session.id),
+        );
+        if background {
+            let (env, jail) = child_setup(&spec.sandbox, &spec.home, &self.session.id, &root)
+                .await
+                .map_err(shell_error)?;
+            let log = crate::sandbox::shell::scratch_file(&root, &self.session.id, "job");
+            let job = self
+                .boxes
+                .jobs
+                .start(super::jobs::JobSpec {
+                    sid: &self.session.id,
+                    cmd: &cmd,
+                    cwd: &root,
+                    env: &env,
+                    jail: &jail,
+                    log,
+                    max_running: self.max_jobs,
+                })
+                .await
+                .map_err(|e| match e {
+                    super::jobs::JobError::Limit(_) => {
+                        CallError::new("RuntimeError", e.to_string())
+                    }
+                    super::jobs::JobError::Start(_) => CallError::new("OSError", e.to_string()),
+                })?;
+            self.shell_activity(ActivityKindArg::Background, &cmd);
+            return Ok(serde_json::to_value(job.info()).unwrap_or(Value::Null));
+        }
+        // The call's own timeout extends the block; without one it has what is left of it.
+        let timeout = match own {
+            Some(t) => {
+                self.deadline.extend_for(t);
+                t
+            }
+            None => self.deadline.remaining().max(Duration::from_secs(1)),
+        };
+        self.shell_activity(ActivityKindArg::Foreground, &cmd);
+        let mut out = run_in_session(
             &spec.sandbox,
             &spec.home,
             &self.session.id,
-            &self.ctx().workspace_root,
+            &root,
             &cmd,
             timeout,
             &self.cancel,
         )
         .await
-        .map_err(|e| match &e {
-            ShellError::Config(_) => CallError::new("RuntimeError", e.message()),
-            ShellError::Jail(why) => CallError::permission(why.clone()),
-            ShellError::Start(_) => CallError::new("OSError", e.message()),
-        })?;
-        Ok(Value::String(crate::sandbox::shell::describe(&out)))
+        .map_err(shell_error)?;
+        let text = crate::sandbox::shell::describe(&out);
+        if let Some(g) = out.leftover.take() {
+            self.leftovers.lock().push(g);
+        }
+        Ok(Value::String(text))
+    }
+
+    fn shell_activity(&self, kind: ActivityKindArg, cmd: &str) {
+        use vis_companion_api::events::{Activity, ActivityKind, Event};
+        let mut a = Activity::new(match kind {
+            ActivityKindArg::Foreground => ActivityKind::ShellRun,
+            ActivityKindArg::Background => ActivityKind::ShellBg,
+        });
+        let short: String = cmd.chars().take(200).collect();
+        a.op = Some("shell".into());
+        a.cmd = Some(short.clone());
+        a.label = Some(format!(
+            "shell {}",
+            short.chars().take(60).collect::<String>()
+        ));
+        a.phrase = Some(match kind {
+            ActivityKindArg::Foreground => format!("Vis is running {short}"),
+            ActivityKindArg::Background => format!("Vis started a background job: {short}"),
+        });
+        a.block_id = Some(self.block_id.clone());
+        a.turn_id = Some(self.turn_id.clone());
+        a.parent_op = Some(super::TOOL_NAME.to_string());
+        self.bus.publish(&self.session.id, Event::Activity(a));
+    }
+
+    /// `jobs()` and the operations of a job handle (`job`: status, wait, logs, stop).
+    async fn job(&self, func: &str, args: &Map<String, Value>) -> Result<Value, CallError> {
+        let sid = &self.session.id;
+        if func == "jobs" {
+            let all: Vec<_> = self.boxes.jobs.list(sid).iter().map(|j| j.info()).collect();
+            return Ok(serde_json::to_value(all).unwrap_or(Value::Null));
+        }
+        let id = int_arg(args, "id")?
+            .ok_or_else(|| CallError::new("TypeError", "a job operation needs the job's `id`"))?;
+        let job = u32::try_from(id)
+            .ok()
+            .and_then(|id| self.boxes.jobs.get(sid, id))
+            .ok_or_else(|| {
+                CallError::new(
+                    "LookupError",
+                    format!("no job {id} in this session; jobs() lists them"),
+                )
+            })?;
+        let op = text_arg(args, "op")?.unwrap_or_else(|| "status".into());
+        match op.as_str() {
+            "status" => {}
+            "wait" => {
+                let limit = match seconds_arg(args, "timeout")? {
+                    Some(t) => {
+                        self.deadline.extend_for(t);
+                        t
+                    }
+                    None => self.deadline.remaining(),
+                };
+                tokio::select! {
+                    _ = job.wait(limit) => {}
+                    _ = self.cancel.cancelled() => {}
+                }
+            }
+            "stop" => {
+                job.stop();
+                job.wait(Duration::from_secs(5)).await;
+            }
+            "logs" => {
+                let tail = int_arg(args, "tail")?.map(|n| n.max(0) as usize);
+                let since = int_arg(args, "since")?.map(|n| n.max(0) as u64);
+                let logs = job.logs(tail, since).await.map_err(|e| {
+                    CallError::new("OSError", format!("cannot read the job's log: {e}"))
+                })?;
+                return Ok(serde_json::to_value(logs).unwrap_or(Value::Null));
+            }
+            other => {
+                return Err(CallError::new(
+                    "ValueError",
+                    format!("unknown job operation {other:?} (status, wait, logs, stop)"),
+                ))
+            }
+        }
+        Ok(serde_json::to_value(job.info()).unwrap_or(Value::Null))
     }
 
     fn is_builtin(func: &str) -> bool {
-        super::builtins::host_names().any(|n| n == func)
+        func == "job" || super::builtins::host_names().any(|n| n == func)
     }
 }
 

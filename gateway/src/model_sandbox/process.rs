@@ -17,8 +17,12 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-/// The runtime's source, handed to `python3 -c`.
-pub const RUNTIME_SOURCE: &str = include_str!("runtime.py");
+/// The runtime's source, handed to `python3 -c`: the process and its channel, then the
+/// session's namespace, jobs and the functions whose answers are objects.
+pub const RUNTIME_SOURCE: &str = concat!(
+    include_str!("runtime.py"),
+    include_str!("runtime_session.py")
+);
 
 /// How long a new runtime may take to say `ready`.
 const READY_LIMIT: Duration = Duration::from_secs(15);
@@ -48,6 +52,52 @@ pub fn default_python() -> PathBuf {
     PathBuf::from("python3")
 }
 
+/// The oldest CPython the runtime supports.
+pub const MIN_PYTHON: (u32, u32) = (3, 9);
+
+/// Checks the sandbox's interpreter at start: `Err` (refuse to start) when it runs but is
+/// older than [`MIN_PYTHON`] or cannot run the runtime's flags; a missing interpreter only
+/// warns (blocks then fail with a message naming it).
+pub async fn check_python(python: PathBuf) -> Result<(), String> {
+    let run = tokio::process::Command::new(&python)
+        .args([
+            "-I",
+            "-S",
+            "-c",
+            "import sys; print('%d.%d.%d' % sys.version_info[:3])",
+        ])
+        .env_clear()
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => {
+            tracing::warn!(python = %python.display(), error = %e,
+                "the model's sandbox interpreter cannot be started; python_execution blocks will fail");
+            return Ok(());
+        }
+        Err(_) => return Ok(()),
+    };
+    let need = format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1);
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let version: Vec<u32> = text.split('.').filter_map(|p| p.parse().ok()).collect();
+    match version.as_slice() {
+        [major, minor, ..] if out.status.success() && (*major, *minor) >= MIN_PYTHON => Ok(()),
+        [_, _, ..] if out.status.success() => Err(format!(
+            "the model's sandbox needs CPython {need} or newer, but {} is {text}; install a newer \
+             python3 or point VIS_SANDBOX_PYTHON at one",
+            python.display()
+        )),
+        _ => Err(format!(
+            "the model's sandbox needs CPython {need} or newer, but {} did not run ({}): {}",
+            python.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
 /// Why a block could not run to its end.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -73,6 +123,10 @@ pub struct Done {
     pub output: String,
     pub output_bytes: u64,
     pub error: Option<String>,
+    /// The model's definitions, when the block changed them.
+    pub defs: Option<Vec<protocol::Def>>,
+    /// A line to put before the output (the sandbox restarted; a definition did not come back).
+    pub note: Option<String>,
 }
 
 /// Answers the host calls of a running block.
@@ -188,6 +242,7 @@ impl Runtime {
         &mut self,
         code: &str,
         functions: &[FnEntry],
+        restore: &[protocol::Def],
         host: &dyn HostCalls,
     ) -> Result<Done, RuntimeError> {
         self.next_run += 1;
@@ -198,6 +253,7 @@ impl Runtime {
                 id: run,
                 code,
                 functions,
+                restore,
             },
         )
         .await;
@@ -234,8 +290,10 @@ impl Runtime {
                             (id, answer)
                         });
                     }
-                    Some(Ok(FromRuntime::Done { id, output, output_bytes, error })) if id == run => {
-                        return Ok(Done { output, output_bytes, error });
+                    Some(Ok(FromRuntime::Done { id, output, output_bytes, error, defs, restore_failed })) if id == run => {
+                        let note = (!restore_failed.is_empty()).then(|| format!(
+                            "[not restored: {}]", restore_failed.join("; ")));
+                        return Ok(Done { output, output_bytes, error, defs, note });
                     }
                     Some(Ok(other)) => {
                         return Err(Some(RuntimeError::Protocol(format!("unexpected {other:?}"))));

@@ -47,6 +47,13 @@ impl FnEntry {
 
 pub use crate::tools::CallError;
 
+/// One top-level `def` or `class` the model ran: its name and its source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Def {
+    pub name: String,
+    pub source: String,
+}
+
 /// The result half of a `reply`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -62,6 +69,9 @@ pub enum ToRuntime<'a> {
         id: u64,
         code: &'a str,
         functions: &'a [FnEntry],
+        /// Sources to run first, in a fresh runtime (the model's functions and classes).
+        #[serde(skip_serializing_if = "<[Def]>::is_empty")]
+        restore: &'a [Def],
     },
     Reply {
         id: u64,
@@ -95,6 +105,12 @@ pub enum FromRuntime {
         output_bytes: u64,
         #[serde(default)]
         error: Option<String>,
+        /// The model's definitions now, when they changed in this block.
+        #[serde(default)]
+        defs: Option<Vec<Def>>,
+        /// Restored definitions that failed to run again (`name: error`).
+        #[serde(default)]
+        restore_failed: Vec<String>,
     },
 }
 
@@ -146,7 +162,9 @@ mod tests {
                 id: 1,
                 output: "1\n".into(),
                 output_bytes: 2,
-                error: None
+                error: None,
+                defs: None,
+                restore_failed: vec![],
             }
         );
     }

@@ -19,8 +19,13 @@ Runtime -> gateway
   {"t":"call","id":C,"run":R,"fn":NAME,"args":{...}}  a host call; C counts up per process
   {"t":"done","id":R,"output":TEXT,"output_bytes":N,"error":TEXT|null}
 
-Blocks run one at a time, each in a fresh ``__main__`` module; top-level ``await``
-is allowed and only what the block prints comes back. ``output`` is everything
+Blocks run one at a time in one ``__main__`` module that lives as long as the process:
+names a block defines are there in the next block. Top-level ``await`` is allowed and
+only what the block prints comes back (a last statement that is an expression prints its
+value's repr unless it is None, as a REPL does). A ``run`` may carry ``"restore": [DEF...]``
+(DEF is {"name","source"}): the model's ``def``/``class`` statements from an earlier
+process, run first. ``done`` then carries ``"defs": [DEF...]`` when the block changed
+the model's top-level functions and classes, and ``"restore_failed": ["name: error"]``. ``output`` is everything
 written to fd 1 and fd 2 during the block (one pipe, so the order holds, child
 processes included): all of it up to 64 KiB, else the first 48 KiB and the last
 16 KiB with one notice line between; ``output_bytes`` counts every byte. ``error``
@@ -55,7 +60,7 @@ import builtins
 import itertools
 import os
 import sys
-from _ast import PyCF_ALLOW_TOP_LEVEL_AWAIT
+from _ast import PyCF_ALLOW_TOP_LEVEL_AWAIT, PyCF_ONLY_AST
 from _queue import Empty, SimpleQueue
 
 HEAD, TAIL = 48 * 1024, 16 * 1024          # output kept: first HEAD and last TAIL bytes
@@ -66,10 +71,12 @@ ERROR_TYPES = {name: getattr(builtins, name) for name in (
 MORE_HITS = "… more hits: next(g) or g.all()"
 BUILTIN_SIGNATURES = {                      # positional order of the known built-ins
     "cat": "path, start=None, end=None",
-    "grep": "query, paths=None, include=None, exclude=None, is_regex=False",
+    "grep": "query=None, paths=None, include=None, exclude=None, is_regex=False, context=0, "
+            "limit=None, offset=0, case=None",
     "patch": "path, edits",
     "ls": 'path="."',
-    "shell": "cmd, timeout=None",
+    "shell": "cmd, timeout=None, background=False",
+    "jobs": "",
     "apropos": "text=None",
     "doc": "name=None",
     "draft_create": "label",
@@ -457,6 +464,7 @@ class Grep:
         self._fn, self._arguments, self._first = fn, arguments, first
         self.text = first.get("text", "")
         self.hits, self.files = first.get("hits"), first.get("files")
+        self.names = first.get("names")
         self._cursor, self._advanced = first.get("next"), False
 
     def _page(self, cursor):
@@ -506,11 +514,11 @@ def _function(spec):
     elif kind == "builtin" and name in BUILTIN_SIGNATURES:
         signature = BUILTIN_SIGNATURES[name]
         params = [{"name": part.partition("=")[0], "kind": "positional_or_keyword",
-                   "required": "=" not in part} for part in signature.split(", ")]
+                   "required": "=" not in part} for part in signature.split(", ") if part]
         contract = contract or {"name": name, "signature": signature}
     else:
         params = [{"name": "kwargs", "kind": "var_keyword"}]
-    cls = GrepFunction if (kind, name) == ("builtin", "grep") else HostFunction
+    cls = SPECIAL_FUNCTIONS.get(name, HostFunction) if kind == "builtin" else HostFunction
     return cls(name, kind, contract if isinstance(contract, dict) else {}, spec.get("doc"), params)
 
 
@@ -688,7 +696,10 @@ def _format_error(exc, source):
     """The traceback text of exc, keeping only frames of the block's own code."""
     import traceback
     _remember_source(source)
-    report = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    try:                                         # compact= is 3.10+
+        report = traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    except TypeError:
+        report = traceback.TracebackException(type(exc), exc, exc.__traceback__)
     pending, seen = [report], set()
     while pending:
         item = pending.pop()
@@ -697,7 +708,7 @@ def _format_error(exc, source):
         seen.add(id(item))
         item.stack = traceback.StackSummary.from_list(
             [frame for frame in item.stack if frame.filename == "<block>"])
-        pending += [item.__cause__, item.__context__, *(item.exceptions or ())]
+        pending += [item.__cause__, item.__context__, *(getattr(item, "exceptions", None) or ())]
     return "".join(report.format()).rstrip("\n")
 
 
@@ -710,32 +721,36 @@ def _run_block(message):
         os.chdir(_workspace)
     except OSError:
         pass
-    module = type(sys)("__main__")
-    namespace = module.__dict__
-    namespace.update(__builtins__=builtins, gather=gather, ToolError=ToolError)
-    for spec in message.get("functions") or ():
-        if spec.get("name"):
-            _install(namespace, spec["name"], _function(spec))
-    sys.modules["__main__"] = module
+    namespace = _main_namespace()
+    _install_functions(namespace, message.get("functions") or ())
+    restore_failed = _restore(namespace, message.get("restore") or ())
     _remember_source(source)
     if "asyncio" in sys.modules:
         _event_loop(sys.modules["asyncio"])
-    error = None
+    error, tree, before = None, None, _defined_now(namespace)
     try:
-        code = compile(source, "<block>", "exec", PyCF_ALLOW_TOP_LEVEL_AWAIT, True)
+        tree = compile(source, "<block>", "exec", PyCF_ONLY_AST, True)
+        _show_last(tree)
+        code = compile(tree, "<block>", "exec", PyCF_ALLOW_TOP_LEVEL_AWAIT, True)
         result = eval(code, namespace)
         if code.co_flags & CO_COROUTINE:
             _run_coroutine(result)
     except BaseException as exc:                 # SystemExit too: it ends the block only
         error = _format_error(exc, source)
+    defs = _track_defs(namespace, tree, source, before)
     for stream in {id(s): s for s in (sys.stdout, sys.stderr, _stdout, _stderr)}.values():
         try:
             stream.flush()
         except Exception:
             pass
     output, printed = _capture.end()
-    _send({"t": "done", "id": _current_run, "output": output,
-           "output_bytes": printed, "error": error})
+    done = {"t": "done", "id": _current_run, "output": output, "output_bytes": printed,
+            "error": error}
+    if defs is not None:
+        done["defs"] = defs
+    if restore_failed:
+        done["restore_failed"] = restore_failed
+    _send(done)
 
 
 def _diagnose(text):
@@ -796,5 +811,3 @@ def main():
                    "error": f"sandbox runtime error: {type(exc).__name__}: {exc}"})
 
 
-if __name__ == "__main__":
-    main()

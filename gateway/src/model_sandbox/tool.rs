@@ -26,6 +26,15 @@ pub struct SymbolFn {
     pub is_hidden: bool,
 }
 
+/// One loaded extension, as `apropos` and `doc` show it.
+#[derive(Debug, Clone)]
+pub struct ExtensionDoc {
+    pub name: String,
+    /// Where its Symbols live (its alias, else its name).
+    pub namespace: String,
+    pub description: String,
+}
+
 /// What the tool needs from the gateway.
 pub struct Parts {
     pub boxes: Arc<Sandboxes>,
@@ -34,7 +43,10 @@ pub struct Parts {
     pub session: SessionCtx,
     pub bus: Arc<Bus>,
     pub home: PathBuf,
+    /// A block's limit (a call with a timeout of its own extends it).
     pub limit: Duration,
+    /// Running background jobs the session may have.
+    pub max_jobs: usize,
     pub mcp: Arc<crate::mcp::Mcp>,
     /// The session's drafts (its current folder; `draft_create` and friends).
     pub drafts: Option<Arc<dyn crate::drafts::SessionDrafts>>,
@@ -54,10 +66,11 @@ impl PythonExecution {
         parts: Parts,
         symbols: Vec<SymbolFn>,
         mcp: Vec<crate::mcp::McpFn>,
+        extensions: Vec<ExtensionDoc>,
     ) -> PythonExecution {
         let mut functions: Vec<FnEntry> = super::builtins::docs()
             .iter()
-            .filter(|d| d.name != "gather")
+            .filter(|d| !super::builtins::RUNTIME_ONLY.contains(&d.name.as_str()))
             .map(|d| FnEntry::builtin(&d.name))
             .collect();
         let mut docs = super::builtins::docs();
@@ -73,6 +86,7 @@ impl PythonExecution {
                 summary: s.summary,
                 doc: s.doc,
                 is_hidden: s.is_hidden,
+                kind: "symbol".into(),
             });
         }
         let mut mcp_fns = HashMap::new();
@@ -92,10 +106,29 @@ impl PythonExecution {
                 summary: f.summary,
                 doc: f.doc,
                 is_hidden: false,
+                kind: "mcp".into(),
             });
             if !f.is_unavailable {
                 mcp_fns.insert(f.name, (f.server, f.tool));
             }
+        }
+        for e in extensions {
+            let members: Vec<&str> = functions
+                .iter()
+                .filter(|f| f.name.starts_with(&format!("{}.", e.namespace)))
+                .map(|f| f.name.as_str())
+                .collect();
+            let mut doc = format!("extension {}\n\n{}", e.name, e.description);
+            if !members.is_empty() {
+                doc.push_str(&format!("\n\nIts functions: {}", members.join(", ")));
+            }
+            docs.push(DocEntry {
+                name: e.namespace,
+                summary: e.description.lines().next().unwrap_or("").to_string(),
+                doc,
+                is_hidden: false,
+                kind: "extension".into(),
+            });
         }
         PythonExecution {
             parts,
@@ -138,14 +171,18 @@ impl PythonExecution {
 }
 
 const DESCRIPTION: &str = "Run Python 3 code in the session's sandbox (cwd = the workspace). \
-Each call is a fresh namespace: variables and imports do not survive between calls. Top-level \
-`await` works. Only what the code prints (stdout and stderr) and an uncaught exception's \
-traceback come back, capped at 64 KiB. Built-in functions (no import needed): cat(path, start, \
-end), grep(query, paths, include, exclude, is_regex), patch(path, edits), ls(path), shell(cmd, \
-timeout), apropos(text), doc(name), gather(*aws), draft_create(label), draft_approve(message), \
-draft_discard(). Extension symbols are async functions at their \
-dotted names (`await todo.add('x')`). Start with apropos() and doc() to find what exists. The \
-standard library is available; network access goes through the session's egress policy.";
+Names persist from call to call (defs() lists yours); after a sandbox restart your functions and \
+classes are restored and the output says so. Top-level `await` works. Only what the code prints \
+(stdout and stderr), the value of a final expression and an uncaught exception's traceback \
+come back, capped at 64 KiB. Built-in \
+functions (no import needed): cat(path, start, end), grep(query_or_list, paths, include, exclude, \
+is_regex, context, limit, offset), patch(path, edits), ls(path), shell(cmd, timeout, \
+background), jobs(), defs(), apropos(text), doc(name), gather(*aws), draft_create(label), \
+draft_approve(message), draft_discard(). A call's own timeout extends the block \
+(shell('cargo test', timeout=900)); shell(cmd, background=True) returns a job handle at once. \
+Extension symbols are async functions at their dotted names (`await todo.add('x')`). Start \
+with apropos() and doc() to find what exists. The standard library is available; network \
+access goes through the session's egress policy.";
 
 #[async_trait]
 impl Tool for PythonExecution {
@@ -169,6 +206,7 @@ impl Tool for PythonExecution {
             return ToolOutput::fail("python_execution needs a string `code`");
         };
         let p = &self.parts;
+        let deadline = Arc::new(super::Deadline::new(p.limit));
         let host = SessionHost {
             session: p.session.clone(),
             host: p.host.clone(),
@@ -184,6 +222,10 @@ impl Tool for PythonExecution {
             turn_id: ctx.turn_id.clone(),
             cancel: ctx.cancel.clone(),
             drafts: p.drafts.clone(),
+            deadline: deadline.clone(),
+            boxes: p.boxes.clone(),
+            max_jobs: p.max_jobs,
+            leftovers: Default::default(),
         };
         let outcome = p
             .boxes
@@ -193,7 +235,8 @@ impl Tool for PythonExecution {
                 super::Block {
                     code,
                     functions: &self.functions,
-                    limit: p.limit,
+                    deadline,
+                    state_file: Some(super::state::file(&p.home, &p.session.id)),
                 },
                 &host,
                 &ctx.cancel,
@@ -207,7 +250,10 @@ impl Tool for PythonExecution {
 pub fn render(outcome: BlockOutcome) -> ToolOutput {
     match outcome {
         BlockOutcome::Done(d) => {
-            let mut text = d.output.clone();
+            let mut text = match &d.note {
+                Some(n) => format!("{n}\n{}", d.output),
+                None => d.output.clone(),
+            };
             if let Some(err) = &d.error {
                 if !text.is_empty() && !text.ends_with('\n') {
                     text.push('\n');
@@ -227,8 +273,11 @@ pub fn render(outcome: BlockOutcome) -> ToolOutput {
         BlockOutcome::TimedOut(limit) => ToolOutput {
             is_timeout: true,
             ..ToolOutput::fail(format!(
-                "the block ran past its {} s limit and was stopped (the sandbox was restarted; \
-                 the next block runs in a fresh process)",
+                "the block ran past its limit and was stopped after {} s, with everything it \
+                 started (not background jobs); the next block runs in a fresh process, with \
+                 the functions and classes defined so far restored. Give a long command its own \
+                 timeout (shell(cmd, timeout=600)) or run it as a job \
+                 (shell(cmd, background=True))",
                 limit.as_secs()
             ))
         },

@@ -1,49 +1,208 @@
 //! Running one command as a sandbox child: `sh -c` in the workspace root, the sandbox
-//! environment only, its own process group (a timeout or cancel kills the whole group),
-//! output captured up to a cap.
+//! environment only, its own session and process group (a timeout, a cancel or a dropped
+//! caller kills everything it started), the head and the tail of its output kept and the
+//! whole of a long output written to a file.
+//!
+//! When `sh` exits while something it started in the background still holds its output
+//! pipes (`server &`), the call returns after a short grace instead of waiting for end of
+//! file; the leftover processes are handed to the caller as a [`Group`] that kills them when
+//! dropped (the model's sandbox keeps it until the block ends).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-/// Bytes of stdout/stderr kept per stream.
-pub const OUTPUT_CAP: usize = 1024 * 1024;
+/// Bytes kept from the start of each stream.
+pub const HEAD: usize = 8 * 1024;
+/// Bytes kept from the end of each stream (where a build's errors are).
+pub const TAIL: usize = 24 * 1024;
+/// How long the output pipes may stay open after `sh` exited before the call returns.
+const PIPE_GRACE: Duration = Duration::from_millis(150);
 
 #[derive(Debug, Default)]
 pub struct RunOutput {
     pub exit_code: Option<i32>,
+    /// The stream's text: all of it, or its head and tail around a line saying what was cut.
     pub stdout: String,
     pub stderr: String,
+    /// Bytes written to each stream.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// Where the whole output (both streams as they came) was written, when it was cut.
+    pub full_output: Option<PathBuf>,
     pub timed_out: bool,
     pub cancelled: bool,
+    /// Processes the command left running in the background (killed when dropped).
+    pub leftover: Option<Group>,
 }
 
-async fn read_capped<R: tokio::io::AsyncRead + Unpin>(mut r: R) -> String {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        match r.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if buf.len() < OUTPUT_CAP {
-                    let take = n.min(OUTPUT_CAP - buf.len());
-                    buf.extend_from_slice(&chunk[..take]);
+/// A process group (and the session of the same id) that is killed when dropped.
+#[derive(Debug)]
+pub struct Group(Option<u32>);
+
+impl Group {
+    pub fn new(pid: Option<u32>) -> Group {
+        Group(pid)
+    }
+
+    /// Kills it now.
+    pub fn kill(&mut self) {
+        if let Some(pid) = self.0.take() {
+            kill_tree(pid, libc::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Signals the process group `pid` and every process of the session `pid` (a child that
+/// moved to a group of its own, as a shell's job control does, stays in the session).
+pub fn kill_tree(pid: u32, signal: libc::c_int) {
+    // SAFETY: signalling the process group this runner created for its child.
+    unsafe {
+        libc::kill(-(pid as libc::pid_t), signal);
+    }
+    for other in session_members(pid) {
+        // SAFETY: a process of the session this runner created.
+        unsafe {
+            libc::kill(other as libc::pid_t, signal);
+        }
+    }
+}
+
+/// The processes whose session id is `sid` (read from `/proc`; empty where there is none).
+fn session_members(sid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp session …`: comm may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if rest.split_whitespace().nth(3).and_then(|s| s.parse().ok()) == Some(sid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The start and the end of one stream.
+#[derive(Debug, Default)]
+struct Kept {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    total: u64,
+}
+
+impl Kept {
+    fn keep(&mut self, mut data: &[u8]) {
+        self.total += data.len() as u64;
+        let room = HEAD.saturating_sub(self.head.len());
+        if room > 0 {
+            let n = room.min(data.len());
+            self.head.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        self.tail.extend_from_slice(data);
+        if self.tail.len() > 4 * TAIL {
+            let cut = self.tail.len() - TAIL;
+            self.tail.drain(..cut);
+        }
+    }
+
+    fn is_cut(&self) -> bool {
+        self.total > (HEAD + TAIL) as u64
+    }
+
+    fn text(&self, file: Option<&Path>) -> String {
+        if !self.is_cut() {
+            let mut all = self.head.clone();
+            all.extend_from_slice(&self.tail);
+            return String::from_utf8_lossy(&all).to_string();
+        }
+        let tail = &self.tail[self.tail.len().saturating_sub(TAIL)..];
+        let head = String::from_utf8_lossy(&self.head);
+        let head = head.trim_end_matches('\u{FFFD}');
+        let tail = String::from_utf8_lossy(tail);
+        let tail = tail.trim_start_matches('\u{FFFD}');
+        let whole = match file {
+            Some(f) => format!("; all of it is in {}", f.display()),
+            None => String::new(),
+        };
+        format!(
+            "{head}{}… [{} bytes cut from the middle of {} bytes{whole}]\n{tail}",
+            if head.ends_with('\n') { "" } else { "\n" },
+            self.total as usize - head.len() - tail.len(),
+            self.total,
+        )
+    }
+}
+
+/// Writes the whole output to `path` once it outgrows what is kept; nothing otherwise.
+struct Spill {
+    path: PathBuf,
+    pending: Vec<u8>,
+    file: Option<tokio::fs::File>,
+    failed: bool,
+}
+
+impl Spill {
+    async fn push(&mut self, chunk: &[u8]) {
+        if self.failed {
+            return;
+        }
+        if self.file.is_none() {
+            self.pending.extend_from_slice(chunk);
+            if self.pending.len() <= 2 * (HEAD + TAIL) {
+                return;
+            }
+            if let Some(dir) = self.path.parent().map(Path::to_path_buf) {
+                let _ =
+                    tokio::task::spawn_blocking(move || super::shell::ensure_scratch(&dir)).await;
+            }
+            match tokio::fs::File::create(&self.path).await {
+                Ok(f) => self.file = Some(f),
+                Err(_) => {
+                    self.failed = true;
+                    return;
                 }
+            }
+            let pending = std::mem::take(&mut self.pending);
+            self.write(&pending).await;
+        } else {
+            self.write(chunk).await;
+        }
+    }
+
+    async fn write(&mut self, data: &[u8]) {
+        if let Some(f) = &mut self.file {
+            if f.write_all(data).await.is_err() {
+                self.failed = true;
             }
         }
     }
-    String::from_utf8_lossy(&buf).to_string()
-}
 
-fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid {
-        // SAFETY: signalling the process group this runner created for the child.
-        unsafe {
-            libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
-        }
+    /// The file, when the output was written to it.
+    async fn finish(mut self) -> Option<PathBuf> {
+        let f = self.file.as_mut()?;
+        let _ = f.flush().await;
+        (!self.failed).then_some(self.path)
     }
 }
 
@@ -60,7 +219,8 @@ pub async fn run(
 }
 
 /// `sh -c command` as a sandbox child: behind the jail argv prefix (empty: no jail), with
-/// exactly `env`, in `cwd`, its own process group, stdout/stderr piped, killed on drop.
+/// exactly `env`, in `cwd`, in a session and process group of its own, stdout/stderr piped,
+/// killed on drop.
 pub fn sh_command(
     command: &str,
     cwd: &Path,
@@ -79,8 +239,17 @@ pub fn sh_command(
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    // SAFETY: setsid is async-signal-safe; it makes the child the leader of a new session
+    // and process group (ids = its pid), which is what the kill paths signal.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     cmd
 }
 
@@ -94,38 +263,115 @@ pub async fn run_with(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> std::io::Result<RunOutput> {
+    run_full(command, root, env, jail, timeout, cancel, None).await
+}
+
+/// [`run_with`], writing the whole output to `spill` when it is longer than what is kept.
+pub async fn run_full(
+    command: &str,
+    root: &Path,
+    env: &BTreeMap<String, String>,
+    jail: Option<&[String]>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+    spill: Option<PathBuf>,
+) -> std::io::Result<RunOutput> {
     let started = std::time::Instant::now();
     let mut child =
         sh_command(command, root, env, jail.unwrap_or_default(), Stdio::null()).spawn()?;
-    let pid = child.id();
-    let out = tokio::spawn(read_capped(
-        child
-            .stdout
-            .take()
-            .ok_or_else(|| std::io::Error::other("no stdout"))?,
-    ));
-    let err = tokio::spawn(read_capped(
-        child
-            .stderr
-            .take()
-            .ok_or_else(|| std::io::Error::other("no stderr"))?,
-    ));
+    // From here on, a dropped call (the block's limit, a cancelled turn) kills the tree.
+    let mut group = Group::new(child.id());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let kept = Arc::new(parking_lot::Mutex::new((Kept::default(), Kept::default())));
+    let mut readers = Vec::new();
+    let streams: [(bool, Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>); 2] = [
+        (false, child.stdout.take().map(|s| Box::new(s) as _)),
+        (true, child.stderr.take().map(|s| Box::new(s) as _)),
+    ];
+    for (is_err, stream) in streams {
+        let Some(mut r) = stream else {
+            return Err(std::io::Error::other("no output pipe"));
+        };
+        let (kept, tx) = (kept.clone(), tx.clone());
+        let mut noise = (is_err && jail.is_some()).then(crate::sandbox::jail::NoiseFilter::new);
+        readers.push(tokio::spawn(async move {
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                let n = match r.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let data = match noise.as_mut() {
+                    Some(f) => f.feed(&chunk[..n]),
+                    None => chunk[..n].to_vec(),
+                };
+                {
+                    let mut k = kept.lock();
+                    if is_err { &mut k.1 } else { &mut k.0 }.keep(&data);
+                }
+                let _ = tx.send(data);
+            }
+            if let Some(rest) = noise.as_mut().map(|f| f.finish()).filter(|r| !r.is_empty()) {
+                kept.lock().1.keep(&rest);
+                let _ = tx.send(rest);
+            }
+        }));
+    }
+    drop(tx);
+    let writer = tokio::spawn(async move {
+        let mut spill = spill.map(|path| Spill {
+            path,
+            pending: Vec::new(),
+            file: None,
+            failed: false,
+        });
+        while let Some(chunk) = rx.recv().await {
+            if let Some(s) = &mut spill {
+                s.push(&chunk).await;
+            }
+        }
+        match spill {
+            Some(s) => s.finish().await,
+            None => None,
+        }
+    });
     let mut result = RunOutput::default();
     tokio::select! {
         status = child.wait() => result.exit_code = status?.code(),
         _ = tokio::time::sleep(timeout) => {
             result.timed_out = true;
-            kill_group(pid);
+            group.kill();
             let _ = child.wait().await;
         }
         _ = cancel.cancelled() => {
             result.cancelled = true;
-            kill_group(pid);
+            group.kill();
             let _ = child.wait().await;
         }
     }
-    result.stdout = out.await.unwrap_or_default();
-    result.stderr = err.await.unwrap_or_default();
+    // `sh` is gone; its pipes close unless something it started in the background holds
+    // them. Wait briefly, then return without them.
+    let all_read = tokio::time::timeout(PIPE_GRACE, async {
+        for r in &mut readers {
+            let _ = r.await;
+        }
+    })
+    .await
+    .is_ok();
+    if all_read {
+        group.kill(); // anything left that closed its output (a daemon) goes too
+        result.full_output = writer.await.ok().flatten();
+    } else {
+        result.leftover = Some(group);
+    }
+    {
+        let k = kept.lock();
+        let file = result.full_output.as_deref();
+        result.stdout = k.0.text(file);
+        result.stderr = k.1.text(file);
+        result.stdout_bytes = k.0.total;
+        result.stderr_bytes = k.1.total;
+    }
     if jail.is_some() {
         result.stderr = super::jail::strip_pasta_noise(&result.stderr);
     }
@@ -151,99 +397,5 @@ pub async fn run_with(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_command_sees_only_the_given_environment_and_runs_in_the_root() {
-        let dir = std::env::temp_dir();
-        let mut env = BTreeMap::new();
-        env.insert("ONLY".to_string(), "this".to_string());
-        env.insert("PATH".to_string(), "/usr/bin:/bin".to_string());
-        let out = run(
-            "echo $ONLY; echo ${HOME:-none}; pwd",
-            &dir,
-            &env,
-            Duration::from_secs(10),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(out.exit_code, Some(0));
-        let lines: Vec<&str> = out.stdout.lines().collect();
-        assert_eq!(lines[0], "this");
-        assert_eq!(lines[1], "none");
-        assert_eq!(
-            std::path::Path::new(lines[2]).canonicalize().unwrap(),
-            dir.canonicalize().unwrap()
-        );
-    }
-
-    #[tokio::test]
-    async fn a_timeout_kills_the_whole_process_group() {
-        let env: BTreeMap<String, String> =
-            [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
-        let t0 = std::time::Instant::now();
-        let out = run(
-            "sleep 30 & sleep 30; echo never",
-            &std::env::temp_dir(),
-            &env,
-            Duration::from_millis(300),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
-        assert!(out.timed_out);
-        assert!(!out.stdout.contains("never"));
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the background sleep must not keep the pipes open"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_jailed_command_is_killed_with_its_group_and_its_stderr_is_clean() {
-        if super::super::jail::find_binaries().is_err() {
-            eprintln!("skipped: pasta/bwrap not installed");
-            return;
-        }
-        let root = std::env::temp_dir().canonicalize().unwrap();
-        let spec = super::super::jail::JailSpec {
-            proxy_port: 9,
-            root: root.clone(),
-            hide: vec![],
-            expose_ro: vec![],
-            as_root: super::super::jail::running_as_root(),
-            log_file: None,
-        };
-        let prefix = super::super::jail::prepare(&spec).expect("the jail works here");
-        let env: BTreeMap<String, String> =
-            [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
-        let out = run_with(
-            "echo in; echo err >&2; cat /proc/net/route | wc -l",
-            &root,
-            &env,
-            Some(&prefix),
-            Duration::from_secs(20),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(out.exit_code, Some(0), "{out:?}");
-        assert_eq!(out.stdout, "in\n1\n", "no route but the header line");
-        assert_eq!(out.stderr, "err\n");
-        let t0 = std::time::Instant::now();
-        let out = run_with(
-            "sleep 30 & sleep 30; echo never",
-            &root,
-            &env,
-            Some(&prefix),
-            Duration::from_millis(1500),
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
-        assert!(out.timed_out && !out.stdout.contains("never"));
-        assert!(t0.elapsed() < Duration::from_secs(10));
-    }
-}
+#[path = "run_tests.rs"]
+mod tests;

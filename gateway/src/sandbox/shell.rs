@@ -29,8 +29,14 @@ pub fn describe(out: &super::run::RunOutput) -> String {
         s.push_str("[stderr]\n");
         s.push_str(&out.stderr);
     }
+    if out.leftover.is_some() {
+        s.push_str(
+            "\n[processes it started in the background still run; they are stopped when this \
+             block ends (use shell(cmd, background=True) for a job that outlives it)]",
+        );
+    }
     if out.timed_out {
-        s.push_str("\n[timed out]");
+        s.push_str("\n[timed out: the command and everything it started were killed]");
     } else if let Some(code) = out.exit_code {
         if code != 0 {
             s.push_str(&format!("\n[exit {code}]"));
@@ -60,9 +66,58 @@ impl ShellError {
     }
 }
 
-/// Runs `command` (`sh -c`) as a sandbox child of session `sid` in `root`: the project's
-/// configuration, the session's child environment, the jail when the project asks for it.
-/// The `shell` tool and the sandbox's `shell()` both run commands through here.
+/// The session's scratch folder in the workspace `root`: long outputs and job logs, ignored
+/// by git and by `grep` (it holds a `.gitignore` of `*`), removed with the session.
+pub fn scratch_dir(root: &std::path::Path, sid: &str) -> PathBuf {
+    let short: String = sid
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(8)
+        .collect();
+    root.join(".vis").join("scratch").join(short)
+}
+
+/// Creates the scratch folder (and its `.gitignore`); blocking.
+pub fn ensure_scratch(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let ignore = dir.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(ignore, "*\n")?;
+    }
+    Ok(())
+}
+
+/// A fresh file name in the scratch folder (`shell-<ms>-<n>.log`).
+pub fn scratch_file(root: &std::path::Path, sid: &str, what: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    scratch_dir(root, sid).join(format!("{what}-{ms}-{n}.log"))
+}
+
+/// The child environment and the jail prefix (empty: none) of a sandbox child of session
+/// `sid` in `root`: the project's configuration read now, the jail when it asks for one.
+pub async fn child_setup(
+    sandbox: &Sandbox,
+    home: &std::path::Path,
+    sid: &str,
+    root: &std::path::Path,
+) -> Result<(std::collections::BTreeMap<String, String>, Vec<String>), ShellError> {
+    let (h, r) = (home.to_path_buf(), root.to_path_buf());
+    let cfg = tokio::task::spawn_blocking(move || crate::config::load(&h, &r))
+        .await
+        .map_err(|e| ShellError::Config(e.to_string()))?
+        .map_err(|e| ShellError::Config(e.to_string()))?;
+    let env = sandbox.child_env(sid, root, &cfg);
+    let jail = sandbox.jail_prefix(root, &cfg).map_err(ShellError::Jail)?;
+    Ok((env, jail.unwrap_or_default()))
+}
+
+/// Runs `command` (`sh -c`) as a sandbox child of session `sid` in `root` (see
+/// [`child_setup`]). The `shell` tool and the sandbox's `shell()` both run commands through
+/// here; a long output is written whole to a file of the session's scratch folder.
 pub async fn run_in_session(
     sandbox: &Sandbox,
     home: &std::path::Path,
@@ -72,14 +127,10 @@ pub async fn run_in_session(
     timeout: Duration,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<super::run::RunOutput, ShellError> {
-    let (h, r) = (home.to_path_buf(), root.to_path_buf());
-    let cfg = tokio::task::spawn_blocking(move || crate::config::load(&h, &r))
-        .await
-        .map_err(|e| ShellError::Config(e.to_string()))?
-        .map_err(|e| ShellError::Config(e.to_string()))?;
-    let env = sandbox.child_env(sid, root, &cfg);
-    let jail = sandbox.jail_prefix(root, &cfg).map_err(ShellError::Jail)?;
-    super::run::run_with(command, root, &env, jail.as_deref(), timeout, cancel)
+    let (env, jail) = child_setup(sandbox, home, sid, root).await?;
+    let jail = (!jail.is_empty()).then_some(jail.as_slice());
+    let spill = scratch_file(root, sid, "shell");
+    super::run::run_full(command, root, &env, jail, timeout, cancel, Some(spill))
         .await
         .map_err(|e| ShellError::Start(e.to_string()))
 }

@@ -10,7 +10,13 @@
 //!   `rg WORD TREE` run directly by this process on the same tree, side by side;
 //! - `patch` of a 10,000-line file with 50 edits, timed inside the block;
 //! - an MCP tool call from a block to the fixture MCP server over stdio (`fixture-mcp`, next
-//!   to the gateway binary), which answers at once: the call's whole cost is ours.
+//!   to the gateway binary), which answers at once: the call's whole cost is ours;
+//! - a background job's start-to-handle time (`shell(cmd, background=True)`, timed inside
+//!   the block);
+//! - `grep(word, context=2)` from a block beside `rg -C2 WORD TREE`;
+//! - a namespace of 200 model definitions: a warm block in that session beside a warm block
+//!   of an empty one, and the first block after a runtime crash (which restores the 200
+//!   from their source) beside the first block of a new session.
 //!
 //! Usage: bench-sandbox <path-to-vis-gateway> <tree-to-grep> [word]
 //! Everything listens on 127.0.0.1 and every loop is bounded; the work folder is removed.
@@ -295,6 +301,58 @@ async fn main() -> Result<()> {
     }
     let rg_p50 = pct(rg, 0.5);
 
+    // A background job's start-to-handle time (each stopped before the next: the limit).
+    let code = format!(
+        "import time\n{TIMING}ts = []\nfor i in range(30):\n    t = time.perf_counter()\n    j = shell('sleep 30', background=True)\n    ts.append(time.perf_counter() - t)\n    j.stop()\nprint('JOB', *_p(ts))\n"
+    );
+    let job = printed(&gw.turn(&llm, &sid, &[code]).await?, "JOB")?;
+
+    // grep with two lines of context, and rg -C2.
+    let code = format!(
+        "import time\n{TIMING}ts = []\nfor i in range(21):\n    t = time.perf_counter()\n    g = grep({word:?}, context=2)\n    ts.append(time.perf_counter() - t)\nprint('GREPC', *_p(ts[1:]))\n"
+    );
+    let grep_c = printed(&gw.turn(&llm, &gsid, &[code]).await?, "GREPC")?;
+    let mut rg_c = Vec::new();
+    for i in 0..21 {
+        let t = Instant::now();
+        let out = Command::new("rg")
+            .args(["-C2", &word])
+            .arg(&tree)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        if i > 0 && out.code().is_some_and(|c| c <= 1) {
+            rg_c.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    let rg_c_p50 = pct(rg_c, 0.5);
+
+    // 200 definitions: warm blocks beside an empty session's, and restores after a crash.
+    let dsid = gw.session(&scratch).await?;
+    let defs: String = (0..200)
+        .map(|i| format!("def f{i}(x, y={i}):\n    return x + y\n\n"))
+        .collect();
+    gw.turn(&llm, &dsid, &[defs]).await?;
+    let mut with_defs = Vec::new();
+    for _ in 0..3 {
+        with_defs.extend(durations(
+            &gw.turn(&llm, &dsid, &vec!["print(1)".to_string(); 20])
+                .await?,
+        ));
+    }
+    let mut restored = Vec::new();
+    let crash = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)".to_string();
+    for _ in 0..10 {
+        gw.turn(&llm, &dsid, &[crash.clone()]).await?;
+        let forms = gw.turn(&llm, &dsid, &["print(f199(1))".into()]).await?;
+        let text = forms[0]["result"].as_str().unwrap_or_default();
+        if !text.contains("restored") || !text.contains("200") {
+            bail!("the definitions were not restored: {text}");
+        }
+        restored.extend(durations(&forms));
+    }
+
+    let (cold_p50, warm_p50) = (pct(cold.clone(), 0.5), pct(warm.clone(), 0.5));
     println!("| measure | p50 | p99 | target |");
     println!("|---|---|---|---|");
     println!(
@@ -333,6 +391,35 @@ async fn main() -> Result<()> {
     println!(
         "| MCP tool call from a block to a local stdio server that answers at once, 300 calls | {:.2} ms | {:.2} ms | p50 ≤ 5 ms |",
         mcp.0, mcp.1
+    );
+    println!(
+        "| background job start to handle (`shell('sleep 30', background=True)`), 30 jobs | {:.2} ms | {:.2} ms | ≤ 20 ms |",
+        job.0, job.1
+    );
+    println!(
+        "| `grep({word:?}, context=2)` from a block, same tree, 20 runs | {:.1} ms | {:.1} ms | ≤ 2× rg -C2 |",
+        grep_c.0, grep_c.1
+    );
+    println!(
+        "| `rg -C2 {word}` on the same tree, run directly, 20 runs | {:.1} ms | | ratio {:.2}× |",
+        rg_c_p50,
+        grep_c.0 / rg_c_p50
+    );
+    let (wd, wn) = (pct(with_defs.clone(), 0.5), warm_p50);
+    println!(
+        "| warm `print(1)` block in a session holding 200 definitions, {} blocks | {:.0} ms | {:.0} ms | overhead {:+.0} ms vs empty (≤ 50 ms) |",
+        with_defs.len(),
+        wd,
+        pct(with_defs, 0.99),
+        wd - wn
+    );
+    let (rp, cp) = (pct(restored.clone(), 0.5), cold_p50);
+    println!(
+        "| first block after a crash, restoring 200 definitions, {} restarts | {:.0} ms | {:.0} ms | overhead {:+.0} ms vs a new session's first block (≤ 50 ms) |",
+        restored.len(),
+        rp,
+        pct(restored, 0.99),
+        rp - cp
     );
     Ok(())
 }

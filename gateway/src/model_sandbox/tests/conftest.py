@@ -12,14 +12,17 @@ from pathlib import Path
 import pytest
 
 PYTHON = "/usr/bin/python3"
+PYTHON = os.environ.get("VIS_TEST_PYTHON", PYTHON)   # another interpreter (3.9 … 3.13)
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime.py"
+RUNTIME_SESSION = RUNTIME.with_name("runtime_session.py")
 _started = []
 
 
 class FakeHost:
     def __init__(self, cwd, nonblocking=False, on_stdio=False):
         """on_stdio: hand the socket over as stdin and stdout and name fd 0."""
-        self.source = RUNTIME.read_text(encoding="utf-8")
+        self.source = (RUNTIME.read_text(encoding="utf-8")
+                       + RUNTIME_SESSION.read_text(encoding="utf-8"))
         ours, theirs = socket.socketpair()
         theirs.setblocking(not nonblocking)         # as a tokio-made socket would arrive
         self.control_fd = 0 if on_stdio else theirs.fileno()
@@ -43,9 +46,12 @@ class FakeHost:
         assert line, "the runtime closed the control channel"
         return json.loads(line)
 
-    def start(self, code, functions=()):
+    def start(self, code, functions=(), restore=()):
         run_id = next(self.run_ids)
-        self.send({"t": "run", "id": run_id, "code": code, "functions": list(functions)})
+        message = {"t": "run", "id": run_id, "code": code, "functions": list(functions)}
+        if restore:
+            message["restore"] = list(restore)
+        self.send(message)
         return run_id
 
     def reply(self, call, ok=None, error=None):
@@ -54,11 +60,11 @@ class FakeHost:
         else:
             self.send({"t": "reply", "id": call["id"], "ok": ok})
 
-    def run(self, code, functions=(), answer=None):
+    def run(self, code, functions=(), answer=None, restore=()):
         """Run a block; answer(call) -> ("ok", value) or ("error", type, message).
 
         Returns (done message, list of calls seen)."""
-        run_id = self.start(code, functions)
+        run_id = self.start(code, functions, restore)
         calls = []
         while True:
             message = self.recv()
