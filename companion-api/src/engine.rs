@@ -64,6 +64,8 @@ pub struct SubmitTurn {
     pub model: Option<String>,
     pub reasoning_default: Option<Value>,
     pub attachments: Option<Vec<Attachment>>,
+    /// Members added to the provider request (a service tier, a temperature); a JSON object.
+    pub extra_body: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -72,6 +74,9 @@ pub struct SessionListQuery {
     pub after: Option<(i64, i64, String)>,
     pub root: Option<String>,
     pub dirty: Vec<String>,
+    /// Only this channel's sessions (`?channel=`); the gateway's internal channel is
+    /// listed only when named.
+    pub channel: Option<String>,
 }
 
 /// Figures for `/v1/admin/status`, `/healthz` and `/metrics`.
@@ -95,6 +100,10 @@ pub struct Stats {
 pub trait Engine: Send + Sync + 'static {
     /// The MCP server registry (`/v1/mcp/servers…`), when the gateway has one.
     fn mcp(&self) -> Option<std::sync::Arc<dyn crate::mcp::McpApi>> {
+        None
+    }
+    /// Learn mode (`/v1/…/egress/proposal`, `…/egress/mode`, …), when the gateway has it.
+    fn learn(&self) -> Option<std::sync::Arc<dyn crate::learn::LearnApi>> {
         None
     }
     /// Providers managed from the phone (`/v1/providers…`), when the gateway has them.
@@ -198,12 +207,14 @@ pub trait Engine: Send + Sync + 'static {
 
     /// The environment and working directory for a sandbox child of a session (used by
     /// `vis-gateway exec`); creates a session for `root` (with `title`, which lists it in
-    /// the Companion) when no session id is given.
+    /// the Companion) when no session id is given. `command` (the program's name) is reported
+    /// with every egress decision of the child.
     async fn sandbox_env(
         &self,
         session_id: Option<String>,
         root: Option<String>,
         title: Option<String>,
+        command: Option<String>,
     ) -> ApiResult<SandboxEnv>;
 
     /// Asks the process to stop (`POST /v1/admin/stop`).

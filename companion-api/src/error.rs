@@ -64,6 +64,14 @@ impl ApiError {
     pub fn engine(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "engine-error", message)
     }
+    /// 507: the gateway's disk (its database) has no room for the write.
+    pub fn insufficient_storage(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient-storage",
+            message,
+        )
+    }
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,

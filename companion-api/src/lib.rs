@@ -10,6 +10,7 @@ pub mod body;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod learn;
 pub mod live;
 pub mod mcp;
 pub mod metrics;

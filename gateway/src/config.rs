@@ -59,6 +59,28 @@ pub struct PythonExecutionSection {
     pub max_background_jobs: Option<usize>,
 }
 
+/// How a draft's apply lands its changes (docs/decisions.md, W1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DraftApply {
+    /// One commit on the target branch whose parent is its tip.
+    #[default]
+    Commit,
+    /// The changes are written to trunk's files, uncommitted and unstaged.
+    Uncommitted,
+}
+
+/// `drafts:`: how drafts land.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraftsSection {
+    /// `commit` (default) or `uncommitted`.
+    pub apply: Option<DraftApply>,
+    /// The model's `draft_approve` lands a draft without asking the user (default false:
+    /// the user is asked with a form).
+    pub model_may_approve: Option<bool>,
+}
+
 /// The agent loop's budgets (`agent:` in `vis.yml`; docs/decisions.md, T4).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -91,6 +113,8 @@ pub struct Config {
     /// MCP servers (`mcp.servers.<name>`), offered in the sandbox under their names.
     #[serde(default)]
     pub mcp: McpSection,
+    #[serde(default)]
+    pub drafts: DraftsSection,
     /// Replaces the core system prompt (`.vis/SYSTEM.md` wins over it).
     pub system_prompt: Option<String>,
     /// Appended after the project's instructions (after `.vis/APPEND_SYSTEM.md`).
@@ -103,8 +127,10 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpSection {
+    /// Each entry as written; it is read on its own (`mcp::spec::from_config`), so one
+    /// that cannot work is reported on that server, not as a broken configuration.
     #[serde(default)]
-    pub servers: BTreeMap<String, vis_companion_api::mcp::McpServerInput>,
+    pub servers: BTreeMap<String, serde_json::Value>,
 }
 
 impl Config {

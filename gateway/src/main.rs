@@ -12,6 +12,7 @@ mod drafts;
 mod engine;
 mod extensions;
 mod home;
+mod learn;
 mod mcp;
 mod metrics;
 mod model_sandbox;

@@ -34,8 +34,8 @@ use std::time::Duration;
 use crate::deny::{DeciderKind, Denial};
 use crate::dial::validate_with;
 use crate::filters::run_filters;
-use crate::policy::{decide, Allowed, DecideInput};
-use crate::record::{emit_denial, AllowRecord, RecordBase};
+use crate::policy::{decide_or_learn, Allowed, DecideInput};
+use crate::record::{emit_denial_of, AllowRecord, RecordBase};
 use crate::state::Shared;
 use crate::traits::{DecisionSink, FilterCtx, NetworkFilter, Phase, Principal, ProviderCredential};
 
@@ -191,7 +191,16 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         Err(d) => return lane.refuse(Step::Attribute, d).await,
     };
     let sid = principal.session_id.as_str();
-    let record_denial = |d: &Denial| emit_denial(env.sink().as_ref(), sid, &target.base, d);
+    let command = principal.label.clone();
+    let record_denial = |d: &Denial| {
+        emit_denial_of(
+            env.sink().as_ref(),
+            sid,
+            command.as_deref(),
+            &target.base,
+            d,
+        )
+    };
 
     let Some(slot) = env.slot(sid) else {
         let d = Denial::overloaded("per session");
@@ -203,8 +212,9 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         Some(_) => Ok(Allowed {
             decider: DeciderKind::Credential,
             rule_host: None,
+            would_deny: None,
         }),
-        None => decide(
+        None => decide_or_learn(
             &principal.policy,
             DecideInput {
                 method: target.base.method.as_deref(),
@@ -282,7 +292,9 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         allowed.decider,
         allowed.rule_host.clone(),
     )
-    .with_provider(provider);
+    .with_provider(provider)
+    .with_would_deny(allowed.would_deny.clone())
+    .with_command(command.as_deref());
     record.keep(slot);
     let cleared = Cleared {
         principal,
@@ -299,9 +311,10 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
                 cleared.record.fail_with(&d);
             } else {
                 cleared.record.cancel();
-                emit_denial(
+                emit_denial_of(
                     env.sink().as_ref(),
                     &cleared.principal.session_id,
+                    command.as_deref(),
                     &target.base,
                     &d,
                 );
@@ -326,9 +339,10 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
                 cleared.record.cancel();
                 let mut base = target.base.clone();
                 base.phase = phase.as_str();
-                emit_denial(
+                emit_denial_of(
                     env.sink().as_ref(),
                     &cleared.principal.session_id,
+                    command.as_deref(),
                     &base,
                     &d,
                 );

@@ -447,6 +447,7 @@ mod tests {
             policy: Arc::new(Policy::from_yaml(yaml).unwrap()),
             reserved_ports: vec![],
             project: None,
+            label: None,
         }
     }
 

@@ -36,6 +36,17 @@ fn now_ms() -> u64 {
 /// Emit a refusal right away: a policy denial as `deny`; a failure past the policy (DNS,
 /// upstream, the client's body) as `allow` with its kind and reason.
 pub fn emit_denial(sink: &dyn DecisionSink, session: &str, base: &RecordBase, d: &Denial) {
+    emit_denial_of(sink, session, None, base, d)
+}
+
+/// [`emit_denial`] for a labelled token (`command`: [`crate::Principal::label`]).
+pub fn emit_denial_of(
+    sink: &dyn DecisionSink,
+    session: &str,
+    command: Option<&str>,
+    base: &RecordBase,
+    d: &Denial,
+) {
     sink.record(
         session,
         Decision {
@@ -65,6 +76,8 @@ pub fn emit_denial(sink: &dyn DecisionSink, session: &str, base: &RecordBase, d:
             provider: None,
             state: None,
             flow: 0,
+            would_deny: None,
+            command: command.map(str::to_string),
         },
     );
 }
@@ -103,6 +116,8 @@ pub struct AllowRecord {
     awaiting: std::sync::atomic::AtomicBool,
     /// Non-zero once [`AllowRecord::open`] reported the flow.
     flow: AtomicU64,
+    would_deny: Option<crate::policy::WouldDeny>,
+    command: Option<String>,
 }
 
 impl AllowRecord {
@@ -133,6 +148,8 @@ impl AllowRecord {
             cancelled: std::sync::atomic::AtomicBool::new(false),
             awaiting: std::sync::atomic::AtomicBool::new(false),
             flow: AtomicU64::new(0),
+            would_deny: None,
+            command: None,
         }
     }
 
@@ -206,6 +223,8 @@ impl AllowRecord {
                 provider: self.provider.clone(),
                 state: Some(FlowState::Open),
                 flow,
+                would_deny: self.would_deny.clone(),
+                command: self.command.clone(),
             },
         );
     }
@@ -215,6 +234,18 @@ impl AllowRecord {
     /// Set the provider whose credential was injected.
     pub fn with_provider(mut self, provider: Option<String>) -> Self {
         self.provider = provider;
+        self
+    }
+
+    /// Mark the request as let through by learn mode (docs/decisions.md, L1).
+    pub fn with_would_deny(mut self, w: Option<crate::policy::WouldDeny>) -> Self {
+        self.would_deny = w;
+        self
+    }
+
+    /// Name the program whose token made the request.
+    pub fn with_command(mut self, command: Option<&str>) -> Self {
+        self.command = command.map(str::to_string);
         self
     }
 
@@ -274,6 +305,8 @@ impl Drop for AllowRecord {
                 provider: self.provider.take(),
                 state: (flow != 0).then_some(FlowState::Closed),
                 flow,
+                would_deny: self.would_deny.take(),
+                command: self.command.take(),
             },
         );
     }

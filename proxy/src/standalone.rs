@@ -114,6 +114,7 @@ impl Attribution for StaticTokens {
                 policy: self.policy.clone(),
                 reserved_ports: self.reserved.clone(),
                 project: None,
+                label: None,
             }),
             None => Lookup::Unknown,
         }

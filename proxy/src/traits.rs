@@ -26,6 +26,9 @@ pub struct Principal {
     /// The project whose network filters apply to this principal: opaque to the proxy,
     /// handed back to the [`FilterSet`]. `None`: only process-wide filters.
     pub project: Option<Arc<std::path::Path>>,
+    /// What the token was handed out for (a command's program name), reported in every
+    /// [`Decision`] as `command`. `None`: the session as a whole.
+    pub label: Option<Arc<str>>,
 }
 
 /// Result of a token lookup.
@@ -129,6 +132,14 @@ pub struct Decision {
     /// one-shot record). Not serialized.
     #[serde(skip)]
     pub flow: u64,
+    /// Learn mode let this request through; what enforcement would have answered
+    /// (docs/decisions.md, L1). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub would_deny: Option<crate::policy::WouldDeny>,
+    /// The program whose proxy token made the request ([`Principal::label`]). Absent when
+    /// the token was the session's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 /// `state` of a [`Decision`] that belongs to a long-lived flow.

@@ -195,6 +195,7 @@ async fn the_probe_reports_every_verdict_without_opening_a_socket() {
         policy: Arc::new(Policy::from_yaml("allowed_domains: [origin.test]\n").unwrap()),
         reserved_ports: vec![],
         project: None,
+        label: None,
     };
     let r = h
         .proxy

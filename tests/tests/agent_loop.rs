@@ -128,7 +128,7 @@ async fn the_anthropic_dialect_replays_tool_use_and_tool_result_blocks() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fixture_refuses_a_tool_result_without_its_call_as_the_real_apis_do() {
     let llm = FixtureLlm::start().await;
-    let http = reqwest::Client::new();
+    let http = client();
     let bad_openai = json!({"model": "m", "messages": [
         {"role": "user", "content": "x"},
         {"role": "tool", "tool_call_id": "nope", "content": "r"}]});
@@ -308,6 +308,7 @@ async fn a_small_window_is_never_exceeded_and_the_summary_replaces_old_turns_acr
     assert!(text.contains("turn5-end"), "{text}");
     // Usage shows the fill level.
     let (_, usage) = gw.get(format!("/v1/sessions/{sid}/usage")).await;
+    let usage = &usage["usage"];
     assert_eq!(usage["context_window"], 6000, "{usage}");
     assert!(usage["fold_count"].as_u64().unwrap() >= 1, "{usage}");
     let u = usage["context_utilization"].as_f64().unwrap();
@@ -443,4 +444,45 @@ async fn the_system_prompt_carries_agents_md_the_workspace_the_branch_and_mcp_se
         shown.contains("SUB-RULE") && shown.contains("topic-branch"),
         "{shown}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turns_extra_body_reaches_the_provider_and_its_iterations_name_provider_and_model() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let gw = start(&llm, dirs.clone()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let (s, v) = gw
+        .post(
+            &format!("/v1/sessions/{sid}/turns"),
+            json!({"request": "x", "extra_body": "not an object"}),
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(v.to_string().contains("extra_body"), "{v}");
+    llm.push(Script::text(&["ok"]));
+    let mut sse = gw.events(&sid, -1).await;
+    let (s, v) = gw
+        .post(
+            &format!("/v1/sessions/{sid}/turns"),
+            json!({"request": "tiered", "extra_body": {"service_tier": "flex", "messages": []}}),
+        )
+        .await;
+    assert!(s.is_success(), "{v}");
+    sse.collect_until("context.updated", WAIT).await;
+    let body = model_requests(&llm).last().unwrap().clone();
+    assert_eq!(body["service_tier"], "flex");
+    assert!(
+        body["messages"].as_array().unwrap().len() > 1,
+        "the conversation is kept"
+    );
+    let (_, tr) = gw.get(format!("/v1/sessions/{sid}/transcript")).await;
+    let it = &tr["turns"][0]["iterations"][0];
+    assert_eq!(
+        it["llm_selected"],
+        json!({"provider": "openai", "model": "gpt-4.1"}),
+        "{it}"
+    );
+    assert_eq!(it["llm_actual"], it["llm_selected"]);
+    assert_eq!(it["is_llm_fallback"], false);
 }

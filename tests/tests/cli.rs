@@ -258,3 +258,69 @@ async fn pair_with_a_public_url_links_that_url_and_refuses_a_malformed_one() {
     assert_ne!(code, Some(0), "{out} {err}");
     assert!(err.contains("--public-url"), "{err}");
 }
+
+/// Asks `GET /healthz` on `port` as fast as it can until the gateway answers 200.
+fn first_healthz(port: u16, deadline: std::time::Instant) -> bool {
+    use std::io::{Read, Write};
+    while std::time::Instant::now() < deadline {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            std::thread::yield_now();
+            continue;
+        };
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+        if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .is_err()
+        {
+            continue;
+        }
+        let mut head = [0u8; 12];
+        if s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200") {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_json_exists_as_soon_as_the_gateway_answers_healthz() {
+    // A script that waits for /healthz and then runs `vis-gateway exec` must find the
+    // gateway: its registry is written before anything is served. Several starts, as the
+    // window was short.
+    for attempt in 0..8 {
+        let dirs = Dirs::new();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cmd = command(&dirs, &Opts::default());
+        cmd.arg("start").arg("--port").arg(port.to_string());
+        cmd.arg("--root").arg(dirs.root());
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().expect("spawn vis-gateway");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let answered = tokio::task::spawn_blocking(move || first_healthz(port, deadline))
+            .await
+            .unwrap();
+        let registry = std::fs::read_to_string(dirs.registry()).ok();
+        let exec = if attempt == 0 && answered {
+            let root = dirs.root().to_string_lossy().to_string();
+            Some(run_cli(&dirs, &["exec", "--root", &root, "--", "true"]).await)
+        } else {
+            None
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(answered, "start {attempt}: /healthz never answered");
+        let registry = registry.unwrap_or_else(|| {
+            panic!("start {attempt}: /healthz answered before gateway.json existed")
+        });
+        let r: serde_json::Value = serde_json::from_str(&registry).expect("registry is JSON");
+        assert_eq!(r["port"].as_u64(), Some(port as u64), "{r}");
+        if let Some((code, out, err)) = exec {
+            assert_eq!(code, Some(0), "exec right after start: {out} {err}");
+        }
+    }
+}

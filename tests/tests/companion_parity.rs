@@ -123,8 +123,12 @@ const NO_REAL_ID: &[&str] = &[
 
 /// A 405, a route-level 404, or a 404 on a path whose ids are real.
 fn is_missing(path: &str, status: StatusCode, body: &Value) -> bool {
+    // The project's deletion just before it took the session along: the session route is
+    // served and says the session is gone.
+    let session_gone = body["error"]["type"] == "session-not-found";
     status == StatusCode::METHOD_NOT_ALLOWED
         || (status == StatusCode::NOT_FOUND
+            && !session_gone
             && (body["error"]["message"] == "no such route"
                 || !NO_REAL_ID.iter().any(|p| path.contains(p))))
 }

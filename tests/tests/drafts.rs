@@ -115,7 +115,7 @@ async fn a_shell_edit_in_a_draft_leaves_the_real_file_alone_until_apply_merges_i
     assert!(status.contains("2 changed file"), "{status}");
 
     let reply = slash(&gw, &sid, "/draft apply add b").await.unwrap();
-    assert!(reply.contains("merged into main"), "{reply}");
+    assert!(reply.contains("committed on main"), "{reply}");
     assert_eq!(read(root.join("a.txt")), "one\ntwo\n");
     assert_eq!(read(root.join("b.txt")), "new\n");
     assert_eq!(
@@ -124,7 +124,13 @@ async fn a_shell_edit_in_a_draft_leaves_the_real_file_alone_until_apply_merges_i
         "trunk's own work stays"
     );
     let log = git(&root, &["log", "--oneline", "-3"]);
-    assert!(log.contains("Merge draft 'feat' into main"), "{log}");
+    assert!(
+        log.starts_with(&format!(
+            "{} add b",
+            &git(&root, &["rev-parse", "--short", "HEAD"]).trim()
+        )),
+        "{log}"
+    );
     let clean = git(&root, &["status", "--porcelain"]);
     assert_eq!(
         clean.trim(),
@@ -306,6 +312,9 @@ async fn python_execution_makes_a_draft_and_the_rest_of_the_block_works_in_it() 
     let dirs = Dirs::new();
     let root = dirs.root();
     repo(&root);
+    // The model may land its drafts without asking in this project.
+    std::fs::write(root.join(".gitignore"), "ignored/\nvis.yml\n").unwrap();
+    std::fs::write(root.join("vis.yml"), "drafts:\n  model_may_approve: true\n").unwrap();
     let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
     let sid = gw.create_session_at(&root).await;
     let code = r#"
@@ -557,4 +566,246 @@ async fn sh_and_the_exec_environment_of_a_drafted_session_run_in_the_draft() {
     ] {
         assert!(names.contains(&format!("\"{c}\"")), "{c}: {names}");
     }
+}
+
+/// A repository whose user has work in progress: a staged change, an unstaged change to a
+/// tracked file, and an untracked file.
+fn repo_with_work_in_progress(root: &Path) {
+    repo(root);
+    std::fs::write(root.join("s.txt"), "s\n").unwrap();
+    git(root, &["add", "s.txt"]);
+    git(root, &["commit", "-qm", "two"]);
+    std::fs::write(root.join("s.txt"), "s staged\n").unwrap();
+    git(root, &["add", "s.txt"]);
+    std::fs::write(root.join("a.txt"), "one\nuser wip\n").unwrap();
+    std::fs::write(root.join("notes.txt"), "private notes\n").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_lands_only_the_drafts_own_changes_as_one_commit_on_the_branch_tip() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let root = dirs.root();
+    repo_with_work_in_progress(&root);
+    let tip = git(&root, &["rev-parse", "HEAD"]).trim().to_string();
+    let status_before = git(&root, &["status", "--porcelain"]);
+    let gw = start(&llm, dirs.clone()).await;
+    let sid = gw.create_session_at(&root).await;
+    slash(&gw, &sid, "/draft new wip").await.unwrap();
+    let draft = draft_root(&gw, &sid).await;
+    // The draft started from the user's uncommitted files: a snapshot commit.
+    let snapshot = git(&draft, &["rev-parse", "HEAD"]).trim().to_string();
+    assert_ne!(snapshot, tip, "the snapshot holds the uncommitted work");
+    assert_eq!(read(draft.join("notes.txt")), "private notes\n");
+    shell_turn(&gw, &llm, &sid, "echo new > b.txt").await;
+
+    let reply = slash(&gw, &sid, "/draft apply add b").await.unwrap();
+    assert!(reply.contains("committed on main"), "{reply}");
+    let head = git(&root, &["rev-parse", "HEAD"]).trim().to_string();
+    assert_eq!(
+        git(&root, &["rev-parse", "HEAD^"]).trim(),
+        tip,
+        "one commit whose parent is the tip"
+    );
+    assert_eq!(
+        git(&root, &["rev-list", "--count", &format!("{tip}..{head}")]).trim(),
+        "1",
+        "{}",
+        git(&root, &["log", "--oneline", "-4"])
+    );
+    let ancestor = Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["merge-base", "--is-ancestor", &snapshot, "main"])
+        .status()
+        .unwrap();
+    assert!(
+        !ancestor.success(),
+        "the snapshot of uncommitted work is not in the branch's history"
+    );
+    assert_eq!(
+        git(&root, &["show", "--name-only", "--format=%s", "HEAD"]).trim(),
+        "add b\n\nb.txt",
+        "the commit holds the draft's change only"
+    );
+    assert_eq!(git(&root, &["show", "HEAD:a.txt"]), "one\n");
+    assert_eq!(read(root.join("b.txt")), "new\n");
+    // The user's uncommitted work stays exactly as it was.
+    assert_eq!(read(root.join("a.txt")), "one\nuser wip\n");
+    assert_eq!(read(root.join("notes.txt")), "private notes\n");
+    assert_eq!(git(&root, &["status", "--porcelain"]), status_before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_apply_uncommitted_the_drafts_changes_land_as_files_and_nothing_is_committed() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let root = dirs.root();
+    repo_with_work_in_progress(&root);
+    std::fs::write(root.join("vis.yml"), "drafts:\n  apply: uncommitted\n").unwrap();
+    git(&root, &["add", "vis.yml"]);
+    git(&root, &["commit", "-qm", "config", "--", "vis.yml"]);
+    let tip = git(&root, &["rev-parse", "HEAD"]).trim().to_string();
+    let gw = start(&llm, dirs.clone()).await;
+    let sid = gw.create_session_at(&root).await;
+    slash(&gw, &sid, "/draft new loose").await.unwrap();
+    shell_turn(&gw, &llm, &sid, "echo new > b.txt && echo changed > s.txt").await;
+    // The draft edits a file the user has staged work in: refused, both sides intact.
+    let e = slash(&gw, &sid, "/draft apply").await.unwrap_err();
+    assert!(e.contains("s.txt"), "{e}");
+    assert_eq!(workspace(&gw, &sid).await["is_draft"], true);
+    let draft = draft_root(&gw, &sid).await;
+    assert_eq!(read(draft.join("s.txt")), "changed\n");
+    assert_eq!(read(root.join("s.txt")), "s staged\n");
+    // Without that edit it lands as files.
+    shell_turn(&gw, &llm, &sid, "echo 's staged' > s.txt").await;
+    let reply = slash(&gw, &sid, "/draft apply").await.unwrap();
+    assert!(reply.contains("uncommitted"), "{reply}");
+    assert_eq!(git(&root, &["rev-parse", "HEAD"]).trim(), tip);
+    assert_eq!(read(root.join("b.txt")), "new\n");
+    assert_eq!(read(root.join("a.txt")), "one\nuser wip\n");
+    let status = git(&root, &["status", "--porcelain"]);
+    assert!(status.contains("?? b.txt"), "{status}");
+    assert!(
+        status.contains("M  s.txt") && status.contains(" M a.txt"),
+        "{status}"
+    );
+}
+
+/// A block that lands the session's draft, printing the answer or the error.
+const APPROVE_BLOCK: &str = r#"
+try:
+    print("landed", draft_approve("from the model")["files"])
+except Exception as e:
+    print("refused:", type(e).__name__, e)
+"#;
+
+/// Starts a turn whose model creates a draft, edits a file and asks to land it.
+async fn model_approves(gw: &Gateway, llm: &FixtureLlm, sid: &str) -> Sse {
+    let code = "draft_create('m')\nopen('a.txt', 'w').write('model\\n')\nprint('ok')";
+    llm.push(Script::tool_call(
+        "python_execution",
+        json!({ "code": code }),
+    ));
+    llm.push(Script::tool_call(
+        "python_execution",
+        json!({ "code": APPROVE_BLOCK }),
+    ));
+    llm.push(Script::text(&["done"]));
+    let stream = gw.events(sid, -1).await;
+    let (s, v) = gw.submit(sid, "land it").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+    stream
+}
+
+/// The one pending human-input request of the session.
+async fn pending_form(gw: &Gateway, sid: &str) -> Value {
+    for _ in 0..400 {
+        let (_, v) = gw.get(format!("/v1/sessions/{sid}/human-input")).await;
+        if let Some(r) = v["requests"].as_array().and_then(|a| a.first()) {
+            return r.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no form was asked");
+}
+
+async fn last_block_output(llm: &FixtureLlm) -> String {
+    llm.requests().last().unwrap().body.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_models_draft_approve_asks_the_user_and_a_decline_lands_nothing() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let root = dirs.root();
+    repo(&root);
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&root).await;
+    let tip = git(&root, &["rev-parse", "HEAD"]);
+
+    let mut stream = model_approves(&gw, &llm, &sid).await;
+    let form = pending_form(&gw, &sid).await;
+    assert!(
+        form["title"].as_str().unwrap_or("").contains("'m'"),
+        "{form}"
+    );
+    assert!(
+        form.to_string().contains("a.txt"),
+        "the form names the files: {form}"
+    );
+    assert_eq!(
+        read(root.join("a.txt")),
+        "one\n",
+        "nothing lands while it waits"
+    );
+    let rid = form["id"].as_str().unwrap();
+    let (s, v) = gw
+        .post(
+            &format!("/v1/sessions/{sid}/human-input/{rid}/actions/submit"),
+            json!({"values": {"decision": "decline"}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["is_accepted"], true, "{v}");
+    stream
+        .collect_until("turn.completed", std::time::Duration::from_secs(60))
+        .await;
+    let sent = last_block_output(&llm).await;
+    assert!(
+        sent.contains("refused:") && sent.contains("declined"),
+        "{sent}"
+    );
+    assert_eq!(read(root.join("a.txt")), "one\n");
+    assert_eq!(git(&root, &["rev-parse", "HEAD"]), tip);
+    assert_eq!(
+        workspace(&gw, &sid).await["is_draft"],
+        true,
+        "the draft stays"
+    );
+
+    // Approved: it lands.
+    llm.push(Script::tool_call(
+        "python_execution",
+        json!({ "code": APPROVE_BLOCK }),
+    ));
+    llm.push(Script::text(&["done"]));
+    let mut stream = gw.events(&sid, -1).await;
+    gw.submit(&sid, "again").await;
+    let form = pending_form(&gw, &sid).await;
+    let rid = form["id"].as_str().unwrap();
+    let (s, v) = gw
+        .post(
+            &format!("/v1/sessions/{sid}/human-input/{rid}/actions/submit"),
+            json!({"values": {"decision": "approve"}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    stream
+        .collect_until("turn.completed", std::time::Duration::from_secs(60))
+        .await;
+    let sent = last_block_output(&llm).await;
+    assert!(sent.contains("landed"), "{sent}");
+    assert_eq!(read(root.join("a.txt")), "model\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_that_allows_it_lets_the_model_approve_without_asking() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let root = dirs.root();
+    repo(&root);
+    std::fs::write(root.join(".gitignore"), "ignored/\nvis.yml\n").unwrap();
+    std::fs::write(root.join("vis.yml"), "drafts:\n  model_may_approve: true\n").unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&root).await;
+    let mut stream = model_approves(&gw, &llm, &sid).await;
+    stream
+        .collect_until("turn.completed", std::time::Duration::from_secs(60))
+        .await;
+    let sent = last_block_output(&llm).await;
+    assert!(sent.contains("landed"), "{sent}");
+    assert_eq!(read(root.join("a.txt")), "model\n");
+    let (_, v) = gw.get(format!("/v1/sessions/{sid}/human-input")).await;
+    assert_eq!(v["requests"], json!([]));
 }

@@ -338,27 +338,6 @@ async fn git_clones_over_http_from_a_local_http_backend() {
     );
 }
 
-/// A minimal pure-Python wheel, built with the standard library only.
-const BUILD_WHEEL_PY: &str = r#"
-import base64, hashlib, sys, zipfile
-out = sys.argv[1]
-name, ver = 'vis_egress_probe', '0.1'
-files = {
-    'vis_egress_probe/__init__.py': 'VALUE = "installed through the egress proxy"\n',
-    f'{name}-{ver}.dist-info/METADATA': f'Metadata-Version: 2.1\nName: vis-egress-probe\nVersion: {ver}\n',
-    f'{name}-{ver}.dist-info/WHEEL': 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n',
-}
-record = []
-with zipfile.ZipFile(out, 'w') as z:
-    for path, text in files.items():
-        data = text.encode()
-        z.writestr(path, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()
-        record.append(f'{path},sha256={digest},{len(data)}')
-    record.append(f'{name}-{ver}.dist-info/RECORD,,')
-    z.writestr(f'{name}-{ver}.dist-info/RECORD', '\n'.join(record) + '\n')
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pip_installs_a_package_from_a_local_index() {
     let work = tempfile::tempdir().unwrap();
@@ -562,4 +541,40 @@ async fn npm_with_its_own_cafile_trusts_the_interception_certificate() {
             && d["method"] == "GET"),
         "npm's request went through the interception: {decisions:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wget_trusts_the_gateway_ca_for_intercepted_https_and_node_is_told_to_use_the_proxy() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca, leaf, key) = test_pki(pki.path());
+    let tls = PyServer::start(&["tls", leaf.to_str().unwrap(), key.to_str().unwrap()]);
+    let policy = json!({"allowed_domains": ["127.0.0.1", "localhost"],
+                        "rules": [{"host": "localhost", "access": "read-only"}]});
+    let gw = start_with_network(
+        policy,
+        Opts::default().env("VIS_SYSTEM_CA_CERT", ca.to_str().unwrap()),
+    )
+    .await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let url = format!("https://localhost:{}/secure?q=1", tls.port);
+    // wget reads no CA variable: it trusts the gateway CA through the generated WGETRC.
+    let out = gw.exec(&sid, &["wget", "-q", "-O", "-", &url]).await;
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        "tls-origin-ok GET /secure?q=1",
+        "{out:?}"
+    );
+    let decisions = gw.wait_egress(&sid, 1).await;
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["is_intercepted"] == json!(true) && d["decision"] == "allow"),
+        "{decisions:?}"
+    );
+    // Node versions that honour it route fetch() through the proxy variables.
+    let node = gw
+        .exec(&sid, &["sh", "-c", "printf %s \"$NODE_USE_ENV_PROXY\""])
+        .await;
+    assert_eq!(node.stdout, "1", "{node:?}");
 }

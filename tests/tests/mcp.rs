@@ -308,3 +308,246 @@ async fn other_clients_hear_of_every_change_to_the_server_list() {
         "{replay:?}"
     );
 }
+
+/// A raw stdio server whose one tool answers the `TOKEN` its environment holds, and which
+/// refuses to start without one (as a server missing its API key does).
+const TOKEN_SERVER: &str = r#"
+import json, os, sys
+if not os.environ.get("TOKEN"):
+    sys.exit("TOKEN is not set")
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg["method"] == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "keys", "version": "1"}}
+    elif msg["method"] == "tools/list":
+        result = {"tools": [{"name": "token", "description": "The token.", "inputSchema": {"type": "object", "properties": {}}}]}
+    elif msg["method"] == "tools/call":
+        result = {"content": [{"type": "text", "text": os.environ.get("TOKEN", "") + "|" + os.environ.get("OTHER", "-")}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn editing_a_server_from_the_phone_keeps_the_secrets_it_does_not_resend() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let script = dirs.root().join("token_server.py");
+    std::fs::write(&script, TOKEN_SERVER).unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let script = script.to_string_lossy().into_owned();
+    let server = json!({"transport": "stdio", "command": "python3", "args": [script],
+        "env": {"TOKEN": "s3cret", "OTHER": "o"}});
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "keys", "server": server}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["env_keys"], json!(["OTHER", "TOKEN"]), "names only: {v}");
+    assert!(!v.to_string().contains("s3cret"), "{v}");
+    // The app's edit form: the row's non-secret fields back, `env` left out (it comes back
+    // blank), "Validate & save" tests then saves.
+    let edited = json!({"enabled": true, "transport": "stdio", "command": "python3",
+        "args": [script], "timeout_ms": 20000});
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers/actions/test",
+            json!({"name": "keys", "server": edited}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["is_connected"], true,
+        "the test used the kept secrets: {v}"
+    );
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "keys", "server": edited}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["timeout_ms"], 20000, "{v}");
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let out = block(&gw, &llm, &sid, "print(await keys.token())").await;
+    assert_eq!(out.trim(), "s3cret|o", "the secrets survived the edit");
+
+    // A key sent as null is removed; the others stay.
+    let mut one_off = edited.clone();
+    one_off["env"] = json!({"OTHER": null});
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers",
+            json!({"name": "keys", "server": one_off}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["env_keys"], json!(["TOKEN"]), "{v}");
+    let out = block(&gw, &llm, &sid, "print(await keys.token())").await;
+    assert_eq!(out.trim(), "s3cret|-");
+
+    // `env: null` clears them all, on purpose: the server then fails to start, and says so.
+    let mut cleared = edited.clone();
+    cleared["env"] = Value::Null;
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers",
+            json!({"name": "keys", "server": cleared}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["env_keys"], json!([]), "{v}");
+    let (_, v) = gw
+        .post(
+            "/v1/mcp/servers/actions/test",
+            json!({"name": "keys", "server": edited}),
+        )
+        .await;
+    assert_eq!(v["is_connected"], false, "{v}");
+    // A secret map of the wrong shape is a 400 naming the field, and changes nothing.
+    let mut bad = edited.clone();
+    bad["env"] = json!({"TOKEN": 5});
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "keys", "server": bad}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v.to_string().contains("env"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_servers_kept_headers_never_follow_it_to_another_origin() {
+    let gw = Gateway::start(Opts::default().sandbox()).await;
+    let server = json!({"transport": "streamable_http", "url": "http://127.0.0.1:9/mcp",
+        "headers": {"Authorization": "Bearer keep-me"}});
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "web", "server": server}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["header_keys"], json!(["Authorization"]), "{v}");
+    // Same origin, another path: the header is kept.
+    let moved = json!({"transport": "streamable_http", "url": "http://127.0.0.1:9/v2/mcp"});
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "web", "server": moved}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["header_keys"], json!(["Authorization"]), "{v}");
+    // Another origin without the headers resent: refused, nothing changed.
+    let away = json!({"transport": "streamable_http", "url": "http://127.0.0.2:9/mcp"});
+    let (s, v) = gw
+        .post("/v1/mcp/servers", json!({"name": "web", "server": away}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v.to_string().contains("headers"), "{v}");
+    let (_, v) = gw.get("/v1/mcp/servers").await;
+    assert_eq!(v["servers"][0]["url"], "http://127.0.0.1:9/v2/mcp", "{v}");
+    let saved = std::fs::read_to_string(gw.dirs.home().join("mcp-servers.json")).unwrap();
+    assert!(saved.contains("keep-me"), "{saved}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validating_a_server_leaves_no_session_in_the_users_list() {
+    let gw = Gateway::start(Opts::default().sandbox()).await;
+    let (s, v) = gw
+        .post(
+            "/v1/mcp/servers/actions/test",
+            json!({"name": "probe", "server": {"transport": "stdio", "command": FIXTURE, "args": ["stdio"]}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["is_connected"], true, "{v}");
+    let (s, v) = gw.get("/v1/sessions").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["sessions"], json!([]), "{v}");
+    // Its traffic stays reachable for an operator, by its channel.
+    let (_, v) = gw.get("/v1/sessions?channel=system").await;
+    assert_eq!(v["sessions"][0]["title"], "MCP server tests", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hanging_server_costs_a_turn_about_a_second_and_is_named_as_down() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    std::fs::write(
+        dirs.root().join("vis.yml"),
+        format!(
+            "mcp:\n  servers:\n    fixture:\n      transport: stdio\n      command: {FIXTURE}\n      args: [stdio]\n    slow:\n      transport: stdio\n      command: {FIXTURE}\n      args: [hang]\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let code = r#"
+print("sum", (await fixture.add(a=1, b=2))["sum"])
+print("apropos:", apropos("slow"))
+try:
+    await slow.anything()
+except Exception as e:
+    print("slow:", type(e).__name__, e)
+"#;
+    let started = std::time::Instant::now();
+    let out = block(&gw, &llm, &sid, code).await;
+    let took = started.elapsed();
+    assert!(out.contains("sum 3"), "{out}");
+    assert!(
+        took < Duration::from_secs(6),
+        "the hanging server held the turn {took:?}"
+    );
+    assert!(out.contains("slow:"), "{out}");
+    assert!(
+        out.contains("not connected") || out.contains("down"),
+        "named as not available: {out}"
+    );
+    assert!(out.contains("apropos:") && out.contains("slow"), "{out}");
+    // The next turn does not pay again for the good server: its connection is kept.
+    let started = std::time::Instant::now();
+    let out = block(
+        &gw,
+        &llm,
+        &sid,
+        "print((await fixture.add(a=2, b=2))['sum'])",
+    )
+    .await;
+    assert_eq!(out.trim(), "4");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reference_style_server_entries_are_accepted_and_a_bad_one_is_reported_on_itself() {
+    let llm = FixtureLlm::start().await;
+    let dirs = Dirs::new();
+    let script = dirs.root().join("token_server.py");
+    std::fs::write(&script, TOKEN_SERVER).unwrap();
+    std::fs::write(dirs.root().join(".env"), "OTHER_FROM_DOTENV=dot\n").unwrap();
+    // No `transport` (inferred from `command`), `${VAR}` from the project environment, and
+    // one entry that cannot work.
+    std::fs::write(
+        dirs.root().join("vis.yml"),
+        format!(
+            "environment:\n  MY_TOKEN: from-env\nmcp:\n  servers:\n    keys:\n      command: python3\n      args: [{}]\n      env:\n        TOKEN: \"${{MY_TOKEN}}\"\n        OTHER: \"${{OTHER_FROM_DOTENV}}\"\n    broken:\n      transport: carrier-pigeon\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start_in(dirs.clone(), Opts::openai(&llm).sandbox()).await;
+    let sid = gw.create_session_at(&dirs.root()).await;
+    let out = block(&gw, &llm, &sid, "print(await keys.token())").await;
+    assert_eq!(out.trim(), "from-env|dot");
+    let (s, v) = gw.get("/v1/mcp/servers").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let broken = v["servers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "broken"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        broken["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("carrier-pigeon")),
+        "{v}"
+    );
+    let keys = v["servers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "keys"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(keys["transport"], "stdio", "{v}");
+}

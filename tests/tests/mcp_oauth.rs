@@ -135,7 +135,8 @@ async fn complete(gw: &Gateway, name: &str, flow: &Value, input: &str) -> (Statu
 
 /// The paths the gateway's own "MCP server tests" session sent through the egress proxy.
 async fn probe_session_paths(gw: &Gateway) -> Vec<String> {
-    let (_, v) = gw.get("/v1/sessions").await;
+    // Not in the user's list: asked for by its channel.
+    let (_, v) = gw.get("/v1/sessions?channel=system").await;
     let sessions = v["sessions"].as_array().cloned().unwrap_or_default();
     let probe = sessions
         .iter()

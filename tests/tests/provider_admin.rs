@@ -210,7 +210,8 @@ async fn presets_list_cloud_and_local_servers_and_leave_out_configured_ones() {
     .await;
     let p = row(&list, "ollama");
     assert_eq!(p["has_key"], false);
-    assert_eq!(p["status"]["auth_state"], "unverified");
+    // Added without models of its own, it was checked at once (to learn its models).
+    assert_eq!(p["status"]["auth_state"], "verified", "{p}");
     let (_, v) = gw.get("/v1/provider-presets").await;
     assert!(!v.to_string().contains("\"ollama\""), "{v}");
     let (s, v) = gw.get("/v1/providers/ollama/status").await;
@@ -607,4 +608,50 @@ async fn an_extensions_auth_fn_is_driven_by_the_sign_in_routes() {
     assert_eq!(s, StatusCode::CONFLICT, "{v}");
     let msg = v["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("extension acme"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_compatible_server_added_from_the_phone_uses_the_models_it_lists() {
+    let llm = FixtureLlm::start().await;
+    let gw = Gateway::start(Opts::default()).await;
+    // The app's shape: the preset's id and the server's address.
+    let list = add(
+        &gw,
+        json!({"id": "vllm", "base_url": llm.openai_base_url()}),
+    )
+    .await;
+    let p = row(&list, "vllm");
+    assert_eq!(p["models"], json!(["fixture-model"]), "{p}");
+    let (s, r) = gw.get("/v1/router").await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let p = row(&r, "vllm");
+    assert_eq!(p["label"], "vLLM", "the preset's name: {p}");
+    assert_eq!(p["models"], json!(["fixture-model"]), "{p}");
+    assert_eq!(p["default_model"], "fixture-model", "{p}");
+    // The status check verified it; the router says so.
+    let (s, st) = gw.get("/v1/providers/vllm/status").await;
+    assert_eq!(s, StatusCode::OK, "{st}");
+    assert_eq!(st["status"]["auth_state"], "verified", "{st}");
+    let (_, r) = gw.get("/v1/router").await;
+    assert_eq!(row(&r, "vllm")["status"]["auth_state"], "verified", "{r}");
+
+    let sid = gw.create_session().await;
+    llm.push(Script::text(&["hello from the listed model"]));
+    let (evs, last) = gw.run_turn(&sid, "hi").await;
+    assert_eq!(last.event, "turn.completed", "{:?}", ev_types(&evs));
+    let sent = llm.requests().last().unwrap().body.clone();
+    assert_eq!(sent["model"], "fixture-model", "{sent}");
+
+    // The user's pick from the model menu wins.
+    let (s, v) = gw
+        .patch(
+            "/v1/router",
+            json!({"provider": "vllm", "model": "picked-model"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    llm.push(Script::text(&["hello from the pick"]));
+    gw.run_turn(&sid, "again").await;
+    let sent = llm.requests().last().unwrap().body.clone();
+    assert_eq!(sent["model"], "picked-model", "{sent}");
 }

@@ -252,7 +252,7 @@ async fn stored_turns_are_listed_and_served_after_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clean_stop_keeps_the_queued_turns_of_a_busy_session() {
+async fn a_clean_stop_keeps_the_queued_turns_of_a_busy_session_and_runs_them_in_order() {
     let llm = FixtureLlm::start().await;
     llm.push(stall());
     let gw = Gateway::start(Opts::openai(&llm)).await;
@@ -262,26 +262,41 @@ async fn a_clean_stop_keeps_the_queued_turns_of_a_busy_session() {
     for r in ["/help one", "/help two"] {
         let (_, q) = gw.submit(&sid, r).await;
         assert_eq!(q["status"], "queued");
-        queued.push(q["turn_id"].clone());
+        queued.push(q["turn_id"].as_str().unwrap().to_string());
     }
     let (dirs, opts) = (gw.dirs.clone(), gw.opts.clone());
     let mut gw = gw;
     assert!(gw.stop().await.success());
     drop(gw);
     let gw = Gateway::start_in(dirs, opts).await;
-    let (_, l) = gw
-        .get(format!("/v1/sessions/{sid}/turns?status=queued"))
-        .await;
-    let got: Vec<Value> = l["turns"]
-        .as_array()
-        .unwrap()
+    // The user's backlog survives a clean restart and runs, in its order.
+    let deadline = Instant::now() + WAIT;
+    let stored = loop {
+        let evs = gw.events_since(&sid, 0).await;
+        if queued.iter().all(|t| !terminals_of(&evs, t).is_empty()) {
+            break evs;
+        }
+        assert!(Instant::now() < deadline, "{:?}", types(&evs));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let started: Vec<&Value> = stored
         .iter()
-        .map(|t| t["turn_id"].clone())
+        .filter(|e| {
+            e["type"] == "turn.started" && queued.iter().any(|t| e["turn_id"] == t.as_str())
+        })
         .collect();
-    assert_eq!(
-        got, queued,
-        "the user's backlog survives a clean restart: {l}"
+    let order: Vec<&str> = started
+        .iter()
+        .map(|e| e["turn_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, vec![queued[0].as_str(), queued[1].as_str()]);
+    assert!(
+        started.iter().all(|e| e["is_queued"] == true),
+        "{started:?}"
     );
+    for t in &queued {
+        assert_eq!(terminals_of(&stored, t)[0]["type"], "turn.completed");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,4 +404,61 @@ async fn a_paused_queue_stays_paused_across_a_restart_until_resumed() {
     assert_eq!(r["turn"]["turn_id"], held.as_str(), "{r}");
     let evs = sse.collect_until("turn.completed", WAIT).await;
     assert!(ev_types(&evs).contains(&"queue.resumed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_queued_before_a_graceful_stop_runs_first_at_the_next_start() {
+    let llm = FixtureLlm::start().await;
+    llm.push(stall());
+    let gw = Gateway::start(Opts::openai(&llm)).await;
+    let sid = gw.create_session().await;
+    let running = stalled_turn(&gw, &sid).await;
+    let (_, q) = gw.submit(&sid, "/help queued first").await;
+    assert_eq!(q["status"], "queued");
+    let qtid = q["turn_id"].as_str().unwrap().to_string();
+    let (dirs, opts) = (gw.dirs.clone(), gw.opts.clone());
+    let mut gw = gw;
+    assert!(gw.stop().await.success());
+    drop(gw);
+    let gw = Gateway::start_in(dirs, opts).await;
+    // A new submission right after the start takes its place behind the stored backlog.
+    let (s, next) = gw.submit(&sid, "/help submitted after").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{next}");
+    let ntid = next["turn_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + WAIT;
+    let stored = loop {
+        let evs = gw.events_since(&sid, 0).await;
+        let done = [&qtid, &ntid]
+            .iter()
+            .all(|t| !terminals_of(&evs, t).is_empty());
+        if done {
+            break evs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "both turns did not settle: {:?}",
+            types(&evs)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let seq_of = |ty: &str, tid: &str| {
+        stored
+            .iter()
+            .find(|e| e["type"] == ty && e["turn_id"] == tid)
+            .and_then(|e| e["seq"].as_i64())
+            .unwrap_or_else(|| panic!("no {ty} for {tid}: {:?}", types(&stored)))
+    };
+    // The interrupted turn was cancelled by the stop, not by the user.
+    assert_eq!(terminals_of(&stored, &running)[0]["type"], "turn.cancelled");
+    // The queue says what it does: the stored turn starts as a drained queued turn.
+    let started = stored
+        .iter()
+        .find(|e| e["type"] == "turn.started" && e["turn_id"] == qtid.as_str())
+        .unwrap();
+    assert_eq!(started["is_queued"], true, "{started}");
+    assert!(
+        seq_of("turn.completed", &qtid) < seq_of("turn.started", &ntid),
+        "the turn queued before the stop runs before the one submitted after it: {:?}",
+        types(&stored)
+    );
 }

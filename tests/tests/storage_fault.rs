@@ -492,3 +492,28 @@ async fn every_session_that_loses_events_on_a_full_disk_learns_it() {
         "the disk really was full: some events were lost"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_a_session_on_a_full_disk_answers_507_and_works_once_there_is_room() {
+    let (t, gw) = OnTmpfs::start(Opts::default()).await;
+    // A little history so the journal's pages are in use.
+    let first = gw.create_session().await;
+    gw.submit(&first, "/help").await;
+    gw.wait_idle(&first).await;
+    t.fill();
+    let mut refused = None;
+    // Writes may still fit in pages SQLite holds; a few sessions use them up.
+    for _ in 0..200 {
+        let (s, v) = gw.post("/v1/sessions", serde_json::json!({})).await;
+        if s != StatusCode::CREATED {
+            refused = Some((s, v));
+            break;
+        }
+    }
+    let (s, v) = refused.expect("a session was refused on the full disk");
+    assert_eq!(s, StatusCode::INSUFFICIENT_STORAGE, "{v}");
+    assert_eq!(error_type(&v), "insufficient-storage", "{v}");
+    t.free();
+    let (s, v) = gw.post("/v1/sessions", serde_json::json!({})).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+}

@@ -48,7 +48,12 @@ pub async fn sandbox_env(
     };
     Ok(Json(
         st.engine
-            .sandbox_env(text("session_id")?, text("root")?, text("title")?)
+            .sandbox_env(
+                text("session_id")?,
+                text("root")?,
+                text("title")?,
+                text("command")?,
+            )
             .await?,
     ))
 }

@@ -3,7 +3,7 @@
 use super::path::Path;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
-use crate::mcp::{McpApi, McpServer, McpServerInput, McpServers, McpTestResult};
+use crate::mcp::{McpApi, McpServer, McpServerEdit, McpServers, McpTestResult};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -33,7 +33,17 @@ fn typed<T: DeserializeOwned>(body: JsonBody) -> ApiResult<T> {
 #[serde(deny_unknown_fields)]
 struct SaveBody {
     name: String,
-    server: McpServerInput,
+    /// An [`McpServerEdit`]: `env`/`headers` left out keep what is saved.
+    server: serde_json::Value,
+}
+
+impl SaveBody {
+    fn parse(body: JsonBody) -> ApiResult<(String, McpServerEdit)> {
+        let b: SaveBody = typed(body)?;
+        let edit = McpServerEdit::parse(b.server)
+            .map_err(|e| ApiError::bad_request("invalid-request", format!("invalid body: {e}")))?;
+        Ok((b.name, edit))
+    }
 }
 
 #[derive(Deserialize)]
@@ -47,13 +57,13 @@ pub async fn list(State(st): State<AppState>) -> ApiResult<Json<McpServers>> {
 }
 
 pub async fn save(State(st): State<AppState>, body: JsonBody) -> ApiResult<Json<McpServer>> {
-    let b: SaveBody = typed(body)?;
-    Ok(Json(api(&st)?.save(b.name, b.server).await?))
+    let (name, edit) = SaveBody::parse(body)?;
+    Ok(Json(api(&st)?.save(name, edit).await?))
 }
 
 pub async fn test(State(st): State<AppState>, body: JsonBody) -> ApiResult<Json<McpTestResult>> {
-    let b: SaveBody = typed(body)?;
-    Ok(Json(api(&st)?.test(b.name, b.server).await?))
+    let (name, edit) = SaveBody::parse(body)?;
+    Ok(Json(api(&st)?.test(name, edit).await?))
 }
 
 pub async fn enable(

@@ -4,6 +4,7 @@ mod events;
 mod extras;
 mod health;
 mod human_input;
+mod learn;
 mod mcp;
 mod parity_files;
 mod parity_machine;
@@ -39,6 +40,25 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{sid}/model", get(sessions::model))
         .route("/v1/sessions/{sid}/slashes", get(sessions::slashes))
         .route("/v1/sessions/{sid}/egress", get(sessions::egress))
+        .route(
+            "/v1/sessions/{sid}/egress/proposal",
+            get(learn::session_proposal),
+        )
+        .route(
+            "/v1/sessions/{sid}/egress/proposal/apply",
+            post(learn::apply),
+        )
+        .route(
+            "/v1/sessions/{sid}/egress/proposal/review",
+            post(learn::review),
+        )
+        .route(
+            "/v1/sessions/{sid}/egress/mode",
+            get(learn::mode).put(learn::set_mode),
+        )
+        .route("/v1/sessions/{sid}/egress/suggested", get(learn::suggested))
+        .route("/v1/egress/proposal", get(learn::project_proposal))
+        .route("/v1/egress/policy-changes", get(learn::changes))
         .route("/v1/sessions/{sid}/artifacts", get(parity_files::artifacts))
         .route(
             "/v1/sessions/{sid}/turns",

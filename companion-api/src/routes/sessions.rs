@@ -72,6 +72,10 @@ pub async fn list(State(st): State<AppState>, q: Q, headers: HeaderMap) -> ApiRe
         after,
         root: q.get("root").cloned(),
         dirty,
+        channel: q
+            .get("channel")
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty()),
     };
     let list = st.engine.list_sessions(query).await?;
     let body = serde_json::to_value(&list).map_err(|e| ApiError::engine(e.to_string()))?;

@@ -31,6 +31,16 @@ pub async fn submit(
             "request must be a non-blank string",
         ));
     }
+    if req
+        .extra_body
+        .as_ref()
+        .is_some_and(|v| !v.is_object() && !v.is_null())
+    {
+        return Err(ApiError::bad_request(
+            "invalid-request",
+            "extra_body must be a JSON object (members added to the provider request)",
+        ));
+    }
     let (replay, rec) = st.engine.submit_turn(&sid, req).await?;
     let code = if replay {
         StatusCode::OK

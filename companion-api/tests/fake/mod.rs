@@ -436,6 +436,7 @@ impl Engine for FakeEngine {
         session_id: Option<String>,
         _root: Option<String>,
         _title: Option<String>,
+        _command: Option<String>,
     ) -> ApiResult<SandboxEnv> {
         Ok(SandboxEnv {
             session_id: session_id.unwrap_or_else(|| SID.into()),

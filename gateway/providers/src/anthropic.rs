@@ -116,8 +116,24 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    // The messages API refuses members it does not know: only the ones it accepts pass.
+    for (k, v) in req.extra.iter().flatten() {
+        if ACCEPTED_EXTRA.contains(&k.as_str()) {
+            body.insert(k.clone(), v.clone());
+        }
+    }
     Value::Object(body)
 }
+
+/// `extra_body` members the messages API accepts.
+const ACCEPTED_EXTRA: &[&str] = &[
+    "temperature",
+    "top_p",
+    "top_k",
+    "metadata",
+    "stop_sequences",
+    "service_tier",
+];
 
 /// Extended-thinking budget per reasoning level.
 pub(crate) fn thinking_budget(level: crate::Level) -> u32 {

@@ -63,8 +63,10 @@ impl ProviderError {
     pub fn is_context_overflow(&self) -> bool {
         let message = match self {
             ProviderError::Http {
-                status, message, ..
-            } if matches!(status, 400 | 413 | 422) => message,
+                status: 400 | 413 | 422,
+                message,
+                ..
+            } => message,
             ProviderError::Stream { message, .. } => message,
             _ => return false,
         };

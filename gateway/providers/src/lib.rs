@@ -167,6 +167,32 @@ pub struct ChatRequest {
     /// the Anthropic dialect has no such field and sends nothing.
     #[serde(default)]
     pub fast: bool,
+    /// Members added to the request body as they are (a turn's `extra_body`), except those
+    /// the dialect itself sets for the conversation ([`RESERVED_MEMBERS`]).
+    #[serde(default)]
+    pub extra: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Request members an `extra` map cannot replace: they carry the conversation itself.
+pub const RESERVED_MEMBERS: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "stream",
+    "stream_options",
+];
+
+/// Adds `extra`'s members to a request body (reserved ones are left out).
+pub(crate) fn merge_extra(
+    body: &mut serde_json::Map<String, serde_json::Value>,
+    req: &ChatRequest,
+) {
+    for (k, v) in req.extra.iter().flatten() {
+        if !RESERVED_MEMBERS.contains(&k.as_str()) {
+            body.insert(k.clone(), v.clone());
+        }
+    }
 }
 
 /// A low / medium / high dial (reasoning effort, verbosity).
@@ -539,5 +565,33 @@ mod tests {
             join_url("http://h/v1", "chat/completions"),
             "http://h/v1/chat/completions"
         );
+    }
+}
+
+#[cfg(test)]
+mod extra_tests {
+    use super::*;
+
+    #[test]
+    fn extra_members_reach_openai_requests_but_never_replace_the_conversation() {
+        let mut extra = serde_json::Map::new();
+        extra.insert("service_tier".into(), serde_json::json!("flex"));
+        extra.insert("messages".into(), serde_json::json!([]));
+        extra.insert("made_up".into(), serde_json::json!(1));
+        let req = ChatRequest {
+            model: "m".into(),
+            messages: vec![ChatMessage::User { text: "hi".into() }],
+            extra: Some(extra),
+            ..Default::default()
+        };
+        let cfg = ProviderConfig::new("p", Dialect::OpenAiChat, "http://h/v1", "m");
+        let body = openai::request_body(&cfg, &req);
+        assert_eq!(body["service_tier"], "flex");
+        assert_eq!(body["made_up"], 1);
+        assert_eq!(body["messages"].as_array().map(Vec::len), Some(1));
+        let cfg = ProviderConfig::new("p", Dialect::Anthropic, "http://h/v1", "m");
+        let body = anthropic::request_body(&cfg, &req);
+        assert_eq!(body["service_tier"], "flex");
+        assert!(body.get("made_up").is_none());
     }
 }

@@ -117,6 +117,7 @@ pub(crate) fn request_body(cfg: &ProviderConfig, req: &ChatRequest) -> Value {
         };
         body.insert(field.into(), json!(max));
     }
+    crate::merge_extra(&mut body, req);
     Value::Object(body)
 }
 

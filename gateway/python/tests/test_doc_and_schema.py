@@ -34,11 +34,9 @@ vis.register(vis.Extension(name="t", alias="t", description="T.",
 '''
 
 
-def test_doc_text_has_the_effect_line_parameter_kinds_default_notes_and_nested_fields(load):
+def test_doc_text_starts_with_the_description_then_effect_parameters_and_nested_fields(load):
     symbol = load(SOURCE).symbols[0]
     assert symbol.doc() == "\n".join([
-        "find(query, /, *, limit=..., repo=None, **filters)",
-        "",
         "Find issues matching a query.",
         "",
         "Effect: observation",

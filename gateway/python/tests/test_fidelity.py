@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import blockether.vis.extension as vis
-from blockether.vis.extension import _environ, _host, _legacy, _loader, _registry, _runtime
+from blockether.vis.extension import _environ, _host, _legacy, _loader, _runtime
 
 
 @pytest.fixture

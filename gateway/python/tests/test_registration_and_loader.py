@@ -245,7 +245,7 @@ def test_catalog_describes_the_registration_as_json_data(write):
     add, secret = (s["members"][0] for s in cat["symbols"])
     assert add["name"] == "add" and add["is_hidden"] is False
     assert add["contract"]["signature"] == "a, b=..."
-    assert add["doc"].startswith("add(a, b=...)")
+    assert add["doc"].startswith("Add two numbers.\n\nEffect: ")
     assert add["tool"]["parameters"]["required"] == ["a"]
     assert secret["is_hidden"] is True
     assert [t["name"] for t in cat["tools"]] == ["add"]

@@ -300,6 +300,13 @@ pub fn network_line(jail_enabled: bool, network: Option<&serde_json::Value>) -> 
     if parts.is_empty() {
         parts.push("a project policy is set".into());
     }
+    if n.get("mode").and_then(|v| v.as_str()) == Some("learn") {
+        return format!(
+            "{}; learn mode: requests outside the allowlist are let through and recorded for a \
+             proposed policy (private and metadata addresses stay refused); {jail}",
+            parts.join("; ")
+        );
+    }
     format!(
         "{}; other hosts are refused by the egress proxy; {jail}",
         parts.join("; ")

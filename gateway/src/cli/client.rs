@@ -154,6 +154,20 @@ fn exec_title(command: &[String]) -> String {
     format!("$ {program}{more}")
 }
 
+/// The name a command's egress decisions carry: the program's file name, and for
+/// `python -m MODULE` the module too (never other arguments, which can hold secrets).
+fn program_label(command: &[String]) -> Option<String> {
+    let program = command.first()?;
+    let name = program.rsplit('/').find(|s| !s.is_empty())?;
+    let mut label = name.to_string();
+    if name.starts_with("python") && command.get(1).map(String::as_str) == Some("-m") {
+        if let Some(m) = command.get(2) {
+            label = format!("{name} -m {m}");
+        }
+    }
+    Some(label.chars().take(64).collect())
+}
+
 /// `vis-gateway exec`: runs a command as a sandbox child of a session of the running gateway.
 pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
     let home = Home::resolve(home)?;
@@ -174,8 +188,10 @@ pub fn exec(home: Option<PathBuf>, args: ExecArgs) -> Result<ExitCode> {
     // A session made for this command is titled after it, which lists it in the Companion
     // (where its egress decisions can be read).
     let title = args.session.is_none().then(|| exec_title(&args.command));
-    let body =
-        serde_json::json!({"session_id": args.session, "root": root, "title": title}).to_string();
+    let command = program_label(&args.command);
+    let body = serde_json::json!({"session_id": args.session, "root": root, "title": title,
+        "command": command})
+    .to_string();
     let (status, text) = request(&reg, "POST", "/v1/sandbox/env", &body)?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|_| anyhow::anyhow!("unexpected answer ({status}): {text}"))?;
@@ -428,6 +444,27 @@ mod tests {
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_program_label_is_its_file_name_and_a_python_module_never_other_arguments() {
+        use super::program_label;
+        assert_eq!(
+            program_label(&argv(&["/usr/bin/curl", "-H", "X: sk"])).as_deref(),
+            Some("curl")
+        );
+        assert_eq!(
+            program_label(&argv(&[
+                "/usr/bin/python3",
+                "-m",
+                "pip",
+                "download",
+                "secret"
+            ]))
+            .as_deref(),
+            Some("python3 -m pip")
+        );
+        assert_eq!(program_label(&argv(&[])), None);
     }
 
     #[test]

@@ -142,6 +142,13 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         };
     let proxy_port = gw.start_sandbox(vec![port]).await?;
     tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");
+    let resumed = gw.resume_backlogs().await?;
+    if resumed > 0 {
+        tracing::info!(
+            sessions = resumed,
+            "turns queued before the last stop resume in their order"
+        );
+    }
     let urls = pairing::urls(&bind_host, port);
     let url = urls
         .first()
@@ -178,6 +185,18 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
             .filter(|o| !o.is_empty())
             .collect(),
     };
+    // The registry is written before anything is served: a client that saw `/healthz`
+    // answer finds the gateway (`vis-gateway exec` right after start).
+    home.write_registry(&Registry {
+        pid: std::process::id(),
+        url: local_url.clone(),
+        host: bind_host.clone(),
+        port,
+        token: token.clone(),
+        require_token,
+        proxy_port: Some(proxy_port),
+        started_at: crate::engine::now_ms(),
+    })?;
     let app = vis_companion_api::app(Arc::new(Api(gw.clone())), cfg);
     let shutdown = CancellationToken::new();
     let mut servers = vec![tokio::spawn(vis_companion_api::serve(
@@ -192,16 +211,6 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
             shutdown.clone(),
         )));
     }
-    home.write_registry(&Registry {
-        pid: std::process::id(),
-        url: local_url.clone(),
-        host: bind_host.clone(),
-        port,
-        token: token.clone(),
-        require_token,
-        proxy_port: Some(proxy_port),
-        started_at: crate::engine::now_ms(),
-    })?;
     tracing::info!(url = %url, require_token, home = %home.dir.display(), "vis-gateway listening");
     println!("vis-gateway listening on {url}");
     if args.pair {

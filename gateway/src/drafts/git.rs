@@ -5,11 +5,13 @@
 //! only changed files are hashed — into a baseline commit; the user's index, working tree
 //! and refs are never touched. A worktree on the draft's own branch is checked out from it.
 //!
-//! Apply: the draft's changes are committed on its branch; `git merge-tree` merges them
-//! onto the target branch's tip (base: the baseline) without touching any working tree;
-//! `git read-tree -m -u` moves the trunk's index and files from the tip to the merge the
-//! way a checkout does (it refuses, changing nothing, when a file the merge changes has
-//! uncommitted edits in trunk); then the branch ref moves, compare-and-swap on the tip.
+//! Apply (docs/decisions.md, W1): `git merge-tree` puts the draft's own changes onto the
+//! target branch's tip (base: the baseline, so the user's uncommitted work the draft
+//! started from is not carried) without touching any working tree; the result is ONE
+//! commit whose parent is the tip (or, with `drafts.apply: uncommitted`, no commit);
+//! `git read-tree -m -u` moves the trunk's index and files from the tip to it the way a
+//! checkout does (it refuses, changing nothing, when a file it changes has uncommitted
+//! edits in trunk); then the branch ref moves, compare-and-swap on the tip.
 //! The gateway's own plumbing runs with the repository's git hooks switched off: its commits
 //! cross the extensions' `git/commit` op hook instead.
 
@@ -282,19 +284,18 @@ pub async fn changed(d: &super::Draft) -> Result<(String, Vec<String>), DraftErr
 #[derive(Debug)]
 pub struct Prepared {
     pub files: Vec<String>,
-    draft_head: String,
-    draft_commit: String,
+    /// The target branch's tip the draft's changes go on top of.
     tip: String,
+    /// The tip's tree with the draft's own changes (docs/decisions.md, W1).
     merged: String,
 }
 
-/// Commits the draft's state as an object (no ref moves), merges it onto the target
-/// branch in memory and checks that trunk can take the merge. `None`: nothing changed.
-pub async fn prepare(
-    d: &super::Draft,
-    top: &Path,
-    message: &str,
-) -> Result<Option<Prepared>, DraftError> {
+/// Puts the draft's own changes (its files against the baseline it started from) on top of
+/// the target branch's tip, in memory, and checks that trunk can take them. The baseline
+/// may hold the user's uncommitted work; a three-way merge with it as the base carries
+/// only what the draft changed, so that work never enters the branch through the draft.
+/// `None`: nothing changed.
+pub async fn prepare(d: &super::Draft, top: &Path) -> Result<Option<Prepared>, DraftError> {
     let (Some(base), Some(target)) = (&d.baseline, &d.target_branch) else {
         return Err(DraftError::failed("the draft has no git baseline"));
     };
@@ -303,11 +304,12 @@ pub async fn prepare(
     if files.is_empty() {
         return Ok(None);
     }
+    // The draft's state as an object for the merge (no ref names it).
     let draft_head = git(dir, &["rev-parse", "HEAD"], &[]).await?;
     let draft_commit = if git(dir, &["rev-parse", "HEAD^{tree}"], &[]).await? == tree {
-        draft_head.clone()
+        draft_head
     } else {
-        commit_tree(top, &tree, &[&draft_head], message).await?
+        commit_tree(top, &tree, &[&draft_head], "vis: the draft's state").await?
     };
     let on = git(top, &["symbolic-ref", "-q", "HEAD"], &[])
         .await
@@ -352,8 +354,10 @@ pub async fn prepare(
                 .collect();
             return Err(DraftError::conflict(
                 format!(
-                    "the draft conflicts with changes committed on {target} since it started ({}): \
-                     nothing was changed; reconcile them, then apply again",
+                    "the draft conflicts with {target} as committed ({}): the draft \
+                     changed files that differ on {target} since it started, or that hold \
+                     work you have not committed; nothing was changed: reconcile them \
+                     (commit your work, or undo the draft's edit), then apply again",
                     files.join(", ")
                 ),
                 files,
@@ -371,13 +375,7 @@ pub async fn prepare(
     if !dry.ok {
         return Err(trunk_conflict(&dry.stderr));
     }
-    Ok(Some(Prepared {
-        files,
-        draft_head,
-        draft_commit,
-        tip,
-        merged,
-    }))
+    Ok(Some(Prepared { files, tip, merged }))
 }
 
 /// Trunk has uncommitted edits (or untracked files) where the draft changes files.
@@ -404,56 +402,60 @@ fn trunk_conflict(stderr: &str) -> DraftError {
     )
 }
 
-/// Lands a prepared apply: the draft's commit on its branch, the merge commit, trunk's
-/// files and index, then the target branch (each commit through the `git/commit` hooks).
-/// Returns the merge commit.
+/// Moves trunk's index and files from `from` to `to` the way a checkout does (refusing,
+/// changing nothing, where a file it changes has uncommitted edits).
+async fn move_trunk(top: &Path, from: &str, to: &str) -> Result<(), DraftError> {
+    let moved = exec(top, &["read-tree", "-m", "-u", from, to], &[]).await?;
+    if !moved.ok {
+        return Err(trunk_conflict(&moved.stderr));
+    }
+    Ok(())
+}
+
+/// Lands a prepared apply. `Commit`: one commit of the draft's changes whose parent is the
+/// target branch's tip (through the `git/commit` hooks), checked out in trunk, the branch
+/// moved compare-and-swap on the tip; returns it. `Uncommitted`: the draft's changes are
+/// written to trunk's files and left unstaged; no commit, `None`.
 pub async fn land(
     d: &super::Draft,
     top: &Path,
     p: &Prepared,
     message: &str,
+    mode: crate::config::DraftApply,
     hooks: &dyn Hooks,
-) -> Result<String, DraftError> {
-    let (Some(branch), Some(target)) = (&d.branch, &d.target_branch) else {
-        return Err(DraftError::failed("the draft has no branch"));
+) -> Result<Option<String>, DraftError> {
+    let Some(target) = &d.target_branch else {
+        return Err(DraftError::failed("the draft has no target branch"));
     };
+    if mode == crate::config::DraftApply::Uncommitted {
+        move_trunk(top, &p.tip, &p.merged).await?;
+        // Back out of the index: the files stay as the draft left them, unstaged.
+        for chunk in p.files.chunks(256) {
+            let mut args = vec!["reset".to_string(), "-q".into(), p.tip.clone(), "--".into()];
+            args.extend(chunk.iter().map(|f| format!(":(literal){f}")));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            git(top, &args, &[]).await?;
+        }
+        return Ok(None);
+    }
     let mut args = serde_json::Value::Object(d.hook_args());
     args["message"] = json!(message);
     args["files"] = json!(p.files);
-    if p.draft_commit != p.draft_head {
-        args["branch"] = json!(branch);
-        let r = format!("refs/heads/{branch}");
-        hooked_commit(hooks, args.clone(), async {
-            git(
-                top,
-                &["update-ref", &r, &p.draft_commit, &p.draft_head],
-                &[],
-            )
-            .await?;
-            Ok(p.draft_commit.clone())
-        })
-        .await?;
-    }
-    let merge_message = format!("Merge draft '{}' into {target}\n\n{message}", d.label);
     args["branch"] = json!(target);
-    args["message"] = json!(merge_message);
-    let merge = hooked_commit(hooks, args, async {
-        let m = commit_tree(top, &p.merged, &[&p.tip, &p.draft_commit], &merge_message).await?;
-        let moved = exec(top, &["read-tree", "-m", "-u", &p.tip, &m], &[]).await?;
-        if !moved.ok {
-            return Err(trunk_conflict(&moved.stderr));
-        }
+    let commit = hooked_commit(hooks, args, async {
+        let c = commit_tree(top, &p.merged, &[&p.tip], message).await?;
+        move_trunk(top, &p.tip, &c).await?;
         let r = format!("refs/heads/{target}");
         git(
             top,
-            &["update-ref", "-m", "vis: apply a draft", &r, &m, &p.tip],
+            &["update-ref", "-m", "vis: apply a draft", &r, &c, &p.tip],
             &[],
         )
         .await?;
-        Ok(m)
+        Ok(c)
     })
     .await?;
-    Ok(merge)
+    Ok(Some(commit))
 }
 
 /// Removes the draft's worktree and branch (abandon, or after apply).
@@ -549,8 +551,11 @@ mod tests {
             refuse: Some("git/commit"),
             ..Default::default()
         };
-        let p = prepare(&d, &top, "m").await.unwrap().unwrap();
-        let e = land(&d, &top, &p, "m", &refusing).await.unwrap_err();
+        let commit = crate::config::DraftApply::Commit;
+        let p = prepare(&d, &top).await.unwrap().unwrap();
+        let e = land(&d, &top, &p, "m", commit, &refusing)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind, "blocked-by-hook");
         assert_eq!(e.message, "no commits today");
         assert_eq!(sh(&top, &["rev-parse", "HEAD"]), head);
@@ -560,13 +565,12 @@ mod tests {
         );
 
         let hooks = Recording::default();
-        let p = prepare(&d, &top, "m").await.unwrap().unwrap();
+        let p = prepare(&d, &top).await.unwrap().unwrap();
         assert_eq!(p.files, vec!["sub/a.txt"]);
-        land(&d, &top, &p, "m", &hooks).await.unwrap();
+        land(&d, &top, &p, "m", commit, &hooks).await.unwrap();
         let ops: Vec<(String, Value)> = hooks.calls.lock().clone();
-        assert_eq!(ops.len(), 2, "the draft's commit and the merge: {ops:?}");
-        assert_eq!(ops[0].1["branch"], "vis-draft/t");
-        assert_eq!(ops[1].1["branch"], "main");
+        assert_eq!(ops.len(), 1, "one commit on the target branch: {ops:?}");
+        assert_eq!(ops[0].1["branch"], "main");
         assert_eq!(
             std::fs::read_to_string(top.join("sub/a.txt")).unwrap(),
             "a2\n"
@@ -654,9 +658,10 @@ mod tests {
         // Apply lands only the draft's own change; trunk's work stays uncommitted.
         let d = draft(&repo, &dir, &made);
         std::fs::write(dir.join("c.txt"), "from the draft\n").unwrap();
-        let p = prepare(&d, &top, "add c").await.unwrap().unwrap();
+        let p = prepare(&d, &top).await.unwrap().unwrap();
         assert_eq!(p.files, vec!["c.txt"]);
-        land(&d, &top, &p, "add c", &NoHooks).await.unwrap();
+        let commit = crate::config::DraftApply::Commit;
+        land(&d, &top, &p, "add c", commit, &NoHooks).await.unwrap();
         assert_eq!(
             std::fs::read_to_string(top.join("c.txt")).unwrap(),
             "from the draft\n"
@@ -672,9 +677,11 @@ mod tests {
         );
         assert!(!status.contains("c.txt"), "{status}");
         let head_tree = sh(&top, &["show", "--stat", "--format=%s", "HEAD"]);
-        assert!(
-            head_tree.starts_with("Merge draft 't' into main"),
-            "{head_tree}"
+        assert!(head_tree.starts_with("add c"), "{head_tree}");
+        assert_eq!(
+            sh(&top, &["rev-list", "--count", "HEAD"]).trim(),
+            "2",
+            "one commit on the tip, the snapshot not in the history"
         );
         remove(&d, &top).await.unwrap();
         assert!(!dir.exists());

@@ -143,6 +143,10 @@ impl DraftError {
     pub fn blocked(reason: impl Into<String>) -> DraftError {
         Self::new(403, "blocked-by-hook", reason)
     }
+    /// The user was asked to approve and did not.
+    pub fn declined(message: impl Into<String>) -> DraftError {
+        Self::new(403, "declined-by-user", message)
+    }
     pub fn unavailable(message: impl Into<String>) -> DraftError {
         Self::new(409, "drafts-unavailable", message)
     }

@@ -24,7 +24,7 @@ pub enum Target {
 pub struct Applied {
     pub draft: Draft,
     pub files: Vec<String>,
-    /// git: the merge commit on the target branch.
+    /// git: the commit on the target branch (`None` when nothing was committed).
     pub commit: Option<String>,
 }
 
@@ -272,6 +272,7 @@ impl Drafts {
         &self,
         sid: &str,
         message: Option<&str>,
+        mode: crate::config::DraftApply,
         hooks: &dyn Hooks,
     ) -> Result<Applied, DraftError> {
         let _g = self.lock.lock().await;
@@ -289,7 +290,7 @@ impl Drafts {
         args["message"] = json!(message);
         let (files, commit) = match d.backend {
             Backend::Git => {
-                let prepared = git::prepare(&d, &d.repo_root, &message).await?;
+                let prepared = git::prepare(&d, &d.repo_root).await?;
                 let files = prepared
                     .as_ref()
                     .map(|p| p.files.clone())
@@ -297,7 +298,7 @@ impl Drafts {
                 args["files"] = json!(files);
                 guard(hooks, "draft/approve", &args).await?;
                 let commit = match &prepared {
-                    Some(p) => Some(git::land(&d, &d.repo_root, p, &message, hooks).await?),
+                    Some(p) => git::land(&d, &d.repo_root, p, &message, mode, hooks).await?,
                     None => None,
                 };
                 (files, commit)

@@ -2,7 +2,7 @@
 //! commands that need them (`/prompt`, `/compact`).
 
 use super::compaction::{self, How};
-use super::runner::{Conversation, RunCtx};
+use super::run_ctx::{Conversation, RunCtx};
 use super::turn_tools::TurnKit;
 use super::Gateway;
 use crate::agent::budget::Budgets;
@@ -68,7 +68,7 @@ pub struct ForTurn {
     /// The session's model (its pin, else the router's default).
     pub model: Option<String>,
     /// The slash turn's progress (a compaction's tokens count for it).
-    pub progress: Arc<parking_lot::Mutex<super::runner::Progress>>,
+    pub progress: Arc<parking_lot::Mutex<super::run_ctx::Progress>>,
     pub cancel: CancellationToken,
 }
 
@@ -122,6 +122,8 @@ impl super::slash::AgentCommands for ForTurn {
             budget: Budget::new(gw.window_of(&client, &model, &cfg)),
             budgets: Budgets::from_config(&cfg.agent),
             system: String::new(),
+            extra: None,
+            selected: (client.config().id.clone(), model.clone()),
         };
         let ctx = RunCtx {
             gw: gw.clone(),

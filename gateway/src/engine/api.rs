@@ -63,6 +63,10 @@ impl Engine for Api {
         Some(Arc::new(super::routes::mcp::McpRoutes(self.0.clone())))
     }
 
+    fn learn(&self) -> Option<Arc<dyn vis_companion_api::learn::LearnApi>> {
+        Some(Arc::new(super::routes::learn::LearnRoutes(self.0.clone())))
+    }
+
     fn providers(&self) -> Option<Arc<dyn vis_companion_api::providers::ProvidersApi>> {
         Some(Arc::new(super::routes::providers::ProviderRoutes(
             self.0.clone(),
@@ -213,7 +217,7 @@ impl Engine for Api {
         let turns = self.0.sessions.turns(sid).await.unwrap_or_default();
         let iterations = turns
             .into_iter()
-            .find(|t| t.engine_turn_id == engine_tid)
+            .find(|t| t.tid == engine_tid || t.engine_turn_id == engine_tid)
             .map(|t| t.iterations)
             .unwrap_or_default();
         Ok(Trace { iterations })
@@ -384,8 +388,9 @@ impl Engine for Api {
         session_id: Option<String>,
         root: Option<String>,
         title: Option<String>,
+        command: Option<String>,
     ) -> ApiResult<SandboxEnv> {
-        self.0.sandbox_env(session_id, root, title).await
+        self.0.sandbox_env(session_id, root, title, command).await
     }
 
     async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {

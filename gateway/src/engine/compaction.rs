@@ -2,7 +2,7 @@
 //! the threshold (docs/decisions.md, T2): the summary is written by the model, stored,
 //! announced to the phone (`context.compacted`), and replaces the older part from then on.
 
-use super::runner::{Conversation, Outcome, RunCtx};
+use super::run_ctx::{Conversation, Outcome, RunCtx};
 use crate::agent::compact;
 use crate::agent::context::{fold_text, Fit, Fitted, Fold};
 use crate::agent::memory::{self, Compaction, Trigger};

@@ -66,17 +66,18 @@ impl Gateway {
                 }
             }
         };
+        let terminal = self.checked_terminal(&l.sid, &l.tid, terminal).await;
         // The exchange is kept before the terminal goes out: the next turn reads it.
         let steps = std::mem::take(&mut l.progress.lock().transcript);
         super::conversation::keep(&self.store, &l.sid, &l.tid, steps, &terminal).await;
-        self.finish_checked(&l.sid, &l.tid, terminal).await;
+        self.finish(&l.sid, &l.tid, terminal);
     }
 
     async fn execute(self: &Arc<Self>, l: &Launch) -> Terminal {
         let Ok(shared) = self.sessions.get(&l.sid).await else {
             return Terminal::Cancelled;
         };
-        let (request, model, root, attachments, pinned, trunk) = {
+        let (request, model, root, attachments, pinned, trunk, extra) = {
             let st = shared.lock();
             let Some(r) = &st.running else {
                 return Terminal::Cancelled;
@@ -91,6 +92,7 @@ impl Gateway {
                 r.turn.attachments.clone(),
                 self.companion.settings().pinned_model(&st.row),
                 std::path::PathBuf::from(&st.row.root),
+                r.turn.extra_body.clone(),
             )
         };
         // A turn without its own model runs on the session's pin, else the router default.
@@ -152,6 +154,8 @@ impl Gateway {
             budget: Budget::new(self.window_of(&client, &model, &kit.config)),
             budgets: Budgets::from_config(&kit.config.agent),
             system: self.system_prompt(&l.sid, &trunk, &kit).await.text,
+            extra,
+            selected: (client.config().id.clone(), model.clone()),
         };
         let ctx = RunCtx {
             gw: self.clone(),

@@ -82,13 +82,20 @@ impl Gateway {
                 tid: tid.clone(),
                 sid: sid.to_string(),
                 ord: self.sessions.next_ord(),
-                engine_turn_id: uuid::Uuid::new_v4().to_string(),
+                // One id on every surface (submit answer, events, transcript, trace, forks).
+                engine_turn_id: tid.clone(),
                 status: Status::Queued,
                 request,
                 display_request: req.display_request.clone().filter(|d| !d.trim().is_empty()),
                 idempotency_key: req.idempotency_key.clone(),
                 model: req.model.clone().filter(|m| !m.trim().is_empty()),
                 reasoning_default: req.reasoning_default.clone(),
+                extra_body: req
+                    .extra_body
+                    .as_ref()
+                    .and_then(|v| v.as_object())
+                    .filter(|m| !m.is_empty())
+                    .cloned(),
                 created_at: now,
                 queued_at: None,
                 started_at: None,
@@ -110,7 +117,10 @@ impl Gateway {
             if let Some(k) = &t.idempotency_key {
                 st.keys.insert(k.clone(), tid.clone());
             }
-            if st.running.is_some() {
+            // An idle session's unpaused stored backlog (left by a stop) keeps its order: the
+            // new turn queues behind it and the backlog's head starts.
+            let behind_backlog = st.running.is_none() && Self::drainable(&st, false).is_some();
+            if st.running.is_some() || behind_backlog {
                 t.queued_at = Some(now);
                 self.save_turn(&t);
                 let ev = TurnQueued {
@@ -123,7 +133,11 @@ impl Gateway {
                 record = Some(t.record());
                 st.queue.push_back(t);
                 self.bus.publish(sid, Event::TurnQueued(ev));
-                launch = None;
+                launch = if behind_backlog {
+                    self.drain_locked(&mut st, false)
+                } else {
+                    None
+                };
             } else {
                 let l = self.start_locked(&mut st, t, false);
                 record = st.running.as_ref().map(|r| r.turn.record());
@@ -436,6 +450,18 @@ impl Gateway {
         }
     }
 
+    /// The position of the oldest queued turn a drain may start: an unpaused queue's turns
+    /// queued after the cancel floor (`force`: any turn).
+    pub(super) fn drainable(st: &SessionState, force: bool) -> Option<usize> {
+        if st.row.queue_paused && !force {
+            return None;
+        }
+        let floor = if force { None } else { st.row.cancel_floor };
+        st.queue
+            .iter()
+            .position(|q| floor.is_none_or(|f| q.queued_at.unwrap_or(0) >= f))
+    }
+
     /// Starts the oldest drainable queued turn if the session is idle.
     pub(super) fn drain_locked(
         self: &Arc<Self>,
@@ -445,11 +471,7 @@ impl Gateway {
         if st.running.is_some() {
             return None;
         }
-        let floor = if force { None } else { st.row.cancel_floor };
-        let idx = st
-            .queue
-            .iter()
-            .position(|q| floor.is_none_or(|f| q.queued_at.unwrap_or(0) >= f))?;
+        let idx = Self::drainable(st, force)?;
         let t = st.queue.remove(idx)?;
         self.bus.publish(
             &t.sid,

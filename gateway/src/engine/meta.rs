@@ -274,9 +274,17 @@ impl Gateway {
             }
         };
         let source = self.sessions.get(sid).await?.lock().row.clone();
-        let title = format!(
-            "Fork · {}",
-            source.title.clone().unwrap_or_else(|| "Untitled".into())
+        let parent = sid.to_string();
+        let earlier = self
+            .store
+            .call(move |c| crate::drafts::rows::forks_of(c, &parent))
+            .await
+            .map_err(store_err)?
+            .len();
+        let title = fork_title(
+            source.title.as_deref(),
+            earlier + 1,
+            (end < turns.len()).then_some(end),
         );
         let created = self
             .create_session(CreateSession {
@@ -295,7 +303,7 @@ impl Gateway {
             c.tid = uuid::Uuid::new_v4().to_string();
             c.sid = new_sid.clone();
             c.ord = self.sessions.next_ord();
-            c.engine_turn_id = uuid::Uuid::new_v4().to_string();
+            c.engine_turn_id = c.tid.clone();
             c.idempotency_key = None;
             if c.status == Status::Streaming || c.status == Status::Queued {
                 continue;
@@ -350,4 +358,18 @@ impl Gateway {
         }
         Ok(new_sid)
     }
+}
+
+/// A fork's title: the parent's, numbered among its forks, with the turn it was cut at
+/// when that is not the last one (`Fork 2 · Parser work (turn 3)`), so the list tells
+/// forks of one session apart.
+fn fork_title(parent: Option<&str>, n: usize, cut_at: Option<usize>) -> String {
+    let title = parent
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .unwrap_or("Untitled");
+    let at = cut_at.map(|t| format!(" (turn {t})")).unwrap_or_default();
+    let max = 200usize.saturating_sub(at.chars().count() + 16);
+    let title: String = title.chars().take(max).collect();
+    format!("Fork {n} · {title}{at}")
 }

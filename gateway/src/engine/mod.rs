@@ -22,6 +22,7 @@ pub mod presentation;
 mod queue;
 mod recovery;
 pub mod routes;
+mod run_ctx;
 pub mod runner;
 mod session_life;
 pub mod sessions;
@@ -123,6 +124,8 @@ pub struct Gateway {
     companion: companion::Companion,
     /// Where each session works: trunk or one of its drafts (`workspace/`).
     workspaces: Arc<workspace::Workspaces>,
+    /// Learn mode: proposals, the review and `vis.yml` edits, mode switches (L1).
+    learn: Arc<crate::learn::Learn>,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -168,14 +171,20 @@ impl Gateway {
         let companion =
             companion::Companion::new(store.clone(), sessions.clone(), configuration.clone());
         let egress = egress::EgressLog::new(store.clone());
-        let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
-        let workspaces = Arc::new(workspace::Workspaces::new(
-            Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
-            sessions.clone(),
-            bus.clone(),
-            extensions.clone(),
-            model_sandboxes.clone(),
+        let learn = Arc::new(crate::learn::Learn::new(
+            store.clone(),
+            Arc::new(routes::learn::ConfigurationProjects(configuration.clone())),
         ));
+        let model_sandboxes: Arc<crate::model_sandbox::Sandboxes> = Arc::default();
+        let workspaces = Arc::new(workspace::Workspaces::new(workspace::WorkspaceDeps {
+            drafts: Arc::new(crate::drafts::service::Drafts::open(store.clone(), &home.dir).await?),
+            sessions: sessions.clone(),
+            bus: bus.clone(),
+            extensions: extensions.clone(),
+            model_sandboxes: model_sandboxes.clone(),
+            configuration: configuration.clone(),
+            human_input: human_input.clone(),
+        }));
         let mcp = Arc::new(crate::mcp::Mcp::new(
             home_dir_for_mcp,
             crate::model_sandbox::builtins::docs()
@@ -197,6 +206,8 @@ impl Gateway {
             extensions.clone(),
             workspaces.clone(),
             configuration.clone(),
+            learn.clone(),
+            human_input.clone(),
         );
         let gw = Arc::new(Gateway {
             store,
@@ -220,6 +231,7 @@ impl Gateway {
             storage: Default::default(),
             companion,
             workspaces,
+            learn,
         });
         gw.human_input.bind(&gw);
         gw.watch_storage();
@@ -243,6 +255,7 @@ impl Gateway {
         self.slash.install_sandbox(sandbox.clone());
         self.configuration
             .attach_sandbox_routes(sandbox.routes.clone());
+        self.learn.install_sandbox(sandbox.clone()).await;
         let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
         Ok(port)

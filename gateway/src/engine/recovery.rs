@@ -61,6 +61,39 @@ impl Gateway {
 }
 
 impl Gateway {
+    /// Turns a graceful stop left queued (no running turn, queue not paused) run where they
+    /// left off: each such session drains its oldest queued turn, so nothing submitted after
+    /// the start overtakes them. Call once the sandbox runs, before the API serves.
+    pub async fn resume_backlogs(self: &Arc<Self>) -> anyhow::Result<usize> {
+        let records = self
+            .store
+            .call(|c| crate::store::rows::turns_with_status(c, "queued"))
+            .await?;
+        let mut sids: Vec<String> = Vec::new();
+        for t in records
+            .iter()
+            .filter_map(|r| serde_json::from_str::<Turn>(r).ok())
+        {
+            if !sids.contains(&t.sid) {
+                sids.push(t.sid);
+            }
+        }
+        let mut n = 0;
+        for sid in sids {
+            let Ok(shared) = self.sessions.get(&sid).await else {
+                continue;
+            };
+            let launch = self.drain_locked(&mut shared.lock(), false);
+            if let Some(l) = launch {
+                self.spawn(l);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl Gateway {
     /// Forms and live views the journal shows open when the gateway stopped can never be
     /// answered or updated (the extension call that owned them died with the process): each
     /// gets its closing event with reason `interrupted`, so no client keeps showing it.

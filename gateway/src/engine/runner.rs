@@ -6,10 +6,10 @@
 
 use super::coalesce::{Coalescer, Out};
 use super::compaction;
-use super::turn::{prose_block, Tokens};
-use super::Gateway;
-use crate::agent::budget::{Budgets, LoopGuard};
-use crate::agent::context::Context;
+use super::run_ctx::cut;
+pub use super::run_ctx::{Conversation, Outcome, Progress, RunCtx};
+use super::turn::prose_block;
+use crate::agent::budget::LoopGuard;
 use crate::agent::memory::Trigger;
 use crate::agent::window::{self, Budget};
 use crate::tools::Tool;
@@ -18,40 +18,15 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 use vis_companion_api::events::{
     Activity, ActivityKind, BlockCompleted, BlockDelta, BlockPreview, BlockStartedData, Event,
-    EventKind, IterationCompleted, IterationError, IterationErrorData, ProviderFallback,
-    ProviderRetry,
+    IterationCompleted, IterationError, IterationErrorData, ProviderFallback, ProviderRetry,
 };
 use vis_providers::{
     ChatMessage, ChatRequest, Client, ProviderError, RetryInfo, StreamEvent, ToolCall,
 };
 
 const ERROR_CAP: usize = 2000;
-
-/// What the loop has produced so far; read by the finisher even after a cancel.
-#[derive(Debug, Default)]
-pub struct Progress {
-    pub iterations: Vec<Value>,
-    pub open_blocks: Vec<String>,
-    pub answer: String,
-    pub tokens: Tokens,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    /// When the turn last produced output (any turn event but `activity`); `None` before
-    /// the first. Read by the silence watchdog.
-    pub last_output: Option<Instant>,
-    /// Tool calls running now (the silence watchdog exempts tool phases).
-    pub tools_running: usize,
-    /// The exchange so far as the model saw it (assistant messages and tool results),
-    /// kept when the turn settles, also after a cancel or a failure.
-    pub transcript: Vec<ChatMessage>,
-    /// The last request's estimated size and the model's window, in tokens.
-    pub context: Option<(u64, u64)>,
-    /// Compactions that ran in this turn.
-    pub compactions: u32,
-}
 
 /// Resolves once the turn has produced output and then stayed silent for `limit` outside
 /// a tool call ("output, then 6 min silence in a non-tool phase"); never before the
@@ -72,40 +47,6 @@ pub async fn silence(progress: &Mutex<Progress>, limit: Duration) {
         };
         tokio::time::sleep(wait).await;
     }
-}
-
-pub enum Outcome {
-    Completed { content: Vec<Value> },
-    Failed { code: &'static str, message: String },
-}
-
-pub struct RunCtx {
-    pub gw: Arc<Gateway>,
-    pub sid: String,
-    pub tid: String,
-    pub root: std::path::PathBuf,
-    /// The session's real folder (`root` is a draft's while the session is in one).
-    pub trunk: std::path::PathBuf,
-    pub progress: Arc<Mutex<Progress>>,
-    pub cancel: CancellationToken,
-}
-
-impl RunCtx {
-    /// Publishes an event of the running turn (display records get its `turn_id`); any
-    /// event but an activity line counts as output for the silence watchdog.
-    pub fn emit(&self, mut event: Event) -> i64 {
-        if let Event::Activity(a) = &mut event {
-            a.turn_id.get_or_insert_with(|| self.tid.clone());
-        }
-        if event.kind() != EventKind::Activity {
-            self.progress.lock().last_output = Some(Instant::now());
-        }
-        self.gw.bus.publish(&self.sid, event)
-    }
-}
-
-pub(super) fn cut(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
 }
 
 /// Streams one provider call, publishing text as it comes. Returns the collected message.
@@ -229,16 +170,6 @@ async fn stream_once(
     ))
 }
 
-/// What one turn's model loop is given besides the provider.
-#[derive(Clone)]
-pub struct Conversation {
-    /// The session's summary, settled turns and this turn's request.
-    pub context: Context,
-    pub budget: Budget,
-    pub budgets: Budgets,
-    pub system: String,
-}
-
 /// Stops the turn for a budget, with a message that says which and how to go on.
 fn budget_stop(code: &'static str, message: String) -> Outcome {
     Outcome::Failed { code, message }
@@ -323,6 +254,7 @@ pub async fn run(
             ..Default::default()
         };
         settings.shape(&mut req);
+        req.extra = conv.extra.clone();
         let (thinking, prose, calls) = match stream_once(ctx, &client, &req, iteration).await {
             Ok(r) => r,
             Err(e) => {
@@ -422,7 +354,10 @@ pub async fn run(
                 "thinking": thinking, "assistant_prose": prose, "answer": if done { json!(prose) } else { Value::Null },
                 "code": calls.iter().map(|c| format!("{}({})", c.name, c.arguments)).collect::<Vec<_>>(),
                 "forms": forms, "duration_ms": t0.elapsed().as_millis() as u64, "cost_usd": 0.0, "error": null,
-                "llm_selected": model, "llm_actual": model, "is_llm_fallback": false, "llm_routing_trace": []}));
+                "llm_selected": {"provider": conv.selected.0, "model": conv.selected.1},
+                "llm_actual": {"provider": client.config().id, "model": model},
+                "is_llm_fallback": (client.config().id.as_str(), model.as_str()) != (conv.selected.0.as_str(), conv.selected.1.as_str()),
+                "llm_routing_trace": []}));
             if done {
                 p.answer = prose.clone();
             }

@@ -109,6 +109,7 @@ impl Gateway {
         session_id: Option<String>,
         root: Option<String>,
         title: Option<String>,
+        command: Option<String>,
     ) -> ApiResult<SandboxEnv> {
         let g = self;
         let Some(sandbox) = g.sandbox.get() else {
@@ -141,7 +142,7 @@ impl Gateway {
             .map_err(|e| ApiError::bad_request("invalid-config", e))?;
         // The project's filters decide the child's first request (also without a turn).
         g.extensions.catalog().ensure_project(Some(&root)).await;
-        let env = sandbox.child_env(&sid, &root, &cfg);
+        let env = sandbox.child_env_for(&sid, &root, &cfg, command.as_deref());
         // `jail.enabled: true`: the caller must run `argv_prefix + command` (fail closed).
         let jail = sandbox
             .jail_prefix(&root, &cfg)

@@ -9,6 +9,9 @@ use crate::store::rows;
 use crate::store::Store;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
+
+/// The channel of the gateway's own sessions (where MCP server tests run): never listed.
+pub const INTERNAL_CHANNEL: &str = "system";
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use vis_companion_api::{ApiError, ApiResult};

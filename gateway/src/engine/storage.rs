@@ -8,7 +8,7 @@
 //!
 //! Every session that loses an event learns it: the watcher stops each session's turn as soon
 //! as its loss is recorded, also while it is still waiting for the database on behalf of
-//! others, and a turn's worker asks before landing its terminal ([`Gateway::finish_checked`]),
+//! others, and a turn's worker asks before landing its terminal ([`Gateway::checked_terminal`]),
 //! so a turn that ended between a loss and the watcher's next look fails `storage_error`
 //! instead of ending `turn.completed` with holes.
 
@@ -77,10 +77,10 @@ impl Gateway {
         });
     }
 
-    /// Lands a worker's terminal, unless events of its session were lost after the turn
-    /// started: then it fails `storage_error`. The store is flushed first, so the fate of
-    /// every event the turn published is known.
-    pub async fn finish_checked(self: &Arc<Self>, sid: &str, tid: &str, terminal: Terminal) {
+    /// A worker's terminal, unless events of its session were lost after the turn started:
+    /// then it fails `storage_error`. The store is flushed first, so the fate of every event
+    /// the turn published is known.
+    pub async fn checked_terminal(&self, sid: &str, tid: &str, terminal: Terminal) -> Terminal {
         self.store.flush().await;
         let started = self.sessions.loaded(sid).and_then(|shared| {
             let st = shared.lock();
@@ -89,7 +89,7 @@ impl Gateway {
                 .filter(|r| r.turn.tid == tid)
                 .map(|r| r.started_seq)
         });
-        let terminal = match started {
+        match started {
             Some(seq) if self.bus.lost().lost_after(sid, seq - 1) => {
                 tracing::error!(
                     session = sid,
@@ -99,8 +99,7 @@ impl Gateway {
                 storage_error_at_end()
             }
             _ => terminal,
-        };
-        self.finish(sid, tid, terminal);
+        }
     }
 
     /// Stops the turns that lost events, waits for the database, fails them; again while

@@ -2,7 +2,7 @@
 //! the call itself inside the tool phase the silence watchdog exempts, and its output
 //! (`block.output`) with what an extension presented.
 
-use super::runner::{cut, Progress, RunCtx};
+use super::run_ctx::{cut, Progress, RunCtx};
 use crate::tools::{Tool, ToolCtx, ToolOutput};
 use parking_lot::Mutex;
 use serde_json::Value;

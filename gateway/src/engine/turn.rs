@@ -104,6 +104,9 @@ pub struct Turn {
     /// Compactions that ran in this turn.
     #[serde(default)]
     pub compactions: u32,
+    /// Members the submit asked to add to each provider request (never on the wire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_body: Option<serde_json::Map<String, Value>>,
 }
 
 /// First line of a request, ≤ 240 chars plus `…`.
@@ -159,7 +162,7 @@ impl Turn {
         let outcome = self.status.is_terminal().then(|| {
             let t = &self.tokens;
             TurnOutcome {
-                engine_turn_id: self.engine_turn_id.clone(),
+                engine_turn_id: self.tid.clone(),
                 provider: self.provider.clone(),
                 llm_selected: self.model.clone(),
                 llm_actual: self.model.clone(),
@@ -211,11 +214,13 @@ impl Turn {
         }
     }
 
-    /// The transcript row (engine id and raw status).
+    /// The transcript row (raw status). Its id is the turn's one id, the one the submit
+    /// answer, the events and `/forks` use (turns stored before ids were unified kept a
+    /// second engine id; the trace answers to both).
     pub fn transcript_row(&self) -> TranscriptRow {
         let t = &self.tokens;
         TranscriptRow {
-            id: self.engine_turn_id.clone(),
+            id: self.tid.clone(),
             user_request: self
                 .display_request
                 .clone()

@@ -51,24 +51,6 @@ fn namespaces<'a>(names: impl Iterator<Item = &'a str>) -> Vec<(String, String)>
         .collect()
 }
 
-/// Each configured MCP server with its state this turn.
-fn mcp_lines(configured: &[String], fns: &[crate::mcp::McpFn]) -> Vec<(String, String)> {
-    configured
-        .iter()
-        .map(|name| {
-            let mine: Vec<&crate::mcp::McpFn> = fns.iter().filter(|f| &f.server == name).collect();
-            let line = if mine.iter().any(|f| f.is_unavailable) {
-                "waiting for a sign-in from the phone (Settings → MCP servers); its tools raise until then".to_string()
-            } else if mine.is_empty() {
-                "down (not connected this turn); its tools are not available".to_string()
-            } else {
-                format!("connected, {} tools (`await {name}.tool(...)`)", mine.len())
-            };
-            (name.clone(), line)
-        })
-        .collect()
-}
-
 /// Assembles a turn's tools from the extension host, the sandboxes, MCP and the workspaces.
 pub struct TurnTools {
     extensions: ExtensionHost,
@@ -126,12 +108,6 @@ impl TurnTools {
         let cfg = crate::config::load_async(&self.home, root)
             .await
             .unwrap_or_default();
-        let configured_mcp: Vec<String> = self
-            .mcp
-            .servers(&cfg)
-            .into_iter()
-            .map(|(name, _, _)| name)
-            .collect();
         if cfg.model_tools() == crate::config::ModelTools::Sandbox {
             let symbols: Vec<crate::model_sandbox::tool::SymbolFn> = host
                 .tools()
@@ -168,7 +144,14 @@ impl TurnTools {
                     .filter(|s| !s.is_hidden)
                     .map(|s| s.name.as_str()),
             );
-            let mcp = mcp_lines(&configured_mcp, &mcp_fns);
+            // Each configured MCP server with its state this turn (the same the block names).
+            let mcp = self
+                .mcp
+                .servers_for_prompt(sid, &cfg)
+                .await
+                .into_iter()
+                .map(|f| (f.name.clone(), f.describe()))
+                .collect();
             let tool = crate::model_sandbox::tool::PythonExecution::new(
                 crate::model_sandbox::tool::Parts {
                     boxes: self.model_sandboxes.clone(),

@@ -108,6 +108,12 @@ impl Gateway {
                     .as_deref()
                     .is_none_or(|root| r.root.trim_end_matches('/') == root)
             })
+            // The gateway's own sessions (the MCP server tests) are not the user's: listed
+            // only when their channel is asked for.
+            .filter(|r| match q.channel.as_deref() {
+                Some(c) => r.channel == c,
+                None => r.channel != super::sessions::INTERNAL_CHANNEL,
+            })
             .filter(|r| {
                 let l = live.get(&r.id);
                 r.title.as_deref().is_some_and(|t| !t.trim().is_empty())

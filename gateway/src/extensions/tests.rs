@@ -221,6 +221,7 @@ fn principal_of(project: Option<&Path>) -> vis_proxy::Principal {
         policy: Arc::new(vis_proxy::policy::Policy::unrestricted()),
         reserved_ports: vec![],
         project: project.map(Arc::from),
+        label: None,
     }
 }
 

@@ -6,17 +6,21 @@
 //! - [`conn`]: one live connection (stdio child or streamable HTTP through the proxy).
 //! - [`managed`]: the servers saved from the phone (`<home>/mcp-servers.json`, 0600).
 //! - [`oauth`]: sign-ins for HTTP servers that ask for one, and their tokens.
+//! - [`session`]: a session's servers as the model sees them: connections opened in the
+//!   background and kept, servers not ready named as such, the system prompt's facts.
 //! - [`Mcp`]: the registry: the server list the phone sees, each session's connections,
 //!   kills, and the last status of every server (tools seen, last error).
 //!
 //! A session's stdio servers are its own children (their traffic is attributed to it), so
-//! connections are per session; a connection that died is reopened at the next call, and
-//! its failure shows in the list until a connection succeeds again.
+//! connections are per session and kept across turns; a connection that died is reopened at
+//! the next call, and its failure shows in the list until a connection succeeds again.
 
 pub mod conn;
 pub mod managed;
 pub mod oauth;
 pub mod reach;
+/// The system prompt's MCP facts (docs/decisions.md, T3): `Mcp::servers_for_prompt`.
+pub mod session;
 pub mod spec;
 
 use crate::config::Config;
@@ -72,6 +76,10 @@ pub struct Mcp {
     probe: Mutex<Option<String>>,
     /// Names a server cannot take: the sandbox's own functions.
     reserved: Vec<String>,
+    /// Hand-written entries that cannot be read, with why (from the last `servers`).
+    invalid: Mutex<HashMap<String, String>>,
+    /// Connections being opened in the background, per (session, server): `true` once done.
+    opening: Mutex<HashMap<(String, String), tokio::sync::watch::Receiver<bool>>>,
 }
 
 /// One server of a configuration: `(name, spec, is_managed)`.
@@ -94,6 +102,8 @@ impl Mcp {
             live: tokio::sync::Mutex::default(),
             probe: Mutex::default(),
             reserved,
+            invalid: Mutex::default(),
+            opening: Mutex::default(),
         }
     }
 
@@ -103,19 +113,33 @@ impl Mcp {
     }
 
     /// Every server of `cfg` (hand-written ones first) and those saved from the phone.
+    /// A hand-written entry that cannot be read is listed with the reason (and never
+    /// connected).
     pub fn servers(&self, cfg: &Config) -> Vec<Entry> {
-        let mut out: Vec<Entry> = cfg
-            .mcp
-            .servers
-            .iter()
-            .map(|(n, s)| (n.clone(), s.clone(), false))
-            .collect();
+        let mut invalid = self.invalid.lock();
+        invalid.clear();
+        let mut out: Vec<Entry> = Vec::new();
+        for (n, raw) in &cfg.mcp.servers {
+            match spec::from_config(raw) {
+                Ok(s) => out.push((n.clone(), s, false)),
+                Err(e) => {
+                    invalid.insert(n.clone(), e);
+                    out.push((n.clone(), spec::unreadable(), false));
+                }
+            }
+        }
+        drop(invalid);
         for (n, s) in self.managed.lock().iter() {
             if !cfg.mcp.servers.contains_key(n) {
                 out.push((n.clone(), s.clone(), true));
             }
         }
         out
+    }
+
+    /// The server saved from the phone under `name`, if any.
+    pub fn saved(&self, name: &str) -> Option<McpServerInput> {
+        self.managed.lock().get(name).cloned()
     }
 
     fn is_killed(&self, name: &str) -> bool {
@@ -165,6 +189,9 @@ impl Mcp {
             .iter()
             .any(|((_, n), l)| n == name && !l.conn.is_closed());
         let mut st = self.status.lock().get(name).cloned().unwrap_or_default();
+        if let Some(e) = self.invalid.lock().get(name) {
+            st.last_error = Some(e.clone());
+        }
         let (is_authorized, needs_auth) = match (input.transport, input.url.as_deref()) {
             (McpTransport::StreamableHttp, Some(url)) => {
                 let refused = match st.refused_at {
@@ -196,6 +223,13 @@ impl Mcp {
             cwd: input.cwd.clone(),
             url: input.url.clone(),
             timeout_ms: input.timeout_ms,
+            env_keys: input.env.iter().flatten().map(|(k, _)| k.clone()).collect(),
+            header_keys: input
+                .headers
+                .iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect(),
             last_error: st.last_error,
         }
     }
@@ -237,48 +271,6 @@ impl Mcp {
             },
         );
         Ok(conn)
-    }
-
-    /// The tools of every enabled, running server of the session's configuration, as block
-    /// functions. A server that cannot be reached is left out (its error shows in the list).
-    pub async fn session_fns(&self, sid: &str, cfg: &Config, reach: &Reach) -> Vec<McpFn> {
-        let servers: Vec<Entry> = self
-            .servers(cfg)
-            .into_iter()
-            .filter(|(n, s, _)| s.enabled != Some(false) && !self.is_killed(n))
-            .filter(|(n, s, _)| {
-                // A hand-written entry that cannot work is skipped, with the reason listed.
-                match self.check_name(n).and_then(|()| spec::check(s)) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        self.note(n, Err(e));
-                        false
-                    }
-                }
-            })
-            .collect();
-        let opened = futures::future::join_all(servers.iter().map(|(name, input, _)| async move {
-            (name, self.connection(sid, name, input, reach).await)
-        }))
-        .await;
-        let mut out = Vec::new();
-        for (server, conn) in opened {
-            let conn = match conn {
-                Ok(conn) => conn,
-                Err(OpenError::NeedsAuth) => {
-                    out.push(waiting_for_sign_in(server));
-                    continue;
-                }
-                Err(OpenError::Failed(_)) => continue,
-            };
-            for tool in &conn.tools {
-                match function(server, tool) {
-                    Ok(f) => out.push(f),
-                    Err(e) => self.note(server, Err(e)),
-                }
-            }
-        }
-        out
     }
 
     /// Calls `tool` of `server` for the session (reconnecting a dead connection once).
@@ -329,8 +321,10 @@ impl Mcp {
         r
     }
 
-    /// Ends the session's connections (their stdio children are killed).
+    /// Ends the session's connections (their stdio children are killed), and forgets the
+    /// ones being opened (they are not kept when they come up).
     pub async fn stop_session(&self, sid: &str) {
+        self.opening.lock().retain(|(s, _), _| s != sid);
         self.live.lock().await.retain(|(s, _), _| s != sid);
     }
 
@@ -370,19 +364,29 @@ impl Mcp {
 
     /// Closes a server's connections in every session (the next call connects again).
     pub async fn drop_server(&self, name: &str) {
+        self.opening.lock().retain(|(_, n), _| n != name);
         self.live.lock().await.retain(|(_, n), _| n != name);
     }
 }
 
 /// A server waiting for a sign-in, as a name of the block whose every use says so.
 fn waiting_for_sign_in(server: &str) -> McpFn {
-    let why = conn::sign_in_message(server);
+    unavailable(
+        server,
+        conn::sign_in_message(server),
+        format!("MCP server {server}: its tools appear once someone signs in"),
+    )
+}
+
+/// A server whose tools cannot be offered now, as a name of the block whose every use
+/// raises `why`; `apropos` finds it by `summary`.
+fn unavailable(server: &str, why: String, summary: String) -> McpFn {
     McpFn {
         name: server.to_string(),
         server: server.to_string(),
         tool: String::new(),
-        contract: json!({"name": server, "mcp_server": server, "needs_sign_in": true}),
-        summary: format!("MCP server {server}: its tools appear once someone signs in"),
+        contract: json!({"name": server, "mcp_server": server, "is_unavailable": true}),
+        summary,
         doc: why,
         is_unavailable: true,
     }

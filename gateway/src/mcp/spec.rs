@@ -1,7 +1,7 @@
 //! What a configured MCP server must look like, and how its tools are named in a block.
 
 use std::time::Duration;
-use vis_companion_api::mcp::{McpServerInput, McpTransport};
+use vis_companion_api::mcp::{McpServerEdit, McpServerInput, McpTransport, SecretsEdit};
 
 /// Connecting (spawn + `initialize` + `tools/list`) may take this long by default.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,6 +71,133 @@ pub fn check(input: &McpServerInput) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `scheme://host:port` of a URL (the default port filled in), or `None` when it is not one.
+fn origin(url: &str) -> Option<String> {
+    let u = url.trim().parse::<axum::http::Uri>().ok()?;
+    let scheme = u.scheme_str()?.to_ascii_lowercase();
+    let port = u.port_u16().or(match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    })?;
+    Some(format!(
+        "{scheme}://{}:{port}",
+        u.host()?.to_ascii_lowercase()
+    ))
+}
+
+/// An edit from the phone over the server saved under its name: secrets it does not resend
+/// are kept (docs/decisions.md, "MCP server edits"). Saved headers never follow a server to
+/// another origin: such an edit must resend or clear them.
+pub fn edited(
+    edit: &McpServerEdit,
+    saved: Option<&McpServerInput>,
+) -> Result<McpServerInput, String> {
+    let Some(saved) = saved else {
+        return Ok(edit.fresh());
+    };
+    let kept_headers = !edit.headers.keeps_nothing_of(saved.headers.as_ref());
+    if kept_headers {
+        let (old, new) = (
+            saved.url.as_deref().and_then(origin),
+            edit.server.url.as_deref().and_then(origin),
+        );
+        if new.is_some() && old != new {
+            return Err(format!(
+                "the server's url moves to another origin ({}), and its saved headers are \
+                 kept only for {}: resend the headers for the new url, or send \
+                 `\"headers\": null` to drop them",
+                new.unwrap_or_default(),
+                old.unwrap_or_else(|| "its old url".into())
+            ));
+        }
+    }
+    let mut out = edit.over(Some(saved));
+    // A server moved to stdio has no headers; kept ones are not carried into it.
+    if out.transport == McpTransport::Stdio && edit.headers == SecretsEdit::Keep {
+        out.headers = None;
+    }
+    Ok(out)
+}
+
+/// A `vis.yml` server entry, read as users bring it from the reference's configs:
+/// `transport` may be left out (`command` means stdio, `url` streamable HTTP) and `http`
+/// names streamable HTTP.
+pub fn from_config(raw: &serde_json::Value) -> Result<McpServerInput, String> {
+    let mut v = raw.clone();
+    let Some(m) = v.as_object_mut() else {
+        return Err(format!("a server entry must be a mapping, got {raw}"));
+    };
+    if !m.contains_key("transport") {
+        let t =
+            match (m.contains_key("command"), m.contains_key("url")) {
+                (true, false) => "stdio",
+                (false, true) => "streamable_http",
+                _ => return Err(
+                    "give either `command` (a stdio server) or `url` (a streamable_http server), \
+                     or name the `transport`"
+                        .into(),
+                ),
+            };
+        m.insert("transport".into(), t.into());
+    }
+    serde_json::from_value(v).map_err(|e| format!("invalid server entry: {e}"))
+}
+
+/// What an unreadable hand-written entry is listed as (its reason shows as its error).
+pub fn unreadable() -> McpServerInput {
+    McpServerInput {
+        transport: McpTransport::Stdio,
+        enabled: None,
+        command: None,
+        args: None,
+        cwd: None,
+        env: None,
+        url: None,
+        headers: None,
+        timeout_ms: None,
+    }
+}
+
+/// `text` with every `${NAME}` replaced by `var(NAME)`; a name that resolves to nothing is
+/// an error naming it.
+fn expand(text: &str, var: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(format!("an unclosed `${{` in {text:?}"));
+        };
+        let name = &after[..end];
+        let value = var(name).ok_or_else(|| {
+            format!("`${{{name}}}` is not set in the project's environment (vis.yml `environment:`, .env, .env.local, or the gateway's own)")
+        })?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The server with `${VAR}` expanded in its `env` and `headers` values and its `url`.
+pub fn interpolate(
+    input: &McpServerInput,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<McpServerInput, String> {
+    let mut out = input.clone();
+    for map in [&mut out.env, &mut out.headers].into_iter().flatten() {
+        for v in map.values_mut() {
+            *v = expand(v, var)?;
+        }
+    }
+    if let Some(u) = &mut out.url {
+        *u = expand(u, var)?;
+    }
+    Ok(out)
 }
 
 /// The call's time limit.
@@ -165,6 +292,34 @@ mod tests {
         assert!(check(&http).is_ok());
         http.timeout_ms = Some(5);
         assert!(check(&http).unwrap_err().contains("timeout_ms"));
+    }
+
+    #[test]
+    fn reference_entries_infer_their_transport_and_expand_variables() {
+        let s = from_config(&serde_json::json!({"command": "srv"})).unwrap();
+        assert_eq!(s.transport, McpTransport::Stdio);
+        let h = from_config(&serde_json::json!({"url": "http://h/mcp"})).unwrap();
+        assert_eq!(h.transport, McpTransport::StreamableHttp);
+        let h =
+            from_config(&serde_json::json!({"transport": "http", "url": "http://h/mcp"})).unwrap();
+        assert_eq!(h.transport, McpTransport::StreamableHttp);
+        assert!(from_config(&serde_json::json!({"transport": "pigeon"}))
+            .unwrap_err()
+            .contains("pigeon"));
+        assert!(from_config(&serde_json::json!({})).is_err());
+        let mut h = h;
+        h.url = Some("https://${HOST}/mcp".into());
+        h.headers = Some([("Authorization".to_string(), "Bearer ${TOKEN}".to_string())].into());
+        let var = |n: &str| match n {
+            "HOST" => Some("example.org".to_string()),
+            "TOKEN" => Some("t0k".to_string()),
+            _ => None,
+        };
+        let x = interpolate(&h, &var).unwrap();
+        assert_eq!(x.url.as_deref(), Some("https://example.org/mcp"));
+        assert_eq!(x.headers.unwrap()["Authorization"], "Bearer t0k");
+        h.url = Some("https://${NOPE}/".into());
+        assert!(interpolate(&h, &var).unwrap_err().contains("NOPE"));
     }
 
     #[test]

@@ -90,8 +90,10 @@ const BUILTINS: &[(&str, &str, &str, &str)] = &[
     (
         "draft_approve",
         "draft_approve(message=None) -> dict",
-        "Land the current draft in the real project (git: commit + merge into its branch) and return to it.",
-        "Refused, changing nothing, when trunk changed the same files since the draft started.",
+        "Ask the user to land the current draft in the real project (git: one commit on its branch) and return to it.",
+        "The user approves or declines on their phone (unless the project lets the model land drafts \
+         alone); a decline raises PermissionError and leaves the draft as it is. Refused, changing \
+         nothing, when trunk changed the same files since the draft started.",
     ),
     (
         "draft_discard",

@@ -101,6 +101,17 @@ pub fn builtin() -> Vec<ProviderPreset> {
         .collect()
 }
 
+/// A provider's name for people: the label it was saved with, else its built-in preset's,
+/// else its id.
+pub fn label_of(id: &str, saved: &crate::provider_admin::saved::Saved) -> String {
+    saved
+        .get(id)
+        .map(|s| s.label.clone())
+        .filter(|l| !l.trim().is_empty())
+        .or_else(|| builtin().into_iter().find(|p| p.id == id).map(|p| p.label))
+        .unwrap_or_else(|| id.to_string())
+}
+
 /// The preset a Provider extension declares, when it may be added from the phone (it has a
 /// label, is not hidden and its runtime does not issue the credential itself).
 pub fn of_extension(p: &ProviderInfo) -> Option<ProviderPreset> {

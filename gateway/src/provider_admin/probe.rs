@@ -79,12 +79,25 @@ fn host(base_url: &str) -> String {
 
 /// Checks a provider now with a models-list call through its wire.
 pub async fn check_client(client: &Arc<Client>, label: &str, source: &str) -> ProviderStatus {
+    check_listing(client, label, source).await.0
+}
+
+/// [`check_client`], with the models the provider listed when it answered.
+pub async fn check_listing(
+    client: &Arc<Client>,
+    label: &str,
+    source: &str,
+) -> (ProviderStatus, Option<Vec<String>>) {
     let cfg = client.config();
     let has_key = cfg.api_key.as_deref().is_some_and(|k| !k.is_empty());
     let at = host(&cfg.base_url);
     let r = tokio::time::timeout(PROBE_TIMEOUT, client.list_models()).await;
+    let listed = match &r {
+        Ok(Ok(models)) => Some(models.clone()),
+        _ => None,
+    };
     let key_label = Some(if has_key { "API key" } else { "No key" }.to_string());
-    match r {
+    let status = match r {
         Ok(Ok(models)) => ProviderStatus {
             detail: Some(format!(
                 "{label} at {at} accepted the {} and listed {} model(s)",
@@ -155,7 +168,8 @@ pub async fn check_client(client: &Arc<Client>, label: &str, source: &str) -> Pr
                 ..status("degraded", Some(has_key), source)
             }
         }
-    }
+    };
+    (status, listed)
 }
 
 /// A Provider extension's own `ProviderStatus` (`status_fn`), in the app's shape.

@@ -70,6 +70,8 @@ impl Bucket {
 /// long-lived flow (those are reported when they open and when they close).
 pub fn foldable(d: &Decision) -> bool {
     d.decision == vis_proxy::Verdict::Allow
+        // learn mode's "would deny" records stay their own, as denials do (L1)
+        && d.would_deny.is_none()
         && d.error_kind.is_none()
         && d.reason.is_none()
         && d.state.is_none()
@@ -134,6 +136,9 @@ impl Buckets {
             }
             if b.first.path != d.path {
                 b.first.path = None;
+            }
+            if b.first.command != d.command {
+                b.first.command = None;
             }
             if b.first.decided_by != d.decided_by {
                 b.first.decided_by.rule_host = None;
@@ -227,6 +232,8 @@ mod tests {
             provider: None,
             state: None,
             flow: 0,
+            would_deny: None,
+            command: None,
         }
     }
 

@@ -61,6 +61,13 @@ pub struct ProxyEnv {
     pub port: u16,
     pub token: String,
     pub ca_bundle: std::path::PathBuf,
+    /// A wget startup file naming the bundle (wget reads no CA variable).
+    pub wgetrc: std::path::PathBuf,
+}
+
+/// The wget startup file that trusts `bundle` (wget reads its CA from `ca_certificate`).
+pub fn wgetrc(bundle: &Path) -> String {
+    format!("ca_certificate = {}\n", bundle.display())
 }
 
 /// Parses a dotenv file: `NAME=value` lines, optional `export`, quotes stripped, `#` comments.
@@ -137,6 +144,9 @@ pub fn child_env(
     }
     env.insert("NPM_CONFIG_CAFILE".into(), bundle.clone());
     env.insert("UV_NATIVE_TLS".into(), "1".into());
+    env.insert("WGETRC".into(), proxy.wgetrc.to_string_lossy().to_string());
+    // Node 24+ routes `fetch` through the proxy variables with it; Node 20 ignores both.
+    env.insert("NODE_USE_ENV_PROXY".into(), "1".into());
     env.retain(|k, _| !removed(k));
     env
 }
@@ -150,6 +160,7 @@ mod tests {
             port: 4000,
             token: "tok".into(),
             ca_bundle: "/h/ca.pem".into(),
+            wgetrc: "/h/wgetrc".into(),
         }
     }
 
@@ -186,6 +197,8 @@ mod tests {
             assert_eq!(env[*k], "/h/ca.pem");
         }
         assert_eq!(env["UV_NATIVE_TLS"], "1");
+        assert_eq!(env["WGETRC"], "/h/wgetrc");
+        assert_eq!(env["NODE_USE_ENV_PROXY"], "1");
     }
 
     #[test]

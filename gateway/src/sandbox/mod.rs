@@ -24,6 +24,8 @@ pub struct Sandbox {
     pub proxy: Proxy,
     pub tokens: Arc<tokens::Tokens>,
     pub ca_bundle: PathBuf,
+    /// The children's `WGETRC`, naming the bundle.
+    pub wgetrc: PathBuf,
     /// The gateway's own ports, always denied to children.
     pub reserved_ports: Vec<u16>,
     /// Phantom keys and routes of the configured LLM providers (docs/decisions.md, P8).
@@ -72,10 +74,14 @@ impl Sandbox {
         let ca_bundle = dir.join(format!("bundle-{}.pem", std::process::id()));
         std::fs::write(&ca_bundle, proxy.ca_bundle_pem())
             .with_context(|| format!("cannot write {}", ca_bundle.display()))?;
+        let wgetrc = dir.join(format!("wgetrc-{}", std::process::id()));
+        std::fs::write(&wgetrc, env::wgetrc(&ca_bundle))
+            .with_context(|| format!("cannot write {}", wgetrc.display()))?;
         Ok(Sandbox {
             proxy,
             tokens,
             ca_bundle,
+            wgetrc,
             reserved_ports,
             routes,
         })
@@ -92,23 +98,69 @@ impl Sandbox {
         self.tokens.token_for(
             || Principal {
                 session_id: sid.to_string(),
-                policy: compile_policy(cfg),
+                policy: self.session_policy(sid, cfg),
                 reserved_ports: self.reserved_ports.clone(),
                 project: Some(Arc::from(root)),
+                label: None,
             },
             sid,
         )
     }
 
+    /// The session's policy: the project's, with the session's own mode switch applied.
+    pub fn session_policy(&self, sid: &str, cfg: &Config) -> Arc<Policy> {
+        let policy = compile_policy(cfg);
+        match self.tokens.mode_of(sid) {
+            Some(mode) => Arc::new((*policy).clone().with_mode(mode)),
+            None => policy,
+        }
+    }
+
+    /// Re-decides the session's live token with its current policy (after a `vis.yml` edit
+    /// or a mode switch).
+    pub fn refresh_policy(&self, sid: &str, cfg: &Config) {
+        self.tokens.repolicy(sid, self.session_policy(sid, cfg));
+    }
+
     /// The full child environment for a session's process.
     pub fn child_env(&self, sid: &str, root: &Path, cfg: &Config) -> BTreeMap<String, String> {
-        let token = self.token(sid, root, cfg);
+        self.child_env_for(sid, root, cfg, None)
+    }
+
+    /// [`Self::child_env`] for one program (`command`: its name), whose egress decisions then
+    /// name it; `None` uses the session's own token.
+    pub fn child_env_for(
+        &self,
+        sid: &str,
+        root: &Path,
+        cfg: &Config,
+        command: Option<&str>,
+    ) -> BTreeMap<String, String> {
+        let label = command
+            .map(|c| c.split_whitespace().collect::<Vec<_>>().join(" "))
+            .map(|c| c.chars().take(64).collect::<String>())
+            .filter(|c| !c.is_empty());
+        let token = match label {
+            Some(l) => self.tokens.token_for_label(
+                || Principal {
+                    session_id: sid.to_string(),
+                    policy: self.session_policy(sid, cfg),
+                    reserved_ports: self.reserved_ports.clone(),
+                    project: Some(Arc::from(root)),
+                    label: None,
+                },
+                sid,
+                &l,
+            ),
+            None => self.token(sid, root, cfg),
+        };
         let mut project = env::project_env(root, &cfg.environment);
         project.extend(self.routes.child_vars(sid, self.port(), &token));
         let proxy = env::ProxyEnv {
             port: self.port(),
             token,
             ca_bundle: self.ca_bundle.clone(),
+            wgetrc: self.wgetrc.clone(),
         };
         let mut env = env::child_env(crate::start_env::vars(), &project, &proxy);
         // The child can name its session (e.g. to read its egress decisions).
@@ -132,7 +184,7 @@ impl Sandbox {
             proxy_port: self.port(),
             root: root.to_path_buf(),
             hide: home.map(Path::to_path_buf).into_iter().collect(),
-            expose_ro: vec![self.ca_bundle.clone()],
+            expose_ro: vec![self.ca_bundle.clone(), self.wgetrc.clone()],
             as_root: jail::running_as_root(),
             log_file,
         };
@@ -164,5 +216,6 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.ca_bundle);
+        let _ = std::fs::remove_file(&self.wgetrc);
     }
 }

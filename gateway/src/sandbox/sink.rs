@@ -197,6 +197,8 @@ mod tests {
             provider: None,
             state: None,
             flow: 0,
+            would_deny: None,
+            command: None,
         }
     }
 

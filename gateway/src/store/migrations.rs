@@ -193,6 +193,23 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (sid, n)
     ) WITHOUT ROWID;
     "#,
+    // 6: learn mode (docs/decisions.md, L1): a session's own network mode switch, and the
+    // policy changes written into a project's vis.yml (who applied what; `record` is the
+    // change as JSON).
+    r#"
+    CREATE TABLE egress_modes (
+        sid TEXT PRIMARY KEY,
+        mode TEXT NOT NULL
+    );
+    CREATE TABLE policy_changes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        root TEXT NOT NULL,
+        sid TEXT,
+        applied_at INTEGER NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX policy_changes_by_root ON policy_changes(root, id);
+    "#,
 ];
 
 pub fn apply(conn: &Connection) -> rusqlite::Result<()> {

@@ -32,6 +32,14 @@ pub enum StoreError {
     Other(String),
 }
 
+impl StoreError {
+    /// The write failed for want of room (`SQLITE_FULL`: the disk, or SQLite's own size cap).
+    pub fn is_full(&self) -> bool {
+        matches!(self, StoreError::Sql(rusqlite::Error::SqliteFailure(e, _))
+            if e.code == rusqlite::ErrorCode::DiskFull)
+    }
+}
+
 pub type StoreResult<T> = Result<T, StoreError>;
 
 const MAX_BATCH: usize = 512;

@@ -98,8 +98,9 @@ impl Framing for ConnectFlow {
             .map(|r| r.restricts_requests())
             .unwrap_or(false);
         let provider_host = c.credentials.iter().any(|cr| cr.covers(host));
-        let intercept =
-            !policy.is_excluded(host) && (rule_restricts || !c.filters.is_empty() || provider_host);
+        // learn mode looks inside too: a proposal needs the methods and paths (L1)
+        let intercept = !policy.is_excluded(host)
+            && (rule_restricts || !c.filters.is_empty() || provider_host || policy.is_learning());
         if intercept {
             return Ok(Tunnel::Intercept);
         }

@@ -24,7 +24,7 @@ use crate::lanes::target::{bracket, head_size, parse_authority};
 use crate::phases::Target;
 use crate::policy::Allowed;
 use crate::prefixed::{sniff, Inner, Prefixed};
-use crate::record::{emit_denial, AllowRecord, RecordBase};
+use crate::record::{AllowRecord, RecordBase};
 use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Phase, Principal};
 use crate::upstream::TunnelTlsConnector;
@@ -118,7 +118,13 @@ where
             let d = Denial::bad_request(
                 "the tunnel carries neither TLS nor HTTP, and this host's traffic must be inspected",
             );
-            emit_denial(shared.svc.sink.as_ref(), &t.principal.session_id, &base, &d);
+            crate::record::emit_denial_of(
+                shared.svc.sink.as_ref(),
+                &t.principal.session_id,
+                t.principal.label.as_deref(),
+                &base,
+                &d,
+            );
         }
     }
 }

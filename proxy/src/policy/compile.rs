@@ -130,6 +130,9 @@ pub struct Policy {
     /// `allowed` / `denied` domains as hash sets (built by `compile`), so the
     /// host gate costs one lookup per label instead of a scan of the lists.
     pub(crate) index: Option<Arc<HostIndex>>,
+    /// Learn mode (docs/decisions.md, L1): what the allowlist would deny is allowed and
+    /// recorded as "would deny".
+    pub(crate) learn: bool,
 }
 
 /// The `Domain` patterns of the host lists, for suffix lookups.
@@ -178,6 +181,7 @@ impl Policy {
             denied_names: vec![],
             denied_ips: vec![],
             index: None,
+            learn: false,
         }
     }
 
@@ -187,6 +191,26 @@ impl Policy {
             restricted: true,
             deny_all: Some(reason.unwrap_or_else(|| "vis-agent: egress denied".into())),
             ..Policy::unrestricted()
+        }
+    }
+
+    /// Is learn mode on (docs/decisions.md, L1)?
+    pub fn is_learning(&self) -> bool {
+        self.learn
+    }
+
+    /// This policy with learn mode switched on or off (a per-session override). The
+    /// deny-all sentinel of a broken policy never learns.
+    pub fn with_mode(mut self, mode: super::config::Mode) -> Policy {
+        self.learn = mode == super::config::Mode::Learn && self.deny_all.is_none();
+        self
+    }
+
+    /// Does the host match a specific (non-`*`) `denied_domains` entry?
+    pub(crate) fn explicitly_denied(&self, host: &str) -> bool {
+        match self.index.as_deref() {
+            Some(i) => domain_set_matches(&i.denied, host),
+            None => self.denied.iter().any(|p| !p.is_any() && p.matches(host)),
         }
     }
 
@@ -299,6 +323,7 @@ impl Policy {
             // without a policy (filters could otherwise intercept them).
             return Ok(Policy {
                 exclude: exclude.into_iter().map(|(_, p)| p).collect(),
+                learn: cfg.mode == Some(super::config::Mode::Learn),
                 ..Policy::unrestricted()
             });
         }
@@ -331,6 +356,7 @@ impl Policy {
             denied_names,
             denied_ips,
             index: Some(index),
+            learn: cfg.mode == Some(super::config::Mode::Learn),
         })
     }
 

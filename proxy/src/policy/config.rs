@@ -29,6 +29,31 @@ pub struct NetworkConfig {
     /// Per-host method / path / port rules.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+    /// `enforce` (the default) or `learn`: allow what the allowlist would deny and record it
+    /// as "would deny" (docs/decisions.md, L1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+/// `mode` of the `jail.network` block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Deny what the policy denies (the default).
+    Enforce,
+    /// Allow what the allowlist would deny, recording it as "would deny"; the SSRF floor,
+    /// explicit denials and network filters still deny.
+    Learn,
+}
+
+impl Mode {
+    /// The wire / config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Learn => "learn",
+        }
+    }
 }
 
 /// One entry of `rules`.
@@ -229,6 +254,19 @@ mod tests {
         assert_eq!(c.rules[0].access, Some(Access::ReadOnly));
         assert_eq!(c.rules[0].ports, vec![Port(443), Port(22)]);
         assert_eq!(c.inbound_ports, vec![Port(5273), Port(4200)]);
+        assert_eq!(c.mode, None);
+    }
+
+    #[test]
+    fn mode_is_enforce_or_learn_and_nothing_else() {
+        let c = NetworkConfig::from_yaml_str("mode: learn\n").unwrap();
+        assert_eq!(c.mode, Some(Mode::Learn));
+        let c = NetworkConfig::from_yaml_str("mode: enforce\n").unwrap();
+        assert_eq!(c.mode, Some(Mode::Enforce));
+        let e = NetworkConfig::from_yaml_str("mode: watch\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("jail.network.mode"), "{e}");
     }
 
     #[test]

@@ -21,6 +21,15 @@ pub struct DecideInput<'a> {
     pub port: Option<u16>,
 }
 
+/// What enforcement would have answered a request learn mode let through.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WouldDeny {
+    /// The `X-Vis-Egress-Error` kind enforcement would send.
+    pub error_kind: String,
+    /// The refusal sentence enforcement would send.
+    pub reason: String,
+}
+
 /// An allow verdict, with who decided (for the decision record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allowed {
@@ -28,6 +37,8 @@ pub struct Allowed {
     pub decider: DeciderKind,
     /// The selected rule's host pattern.
     pub rule_host: Option<String>,
+    /// Learn mode let through what the policy would deny (docs/decisions.md, L1).
+    pub would_deny: Option<WouldDeny>,
 }
 
 fn host_denial(policy: &Policy, host: &str) -> Option<Denial> {
@@ -127,6 +138,7 @@ pub fn decide(policy: &Policy, req: DecideInput<'_>) -> Result<Allowed, Denial> 
         return Ok(Allowed {
             decider: DeciderKind::Default,
             rule_host: None,
+            would_deny: None,
         });
     }
     if let Some(reason) = &policy.deny_all {
@@ -159,12 +171,14 @@ pub fn decide(policy: &Policy, req: DecideInput<'_>) -> Result<Allowed, Denial> 
                 DeciderKind::HostGate
             },
             rule_host,
+            would_deny: None,
         });
     };
     let Some(r) = rule else {
         return Ok(Allowed {
             decider: DeciderKind::HostGate,
             rule_host,
+            would_deny: None,
         });
     };
     let method = method.to_ascii_uppercase();
@@ -173,6 +187,7 @@ pub fn decide(policy: &Policy, req: DecideInput<'_>) -> Result<Allowed, Denial> 
         Ok(Allowed {
             decider: DeciderKind::Rule,
             rule_host,
+            would_deny: None,
         })
     } else {
         Err(Denial::policy(

@@ -5,7 +5,9 @@ pub mod compile;
 pub mod config;
 pub mod decide;
 pub mod glob;
+pub mod learn;
 
 pub use compile::{normalize_host, HostPattern, Policy, Rule};
-pub use config::NetworkConfig;
-pub use decide::{decide, normalize_path, Allowed, DecideInput};
+pub use config::{Mode, NetworkConfig};
+pub use decide::{decide, normalize_path, Allowed, DecideInput, WouldDeny};
+pub use learn::decide_or_learn;

@@ -182,6 +182,7 @@ impl Harness {
                 policy,
                 reserved_ports: reserved,
                 project: None,
+                label: None,
             },
         );
     }

@@ -281,6 +281,7 @@ async fn proxy(args: Args) -> Result<()> {
                 policy,
                 reserved_ports: vec![],
                 project: None,
+                label: None,
             },
         );
     }

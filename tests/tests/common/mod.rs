@@ -955,6 +955,27 @@ pub fn python() -> String {
     .clone()
 }
 
+/// A minimal pure-Python wheel, built with the standard library only.
+pub const BUILD_WHEEL_PY: &str = r#"
+import base64, hashlib, sys, zipfile
+out = sys.argv[1]
+name, ver = 'vis_egress_probe', '0.1'
+files = {
+    'vis_egress_probe/__init__.py': 'VALUE = "installed through the egress proxy"\n',
+    f'{name}-{ver}.dist-info/METADATA': f'Metadata-Version: 2.1\nName: vis-egress-probe\nVersion: {ver}\n',
+    f'{name}-{ver}.dist-info/WHEEL': 'Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n',
+}
+record = []
+with zipfile.ZipFile(out, 'w') as z:
+    for path, text in files.items():
+        data = text.encode()
+        z.writestr(path, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()
+        record.append(f'{path},sha256={digest},{len(data)}')
+    record.append(f'{name}-{ver}.dist-info/RECORD,,')
+    z.writestr(f'{name}-{ver}.dist-info/RECORD', '\n'.join(record) + '\n')
+"#;
+
 /// A tiny Python server: `static DIR` (files), `tls CERT KEY` (a fixed answer over TLS),
 /// `git ROOT` (`git http-backend` as CGI). Prints its port on the first line.
 pub const SERVE_PY: &str = r#"

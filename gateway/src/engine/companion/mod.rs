@@ -89,7 +89,14 @@ pub fn project_id(root: &str) -> String {
         .to_string()
 }
 
+/// A store failure as the API answers it: 507 when the disk is full (the client can tell the
+/// user what happened), else 500.
 pub fn store_err(e: crate::store::StoreError) -> ApiError {
+    if e.is_full() {
+        return ApiError::insufficient_storage(format!(
+            "the gateway's disk is full; nothing was changed ({e})"
+        ));
+    }
     ApiError::engine(e.to_string())
 }
 

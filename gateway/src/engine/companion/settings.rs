@@ -299,6 +299,8 @@ impl Settings {
         let s = self.current().await?;
         let cfg = self.configuration.current();
         let r = self.configuration.router().clone();
+        let admin = self.configuration.admin();
+        let saved = admin.saved();
         let default = s
             .default_provider
             .clone()
@@ -320,7 +322,18 @@ impl Settings {
                 };
                 let has_key = pc.api_key.as_deref().is_some_and(|k| !k.is_empty());
                 let local = pc.base_url.contains("127.0.0.1") || pc.base_url.contains("localhost");
-                let status = if has_key || local {
+                // The last status check, when there was one, says more than the key's presence.
+                let checked = admin.checked(id);
+                let status = if let Some(c) = checked {
+                    ProviderStatus {
+                        is_authenticated: c.is_authenticated.unwrap_or(has_key || local),
+                        auth_state: c.auth_state,
+                        detail: c.detail,
+                        label: c.label,
+                        source: c.source,
+                        error: c.error,
+                    }
+                } else if has_key || local {
                     ProviderStatus {
                         is_authenticated: true,
                         auth_state: "unverified".into(),
@@ -347,7 +360,7 @@ impl Settings {
                 let is_fallback = s.fallback_provider.as_deref() == Some(id.as_str());
                 RouterProvider {
                     id: id.clone(),
-                    label: id.clone(),
+                    label: crate::provider_admin::presets::label_of(id, &saved),
                     base_url: Some(pc.base_url.clone()),
                     api_style: match pc.dialect {
                         Dialect::Anthropic => "anthropic".into(),

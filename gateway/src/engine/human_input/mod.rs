@@ -18,6 +18,7 @@
 //!
 //! [`HumanDoors`]: crate::extensions::HumanDoors
 
+mod confirm;
 mod doors;
 mod live;
 mod shells;
@@ -30,6 +31,7 @@ use super::{now_ms, Gateway};
 use crate::bus::Bus;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
+pub use confirm::{Answer, Question};
 use live::View;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};

@@ -12,8 +12,8 @@ use axum::http::StatusCode;
 use std::sync::Arc;
 use vis_companion_api::events::{Event, McpServersUpdated};
 use vis_companion_api::mcp::{
-    McpApi, McpAuthCancelled, McpAuthFlow, McpAuthStatus, McpServer, McpServerInput, McpServers,
-    McpTestResult, McpToolInfo, McpTransport,
+    McpApi, McpAuthCancelled, McpAuthFlow, McpAuthStatus, McpServer, McpServerEdit, McpServerInput,
+    McpServers, McpTestResult, McpToolInfo, McpTransport,
 };
 use vis_companion_api::{ApiError, ApiResult, CreateSession};
 
@@ -80,6 +80,15 @@ impl McpRoutes {
         self.0.mcp.edit_saved(f).await.map_err(ApiError::engine)
     }
 
+    /// `edit` over the server saved from the phone under `name` (its secrets kept as the
+    /// edit says); a hand-written server's name is refused for a save.
+    async fn edited(&self, name: &str, edit: &McpServerEdit) -> ApiResult<McpServerInput> {
+        let saved = self.0.mcp.saved(name);
+        let input = spec::edited(edit, saved.as_ref()).map_err(invalid)?;
+        spec::check(&input).map_err(invalid)?;
+        Ok(input)
+    }
+
     /// The URL of an HTTP server that may sign in with OAuth.
     async fn oauth_server(&self, name: &str) -> ApiResult<(McpServerInput, String)> {
         let (_, input, _) = self.entry(name).await?;
@@ -114,7 +123,8 @@ impl McpRoutes {
     }
 
     /// The session MCP tests run in ("MCP server tests"), created on first use so their
-    /// traffic is attributed and shown like any session's.
+    /// traffic is attributed and kept like any session's. It is on the gateway's internal
+    /// channel, which the session list leaves out: it is not the user's.
     async fn probe_session(&self) -> ApiResult<String> {
         let known = self.0.mcp.probe_session();
         if let Some(sid) = known {
@@ -125,7 +135,7 @@ impl McpRoutes {
         let created = self
             .0
             .create_session(CreateSession {
-                channel: Some("system".into()),
+                channel: Some(crate::engine::sessions::INTERNAL_CHANNEL.into()),
                 title: Some("MCP server tests".into()),
                 ..Default::default()
             })
@@ -147,13 +157,13 @@ impl McpApi for McpRoutes {
         Ok(McpServers { servers })
     }
 
-    async fn save(&self, name: String, input: McpServerInput) -> ApiResult<McpServer> {
+    async fn save(&self, name: String, edit: McpServerEdit) -> ApiResult<McpServer> {
         self.0.mcp.check_name(&name).map_err(invalid)?;
-        spec::check(&input).map_err(invalid)?;
         let cfg = self.config().await?;
         if cfg.mcp.servers.contains_key(&name) {
             return Err(conflict_hand_written(&name));
         }
+        let input = self.edited(&name, &edit).await?;
         let (n, i) = (name.clone(), input.clone());
         self.edit_saved(move |m| {
             m.insert(n, i);
@@ -218,9 +228,9 @@ impl McpApi for McpRoutes {
         Ok(self.0.mcp.view(&e).await)
     }
 
-    async fn test(&self, name: String, input: McpServerInput) -> ApiResult<McpTestResult> {
+    async fn test(&self, name: String, edit: McpServerEdit) -> ApiResult<McpTestResult> {
         self.0.mcp.check_name(&name).map_err(invalid)?;
-        spec::check(&input).map_err(invalid)?;
+        let input = self.edited(&name, &edit).await?;
         let reach = self.probe_reach().await?;
         let opened = Conn::open(&name, &input, &reach, &self.0.mcp.auth)
             .await

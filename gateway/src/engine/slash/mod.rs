@@ -6,6 +6,7 @@
 //! that need the sandbox (`sandboxed.rs`). It reaches everything through the handles it
 //! holds; `/reload` reloads the configuration job, then the extensions.
 
+mod net;
 mod run;
 mod sandboxed;
 mod table;
@@ -40,6 +41,9 @@ pub struct SlashCommands {
     configuration: Arc<Configuration>,
     /// The egress proxy and child runner, once started (`/sh`, `/net-probe`).
     sandbox: OnceLock<Arc<Sandbox>>,
+    /// Learn mode (`/net`) and the review form it opens.
+    learn: Arc<crate::learn::Learn>,
+    human: Arc<super::human_input::HumanInput>,
 }
 
 impl SlashCommands {
@@ -49,6 +53,8 @@ impl SlashCommands {
         extensions: ExtensionHost,
         workspaces: Arc<Workspaces>,
         configuration: Arc<Configuration>,
+        learn: Arc<crate::learn::Learn>,
+        human: Arc<super::human_input::HumanInput>,
     ) -> SlashCommands {
         SlashCommands {
             sessions,
@@ -57,6 +63,8 @@ impl SlashCommands {
             workspaces,
             configuration,
             sandbox: OnceLock::new(),
+            learn,
+            human,
         }
     }
 

@@ -70,6 +70,7 @@ impl SlashCommands {
             "sh" => self.sh(sid, args, work).await,
             "draft" => self.workspaces.slash(sid, args).await,
             "net-probe" => self.net_probe(sid, args, work).await,
+            "net" => self.net(sid, args, project).await,
             "prompt" => agent.prompt().await,
             "compact" => agent.compact(args).await,
             other => {

@@ -13,7 +13,11 @@ impl SlashCommands {
             return Err("usage: /sh <command>".into());
         }
         let cfg = self.configuration.project(root).await?;
-        let env = sandbox.child_env(sid, root, &cfg);
+        let program = command
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.rsplit('/').next());
+        let env = sandbox.child_env_for(sid, root, &cfg, program);
         let jail = sandbox.jail_prefix(root, &cfg)?;
         let cancel = tokio_util::sync::CancellationToken::new();
         let out = crate::sandbox::run::run_with(

@@ -15,6 +15,10 @@ const BUILTINS: &[(&str, &str)] = &[
     ),
     ("extensions", "List loaded extensions and load failures"),
     (
+        "net",
+        "Learn mode: /net propose [project], /net review, /net mode [learn|enforce|project], /net suggested",
+    ),
+    (
         "prompt",
         "Show the system prompt the model is given in this session",
     ),

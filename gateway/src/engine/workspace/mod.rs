@@ -10,6 +10,8 @@ mod model;
 mod routes;
 mod slash;
 
+use super::configuration::Configuration;
+use super::human_input::{Answer, HumanInput, Question};
 use super::sessions::Sessions;
 use crate::bus::Bus;
 use crate::drafts::service::Drafts;
@@ -35,22 +37,33 @@ pub struct Workspaces {
     extensions: ExtensionHost,
     /// The model's runtimes, restarted when their session changes folder.
     model_sandboxes: Arc<Sandboxes>,
+    /// The project's `drafts:` settings.
+    configuration: Arc<Configuration>,
+    /// Where the model's `draft_approve` asks the user.
+    human_input: Arc<HumanInput>,
+}
+
+/// The services a [`Workspaces`] uses.
+pub struct WorkspaceDeps {
+    pub drafts: Arc<Drafts>,
+    pub sessions: Arc<Sessions>,
+    pub bus: Arc<Bus>,
+    pub extensions: ExtensionHost,
+    pub model_sandboxes: Arc<Sandboxes>,
+    pub configuration: Arc<Configuration>,
+    pub human_input: Arc<HumanInput>,
 }
 
 impl Workspaces {
-    pub fn new(
-        drafts: Arc<Drafts>,
-        sessions: Arc<Sessions>,
-        bus: Arc<Bus>,
-        extensions: ExtensionHost,
-        model_sandboxes: Arc<Sandboxes>,
-    ) -> Workspaces {
+    pub fn new(d: WorkspaceDeps) -> Workspaces {
         Workspaces {
-            drafts,
-            sessions,
-            bus,
-            extensions,
-            model_sandboxes,
+            drafts: d.drafts,
+            sessions: d.sessions,
+            bus: d.bus,
+            extensions: d.extensions,
+            model_sandboxes: d.model_sandboxes,
+            configuration: d.configuration,
+            human_input: d.human_input,
         }
     }
 
@@ -163,9 +176,66 @@ impl Workspaces {
     ) -> Result<(WorkspaceChange, Applied), DraftError> {
         let trunk = self.trunk(sid).await.map_err(from_api)?;
         let hooks = self.hooks(sid, &trunk);
-        let applied = self.drafts.apply(sid, message, &hooks).await?;
+        let mode = self.drafts_config(&trunk).await?.apply.unwrap_or_default();
+        let applied = self.drafts.apply(sid, message, mode, &hooks).await?;
         let change = self.changed(sid, &trunk, Action::Applied, &applied.draft);
         Ok((change, applied))
+    }
+
+    async fn drafts_config(&self, trunk: &str) -> Result<crate::config::DraftsSection, DraftError> {
+        self.configuration
+            .project(Path::new(trunk))
+            .await
+            .map(|c| c.drafts)
+            .map_err(|e| DraftError::unavailable(format!("the project's configuration: {e}")))
+    }
+
+    /// The model's `draft_approve`: unless the project sets `drafts.model_may_approve:
+    /// true`, the user is asked first (a form on the phone) and anything but an approval
+    /// lands nothing (docs/decisions.md, W1).
+    pub async fn approve_by_model(
+        &self,
+        sid: &str,
+        message: Option<&str>,
+    ) -> Result<(WorkspaceChange, Applied), DraftError> {
+        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        if self.drafts_config(&trunk).await?.model_may_approve != Some(true) {
+            let Some(d) = self.drafts.current(sid) else {
+                return Err(DraftError::state(
+                    "on-trunk",
+                    "the session is on trunk (its real folder): there is no draft to apply",
+                ));
+            };
+            let files = self.drafts.changed(&d).await?;
+            let into = match &d.target_branch {
+                Some(b) => format!("the branch `{b}` of `{}`", d.repo_root.display()),
+                None => format!("`{}`", d.trunk_root.display()),
+            };
+            let shown: Vec<String> = files.iter().take(20).map(|f| format!("- `{f}`")).collect();
+            let more = files.len().saturating_sub(shown.len());
+            let description =
+                format!(
+                "The model asks to land the draft '{}' in {into}{}.\n\n{} file(s) changed:\n{}{}",
+                d.label,
+                message.map(|m| format!(" with the message \"{m}\"")).unwrap_or_default(),
+                files.len(),
+                shown.join("\n"),
+                if more > 0 { format!("\n- … and {more} more") } else { String::new() },
+            );
+            let q = Question {
+                title: format!("Land the draft '{}'?", d.label),
+                description,
+                source: "draft_approve".into(),
+            };
+            if let Answer::Declined(reason) = self.human_input.confirm(sid, q).await {
+                return Err(DraftError::declined(format!(
+                    "the user declined to land the draft '{}' ({reason}); nothing was changed \
+                     and the session is still in the draft",
+                    d.label
+                )));
+            }
+        }
+        self.apply(sid, message).await
     }
 
     /// Parks the session's draft and moves the session back to trunk.

@@ -57,7 +57,7 @@ impl SessionDrafts for ModelDrafts {
                 (ws.create(sid, &label, false).await?, json!({}))
             }
             "draft_approve" => {
-                let (c, a) = ws.apply(sid, text("message").as_deref()).await?;
+                let (c, a) = ws.approve_by_model(sid, text("message").as_deref()).await?;
                 (c, json!({"files": a.files, "commit": a.commit}))
             }
             "draft_discard" => (
@@ -90,7 +90,7 @@ impl Tool for DraftTool {
                 json!({"label": {"type": "string", "description": "the draft's name: letters, digits, . _ -"}}),
             ),
             "draft_approve" => (
-                "Land the current draft's changes in the real project (git: commit and merge into the branch it came from) and return to it.",
+                "Ask the user to land the current draft's changes in the real project (git: one commit on the branch it came from) and return to it; the user may decline.",
                 json!({"message": {"type": "string", "description": "the commit message"}}),
             ),
             _ => (

@@ -33,10 +33,13 @@ impl Workspaces {
                 let what = match (&a.commit, a.files.len()) {
                     (_, 0) => "nothing had changed".to_string(),
                     (Some(sha), n) => format!(
-                        "{n} file(s) merged into {} (commit {})",
+                        "{n} file(s) committed on {} (commit {})",
                         a.draft.target_branch.clone().unwrap_or_default(),
                         &sha[..sha.len().min(12)]
                     ),
+                    (None, n) if a.draft.backend == crate::drafts::Backend::Git => {
+                        format!("{n} file(s) written to {}, uncommitted", c.workspace.root)
+                    }
                     (None, n) => format!("{n} file(s) landed in {}", c.workspace.root),
                 };
                 Ok(format!(

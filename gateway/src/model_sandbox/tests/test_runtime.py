@@ -45,7 +45,6 @@ def ok(value):
 def test_ready_names_the_process_and_python(host):
     assert host.ready["t"] == "ready"
     assert host.ready["pid"] == host.proc.pid
-    import sys
     import conftest
     if conftest.PYTHON == "/usr/bin/python3":
         assert host.ready["python"].startswith("3.11.")

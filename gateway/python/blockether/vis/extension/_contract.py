@@ -193,8 +193,9 @@ def render_doc(contract: dict) -> str:
     """Render a callable (or namespace) contract as ``doc()`` text."""
     if "members" in contract:
         return "\n\n".join(render_doc(m) for m in contract["members"])
-    lines = [f"{contract['name']}({contract['signature']})", "",
-             contract["description"], "", f"Effect: {contract['tag']}", ""]
+    # The layout extension authors are promised: the description comes first; the
+    # parameters below carry what the signature line would repeat.
+    lines = [contract["description"], "", f"Effect: {contract['tag']}", ""]
     if contract["parameters"]:
         lines.append("Parameters:")
         for p in contract["parameters"]:

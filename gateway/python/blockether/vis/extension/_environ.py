@@ -115,7 +115,7 @@ def install() -> OwnerEnviron:
     if isinstance(os.environ, OwnerEnviron):
         return os.environ
     environ = OwnerEnviron(os.environ)
-    os.environ = environ
+    os.environ = environ  # noqa: B003 -- replacing the mapping itself is the point
     _ORIGINAL["popen_init"] = subprocess.Popen.__init__
     _ORIGINAL["system"] = os.system
     _ORIGINAL["thread_start"] = threading.Thread.start
@@ -132,7 +132,7 @@ def uninstall() -> None:
         return
     base = os._Environ(environ._base, environ.encodekey, environ.decodekey,
                        environ.encodevalue, environ.decodevalue)
-    os.environ = base
+    os.environ = base  # noqa: B003 -- restores the mapping install() replaced
     subprocess.Popen.__init__ = _ORIGINAL.pop("popen_init")
     os.system = _ORIGINAL.pop("system")
     threading.Thread.start = _ORIGINAL.pop("thread_start")

@@ -213,7 +213,7 @@ def ask(title, fields, **options) -> Answer:
     """Show a typed form and wait for the human; never raises for a refusal."""
     if not isinstance(title, str) or not title.strip():
         raise ValueError("vis.ask requires a non-empty title")
-    for key, value in options.items():
+    for key in options:
         if key not in _OPTIONS:
             raise TypeError(f"vis.ask got an unknown option {key!r}")
     if "timeout_ms" in options and (type(options["timeout_ms"]) is not int

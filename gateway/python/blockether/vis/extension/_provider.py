@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import math
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType

@@ -35,7 +35,7 @@ def register(extension) -> None:
     if previous is not None:
         raise ValueError(_TWICE.format(prev=previous.name))
     for symbol in extension.symbols:  # build every spec once more; any failure aborts
-        symbol.spec
+        _ = symbol.spec
     # Inside the gateway the host is always asked: besides the declared names it answers the
     # names the project defines itself, which need no declaration.
     if extension.env or _host.get_bridge() is not None:

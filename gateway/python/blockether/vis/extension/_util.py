@@ -7,7 +7,9 @@ import inspect
 
 def is_async_callable(value) -> bool:
     """True for coroutine functions and async generators, also behind wrappers."""
-    candidates = [value, getattr(value, "__func__", None), getattr(value, "__call__", None)]
+    # The `__call__` attribute itself is a candidate (an object whose __call__ is async).
+    candidates = [value, getattr(value, "__func__", None),
+                  getattr(value, "__call__", None)]  # noqa: B004
     try:
         candidates.append(inspect.unwrap(getattr(value, "__func__", value)))
     except ValueError:

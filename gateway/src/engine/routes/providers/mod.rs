@@ -176,6 +176,30 @@ impl ProviderRoutes {
     }
 
     /// The preset `id` names: a built-in one or an extension's.
+    /// A saved provider saved without models takes the ones its server lists (the first
+    /// is then its default model); one with models of its own keeps them.
+    async fn adopt_listed_models(&self, id: &str, listed: Vec<String>) -> ApiResult<()> {
+        let listed: Vec<String> = listed
+            .into_iter()
+            .filter(|m| !m.trim().is_empty())
+            .collect();
+        let wants = self
+            .admin()
+            .saved()
+            .get(id)
+            .is_some_and(|s| s.models.is_empty());
+        if !wants || listed.is_empty() {
+            return Ok(());
+        }
+        let key = id.to_string();
+        self.edit_saved(move |s| {
+            if let Some(e) = s.get_mut(&key).filter(|e| e.models.is_empty()) {
+                e.models = listed;
+            }
+        })
+        .await
+    }
+
     pub(super) async fn preset(&self, id: &str) -> Option<ProviderPreset> {
         if let Some(p) = presets::builtin().into_iter().find(|p| p.id == id) {
             return Some(p);
@@ -198,6 +222,16 @@ impl ProvidersApi for ProviderRoutes {
         let id = input.id.trim().to_string();
         let change = self.save(input).await?;
         tracing::info!(target: "vis::providers", provider = %id, change = change.as_str(), "provider saved from the phone");
+        // A server that names no models of its own (an OpenAI-compatible one) is checked
+        // now: the models it lists become its models, the first one the default.
+        if self
+            .admin()
+            .saved()
+            .get(&id)
+            .is_some_and(|s| s.models.is_empty())
+        {
+            let _ = self.status(&id).await;
+        }
         publish(&self.0, change, &id);
         self.list_now().await
     }
@@ -248,7 +282,7 @@ impl ProvidersApi for ProviderRoutes {
     async fn status(&self, id: &str) -> ApiResult<ProviderStatus> {
         let status = match self.known(id).await? {
             Known::Routed { source, client } => {
-                let name = match source {
+                let name = match &source {
                     Source::Config { .. } => "config",
                     Source::Env { .. } => "env-var",
                     Source::Saved => "saved",
@@ -260,7 +294,10 @@ impl ProvidersApi for ProviderRoutes {
                         .await
                         .map_or_else(|| id.to_string(), |p| p.label),
                 };
-                let s = probe::check_client(&client, &label, name).await;
+                let (s, listed) = probe::check_listing(&client, &label, name).await;
+                if let (Source::Saved, Some(listed)) = (&source, listed) {
+                    self.adopt_listed_models(id, listed).await?;
+                }
                 match self.extension_limits(id).await {
                     Some(l) => probe::with_limits(s, &l),
                     None => s,
