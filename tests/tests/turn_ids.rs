@@ -75,3 +75,23 @@ async fn forks_of_one_session_get_titles_the_app_can_tell_apart() {
         "the cut point is named: {titles:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slash_turns_trace_holds_the_one_iteration_its_usage_counts() {
+    let gw = Gateway::start(Opts::default()).await;
+    let sid = gw.create_session().await;
+    let mut sse = gw.events(&sid, -1).await;
+    let (s, v) = gw.submit(&sid, "/help").await;
+    assert!(s.is_success(), "{v}");
+    let tid = v["turn_id"].as_str().expect("turn_id").to_string();
+    sse.collect_until("turn.completed", std::time::Duration::from_secs(15))
+        .await;
+    let (s, trace) = gw
+        .get(format!("/v1/sessions/{sid}/turns/{tid}/trace"))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let its = trace["iterations"].as_array().expect("iterations");
+    assert_eq!(its.len(), 1, "{trace}");
+    let (_, usage) = gw.get(format!("/v1/sessions/{sid}/usage")).await;
+    assert_eq!(usage["usage"]["turns"][0]["iteration_count"], 1, "{usage}");
+}
