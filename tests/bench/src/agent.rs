@@ -196,6 +196,7 @@ async fn measure(gw: &Gw, llm: &FixtureLlm, sid: &str, runs: usize) -> Result<(V
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    vis_tests::init_crypto();
     let bin = PathBuf::from(
         std::env::args()
             .nth(1)
