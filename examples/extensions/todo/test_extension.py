@@ -64,7 +64,7 @@ def test_the_contract_documents_the_typed_signature(loaded):
     assert [f["name"] for f in add["returns"]["fields"]] == ["id", "text", "done"]
     listing = next(m for m in symbol.members if m.full_name == "todo.list")
     text = listing.doc()
-    assert text.startswith("todo.list(include_done=...)")
+    assert text.startswith("The todo items in creation order.")
     assert "Returns: list[Todo]" in text
     assert "default: False" in text  # defaults are withheld from the contract; say them in prose
 
