@@ -177,17 +177,24 @@ async fn measure(gw: &Gw, llm: &FixtureLlm, sid: &str, runs: usize) -> Result<(V
         let t0 = Instant::now();
         gw.submit(sid, "measure: one more small question").await?;
         let deadline = Instant::now() + Duration::from_secs(60);
-        let arrived = loop {
-            let reqs = llm.requests();
-            if let Some(r) = reqs[before..].iter().find(|r| !is_summary_request(&r.body)) {
-                break r.body.clone();
+        // Poll the count (cheap); copy the recorded requests only when it grew.
+        let mut seen = before;
+        let (elapsed, arrived) = loop {
+            let n = llm.request_count();
+            if n > seen {
+                let at = t0.elapsed();
+                let reqs = llm.requests();
+                if let Some(r) = reqs[seen..].iter().find(|r| !is_summary_request(&r.body)) {
+                    break (at, r.body.clone());
+                }
+                seen = n;
             }
             if Instant::now() > deadline {
                 bail!("no model request arrived");
             }
-            tokio::time::sleep(Duration::from_micros(200)).await;
+            tokio::time::sleep(Duration::from_micros(100)).await;
         };
-        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        times.push(elapsed.as_secs_f64() * 1e3);
         bytes = arrived.to_string().len();
         gw.idle(sid).await?;
     }
