@@ -14,42 +14,17 @@
 //! Usage: bench-agent <path-to-vis-gateway>
 //! Everything listens on 127.0.0.1 and every loop is bounded; the work folder is removed.
 
+#[path = "gwproc.rs"]
+mod gwproc;
+
 use anyhow::{bail, Context, Result};
+use gwproc::{start, Gw, Work};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vis_tests::{is_summary_request, FixtureLlm, Script};
 
-struct Work(PathBuf);
-impl Drop for Work {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Gw {
-    child: Child,
-    url: String,
-    token: String,
-    http: reqwest::Client,
-}
-
-impl Drop for Gw {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Gw {
-    fn req(&self, m: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .request(m, format!("{}{path}", self.url))
-            .header("X-Vis-Protocol", "2")
-            .bearer_auth(&self.token)
-    }
-
     async fn session(&self, root: &Path, model: Option<&str>) -> Result<String> {
         let v: Value = self
             .req(reqwest::Method::POST, "/v1/sessions")
@@ -102,44 +77,6 @@ impl Gw {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
-}
-
-fn start(bin: &Path, home: &Path, root: &Path, llm: &FixtureLlm) -> Result<Gw> {
-    let child = Command::new(bin)
-        .arg("--home")
-        .arg(home)
-        .args(["start", "--port", "0", "--root"])
-        .arg(root)
-        .env_remove("VIS_MODEL_TOOLS")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("OPENAI_API_KEY", "bench")
-        .env("OPENAI_BASE_URL", llm.openai_base_url())
-        .env("VIS_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("spawn vis-gateway")?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let reg = loop {
-        let r = std::fs::read_to_string(home.join("gateway.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .filter(|r| r["pid"].as_u64() == Some(child.id() as u64));
-        if let Some(r) = r {
-            break r;
-        }
-        if Instant::now() > deadline {
-            bail!("the gateway did not start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Ok(Gw {
-        child,
-        url: format!("http://127.0.0.1:{}", reg["port"]),
-        token: reg["token"].as_str().unwrap_or_default().to_string(),
-        http: reqwest::Client::new(),
-    })
 }
 
 fn pct(mut v: Vec<f64>, p: f64) -> f64 {
