@@ -1,13 +1,13 @@
 //! The Companion HTTP + SSE surface (wire protocol 2).
 //!
 //! `app()` builds the router: CORS → protocol gate (426) → auth (401) → routes. Handlers
-//! parse and validate the wire, call the [`Engine`] trait, and shape the answer; every
+//! parse and validate the wire, call the trait of their area ([`areas`]), and shape the answer; every
 //! failure is an [`ApiError`], mapped to a response in one place (`error.rs`).
 //! `serve()` runs the router on a listener with a per-connection kill switch, so a slow SSE
 //! subscriber can be disconnected even while its socket is not being read.
 
+pub mod areas;
 pub mod body;
-pub mod engine;
 pub mod error;
 pub mod events;
 pub mod learn;
@@ -30,7 +30,8 @@ use std::sync::Arc;
 
 use axum::Router;
 
-pub use engine::*;
+pub use areas::*;
+pub use live::Frame;
 pub use error::{ApiError, ApiResult};
 pub use serve::{serve, ConnKill};
 
@@ -55,14 +56,14 @@ pub struct ApiConfig {
 
 #[derive(Clone)]
 pub struct AppState {
-    pub engine: Arc<dyn Engine>,
+    pub areas: Areas,
     pub cfg: Arc<ApiConfig>,
 }
 
 /// The whole Companion router with its gate pipeline.
-pub fn app(engine: Arc<dyn Engine>, cfg: ApiConfig) -> Router {
+pub fn app(areas: Areas, cfg: ApiConfig) -> Router {
     let state = AppState {
-        engine,
+        areas,
         cfg: Arc::new(cfg),
     };
     routes::router(state.clone())

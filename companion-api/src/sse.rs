@@ -2,7 +2,8 @@
 //! replay → live, deduplicated per session, with a `: ping` heartbeat and the
 //! anti-buffering pad.
 
-use crate::engine::{Frame, Subscription};
+use crate::areas::Subscription;
+use crate::live::Frame;
 use crate::events::EventKind;
 use crate::live::LiveRx;
 use crate::replay::{ReplayPage, ReplayRest};
@@ -167,8 +168,6 @@ struct SseBody {
     fetch: Option<(usize, PageFuture)>,
     /// A page could not be read: end the stream (the client reconnects with its cursor).
     failed: bool,
-    /// The replay was longer than its first page.
-    paged: bool,
     last: Vec<i64>,
     tick: Pin<Box<Sleep>>,
     wrote: bool,
@@ -196,7 +195,6 @@ impl SseBody {
                 };
                 if let Some(r) = &self.replaying[i] {
                     self.fetch = Some((i, r.rest.page(r.after)));
-                    self.paged = true;
                 }
             }
             let Some((i, fut)) = self.fetch.as_mut() else {
@@ -233,36 +231,6 @@ impl SseBody {
             if page.done {
                 self.replaying[i] = None;
             }
-        }
-    }
-}
-
-/// After a long replay ended, gives the heap it freed back to the system (glibc keeps freed
-/// memory in its arenas otherwise): once per second at most, off the request path.
-fn trim_heap_soon() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        static PENDING: AtomicBool = AtomicBool::new(false);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if PENDING.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        rt.spawn(async {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            PENDING.store(false, Ordering::Release);
-            // SAFETY: malloc_trim only releases free memory of the allocator's arenas.
-            let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
-        });
-    }
-}
-
-impl Drop for SseBody {
-    fn drop(&mut self) {
-        if self.paged {
-            trim_heap_soon();
         }
     }
 }
@@ -365,7 +333,6 @@ pub fn body_stream(
         sessions,
         fetch: None,
         failed: false,
-        paged: false,
         last,
         tick: Box::pin(tokio::time::sleep(HEARTBEAT / 2)),
         wrote: false,

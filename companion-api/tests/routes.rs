@@ -31,7 +31,7 @@ fn config() -> ApiConfig {
 
 fn fixture() -> (Router, Arc<FakeEngine>) {
     let engine = Arc::new(FakeEngine::default());
-    (app(engine.clone(), config()), engine)
+    (app(fake::areas(engine.clone()), config()), engine)
 }
 
 struct Answer {

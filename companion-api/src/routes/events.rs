@@ -1,12 +1,12 @@
 //! SSE streams and their polling fallbacks.
 
 use super::path::Path;
-use super::Q;
-use crate::engine::Cursor;
+use super::{int_param, Q};
+use crate::areas::Cursor;
 use crate::error::{ApiError, ApiResult};
 use crate::serve::ConnKill;
 use crate::sse::{body_stream, wants_pad};
-use crate::wire::EventsSince;
+use crate::wire::{EgressPage, EventsSince};
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -15,6 +15,17 @@ use axum::response::Response;
 use axum::{Extension, Json};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
+use axum::routing::get;
+
+/// Every route of this resource, each path once.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/v1/events", get(multiplexed))
+        .route("/v1/sessions/{sid}/events", get(session_stream))
+        .route("/v1/sessions/{sid}/events-since", get(since))
+        .route("/v1/sessions/{sid}/seq", get(seq))
+        .route("/v1/sessions/{sid}/egress", get(egress))
+}
 
 fn last_event_id(h: &HeaderMap) -> Option<i64> {
     h.get("last-event-id")
@@ -48,34 +59,10 @@ fn sse_response(
     resp
 }
 
-/// The connection's kill switch; with `X-Vis-Client-Pid`, also fired once that local process
-/// is gone (checked every second).
-fn kill_token(kill: Option<Extension<ConnKill>>, headers: &HeaderMap) -> CancellationToken {
-    let token = kill.map(|Extension(k)| k.0).unwrap_or_default();
-    let pid = headers
-        .get("x-vis-client-pid")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<i32>().ok());
-    if let Some(pid) = pid.filter(|p| *p > 0) {
-        let t = token.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = t.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                // SAFETY: signal 0 only checks that the process exists.
-                if unsafe { libc::kill(pid, 0) } != 0
-                    && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-                {
-                    t.cancel();
-                    return;
-                }
-            }
-        });
-    }
-    token
+/// The connection's kill switch: a client's liveness is its connection, so a stream ends when
+/// the connection closes or the engine drops a subscriber that fell behind.
+fn kill_token(kill: Option<Extension<ConnKill>>) -> CancellationToken {
+    kill.map(|Extension(k)| k.0).unwrap_or_default()
 }
 
 pub async fn session_stream(
@@ -85,10 +72,8 @@ pub async fn session_stream(
     headers: HeaderMap,
     kill: Option<Extension<ConnKill>>,
 ) -> ApiResult<Response> {
-    let kill = kill_token(kill, &headers);
-    let sub = st
-        .engine
-        .subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone())
+    let kill = kill_token(kill);
+    let sub = st.areas.events.subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone())
         .await?;
     Ok(sse_response(body_stream(vec![sub], wants_pad(&headers))))
 }
@@ -115,7 +100,7 @@ pub async fn multiplexed(
     headers: HeaderMap,
     kill: Option<Extension<ConnKill>>,
 ) -> ApiResult<Response> {
-    let kill = kill_token(kill, &headers);
+    let kill = kill_token(kill);
     let mut wanted = parse_sids(q.get("sids").map(String::as_str).unwrap_or(""));
     let mut seen = std::collections::HashSet::new();
     wanted.retain(|(sid, _)| seen.insert(sid.clone()));
@@ -124,7 +109,7 @@ pub async fn multiplexed(
     let mut pending = Vec::new();
     for (sid, c) in wanted {
         // Existence check first, so Last-Event-ID applies only when exactly one sid is valid.
-        if st.engine.get_session(&sid, false).await.is_ok() {
+        if st.areas.sessions.get(&sid, false).await.is_ok() {
             pending.push((sid, c));
         }
     }
@@ -134,9 +119,7 @@ pub async fn multiplexed(
     let single = pending.len() == 1;
     for (sid, c) in pending {
         let cursor = if single { lone_cursor.unwrap_or(c) } else { c };
-        match st
-            .engine
-            .subscribe(&sid, Cursor(cursor), kill.clone())
+        match st.areas.events.subscribe(&sid, Cursor(cursor), kill.clone())
             .await
         {
             Ok(sub) => subs.push(sub),
@@ -162,12 +145,29 @@ pub async fn since(
         .or_else(|| last_event_id(&headers))
         .unwrap_or(0);
     Ok(Json(EventsSince {
-        events: st.engine.events_since(&sid, cursor).await?,
+        events: st.areas.events.since(&sid, cursor).await?,
     }))
 }
 
 pub async fn seq(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"seq": st.engine.seq(&sid).await?})))
+    Ok(Json(json!({"seq": st.areas.events.seq(&sid).await?})))
+}
+
+pub async fn egress(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    q: Q,
+) -> ApiResult<Json<EgressPage>> {
+    let bad = || ApiError::bad_request("invalid-window", "limit and before must be integers");
+    let limit = int_param(&q, "limit").map_err(|_| bad())?.unwrap_or(100);
+    if limit < 1 {
+        return Err(bad());
+    }
+    let before = int_param(&q, "before").map_err(|_| bad())?;
+    Ok(Json(
+        st.areas.events.egress(&sid, limit.min(1000) as usize, before)
+            .await?,
+    ))
 }
 
 #[cfg(test)]

@@ -9,9 +9,21 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use axum::routing::{get, post};
+
+/// Every route of this resource, each path once.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(healthz))
+        .route("/v1/capabilities", get(capabilities))
+        .route("/v1/admin/status", get(admin_status))
+        .route("/v1/admin/stop", post(admin_stop))
+        .route("/metrics", get(metrics))
+}
 
 async fn status_map(state: &AppState, status: &str) -> Value {
-    let s = state.engine.stats().await;
+    let s = state.areas.machine.stats().await;
     let sse = crate::serve_stats::sse_clients();
     let c = &state.cfg;
     json!({
@@ -38,13 +50,13 @@ pub async fn admin_status(State(state): State<AppState>) -> Json<Value> {
 }
 
 pub async fn admin_stop(State(state): State<AppState>) -> Json<Value> {
-    state.engine.request_stop();
+    state.areas.machine.request_stop();
     Json(json!({"stopping": true, "status": status_map(&state, "running").await}))
 }
 
 pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
     let client = ClientInfo::from_headers(&headers);
-    let push = state.engine.push_status().await;
+    let push = state.areas.machine.push_status().await;
     Json(json!({
         "version": 1,
         "protocol": protocol_block(),
@@ -70,8 +82,8 @@ pub async fn capabilities(State(state): State<AppState>, headers: HeaderMap) -> 
 /// Every series of the metrics answer: the Companion's figures, then the engine's own.
 async fn series(state: &AppState) -> Vec<Family> {
     use Kind::{Counter, Gauge};
-    let s = state.engine.stats().await;
-    let retained = state.engine.replay_events_retained().await;
+    let s = state.areas.machine.stats().await;
+    let retained = state.areas.machine.replay_events_retained().await;
     let rss = crate::serve_stats::rss_bytes() as f64;
     let sse = crate::serve_stats::sse_clients() as f64;
     let tokens = Family {
@@ -191,7 +203,7 @@ async fn series(state: &AppState) -> Vec<Family> {
         Gauge,
         sse,
     ));
-    out.extend(state.engine.metric_families());
+    out.extend(state.areas.machine.metric_families());
     out
 }
 

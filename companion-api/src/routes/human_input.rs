@@ -9,12 +9,40 @@ use crate::AppState;
 use axum::extract::State;
 use axum::Json;
 use serde_json::Value;
+use axum::routing::{get, post};
+
+/// Every route of this resource, each path once.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/v1/sessions/{sid}/human-input", get(list))
+        .route("/v1/sessions/{sid}/human-input/live", get(live_list))
+        .route(
+            "/v1/sessions/{sid}/human-input/live/{vid}/log/{nid}",
+            get(live_log),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/live/{vid}/actions/focus",
+            post(live_focus),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/live/{vid}/actions/interrupt",
+            post(live_interrupt),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/{rid}/actions/submit",
+            post(submit),
+        )
+        .route(
+            "/v1/sessions/{sid}/human-input/{rid}/actions/cancel",
+            post(cancel),
+        )
+}
 
 pub async fn list(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<HumanInputList>> {
-    Ok(Json(st.engine.human_input(&sid).await?))
+    Ok(Json(st.areas.human_input.list(&sid).await?))
 }
 
 pub async fn submit(
@@ -29,7 +57,7 @@ pub async fn submit(
         ));
     };
     Ok(Json(
-        st.engine.human_input_submit(&sid, &rid, values).await?,
+        st.areas.human_input.submit(&sid, &rid, values).await?,
     ))
 }
 
@@ -37,14 +65,14 @@ pub async fn cancel(
     State(st): State<AppState>,
     Path((sid, rid)): Path<(String, String)>,
 ) -> ApiResult<Json<HumanInputCancelled>> {
-    Ok(Json(st.engine.human_input_cancel(&sid, &rid).await?))
+    Ok(Json(st.areas.human_input.cancel(&sid, &rid).await?))
 }
 
 pub async fn live_list(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<LiveViews>> {
-    Ok(Json(st.engine.live_views(&sid).await?))
+    Ok(Json(st.areas.human_input.live_views(&sid).await?))
 }
 
 pub async fn live_log(
@@ -62,7 +90,7 @@ pub async fn live_log(
         .unwrap_or(2000)
         .clamp(0, 2000) as usize;
     Ok(Json(
-        st.engine.live_log(&sid, &vid, &nid, from, limit).await?,
+        st.areas.human_input.live_log(&sid, &vid, &nid, from, limit).await?,
     ))
 }
 
@@ -71,7 +99,7 @@ pub async fn live_focus(
     Path((sid, vid)): Path<(String, String)>,
     body: JsonBody,
 ) -> ApiResult<Json<LiveFocused>> {
-    Ok(Json(st.engine.live_focus(&sid, &vid, body.0).await?))
+    Ok(Json(st.areas.human_input.live_focus(&sid, &vid, body.0).await?))
 }
 
 pub async fn live_interrupt(
@@ -84,5 +112,5 @@ pub async fn live_interrupt(
         .get("note")
         .and_then(|n| n.as_str())
         .map(|n| n.chars().take(500).collect());
-    Ok(Json(st.engine.live_interrupt(&sid, &vid, note).await?))
+    Ok(Json(st.areas.human_input.live_interrupt(&sid, &vid, note).await?))
 }

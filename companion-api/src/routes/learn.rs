@@ -12,9 +12,22 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
+use axum::routing::{get, post};
+
+/// Every route of this resource, each path once.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/v1/sessions/{sid}/egress/proposal", get(session_proposal))
+        .route("/v1/sessions/{sid}/egress/proposal/apply", post(apply))
+        .route("/v1/sessions/{sid}/egress/proposal/review", post(review))
+        .route("/v1/sessions/{sid}/egress/mode", get(mode).put(set_mode))
+        .route("/v1/sessions/{sid}/egress/suggested", get(suggested))
+        .route("/v1/egress/proposal", get(project_proposal))
+        .route("/v1/egress/policy-changes", get(changes))
+}
 
 fn api(st: &AppState) -> ApiResult<Arc<dyn LearnApi>> {
-    st.engine.learn().ok_or_else(|| {
+    st.areas.learn.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "learn-unavailable",

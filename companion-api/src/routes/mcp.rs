@@ -12,9 +12,22 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
+use axum::routing::{get, post};
+
+/// Every route of this resource, each path once.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/v1/mcp/servers", get(list).post(save))
+        .route("/v1/mcp/servers/actions/test", post(test))
+        .route("/v1/mcp/servers/{name}", axum::routing::delete(delete))
+        .route("/v1/mcp/servers/{name}/actions/enable", post(enable))
+        .route("/v1/mcp/servers/{name}/actions/kill", post(kill))
+        .route("/v1/mcp/servers/{name}/actions/start", post(start))
+        .route("/v1/mcp/servers/{name}/auth/{step}", post(auth))
+}
 
 fn api(st: &AppState) -> ApiResult<Arc<dyn McpApi>> {
-    st.engine.mcp().ok_or_else(|| {
+    st.areas.mcp.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "mcp-unavailable",

@@ -14,9 +14,24 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::Arc;
+use axum::routing::{get, post};
+
+/// Every route of this resource, each path once.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/v1/providers", get(list).post(add))
+        .route("/v1/providers/{id}", axum::routing::delete(remove))
+        .route("/v1/providers/{id}/status", get(status))
+        .route("/v1/providers/{id}/limits", get(limits))
+        .route("/v1/providers/{id}/auth/start", post(auth_start))
+        .route("/v1/providers/{id}/auth/complete", post(auth_complete))
+        .route("/v1/providers/{id}/auth/poll", post(auth_poll))
+        .route("/v1/providers/{id}/auth/cancel", post(auth_cancel))
+        .route("/v1/provider-presets", get(presets))
+}
 
 fn api(st: &AppState) -> ApiResult<Arc<dyn ProvidersApi>> {
-    st.engine.providers().ok_or_else(|| {
+    st.areas.providers.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "providers-unavailable",

@@ -1,18 +1,39 @@
-//! Session routes: list, create, read, delete, release, transcript, model, slashes, egress.
+//! `/v1/sessions…` and `/v1/projects/…`: the session collection, one session, and what a
+//! session holds (transcript, usage, model pin, slash palette, forks).
 
 use super::path::Path;
 use super::{int_param, Q};
 use crate::body::JsonBody;
-use crate::engine::{CreateSession, SessionListQuery};
 use crate::error::{ApiError, ApiResult};
-use crate::wire::{EgressPage, SessionModel, SessionRecord, SlashPalette, Transcript};
-use crate::AppState;
+use crate::records::{ForkRequest, ModelPref, SessionPatch};
+use crate::wire::{SessionModel, SessionRecord, SlashPalette, Transcript};
+use crate::{AppState, CreateSession, SessionListQuery};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use serde_json::Value;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+/// Every route of this resource, each path once.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", get(list).post(create))
+        .route("/v1/sessions/actions/search", get(search))
+        .route(
+            "/v1/sessions/{sid}",
+            get(get_one).patch(patch_session).delete(remove),
+        )
+        .route("/v1/sessions/{sid}/release", post(release))
+        .route("/v1/sessions/{sid}/transcript", get(transcript))
+        .route("/v1/sessions/{sid}/transcript.md", get(transcript_md))
+        .route("/v1/sessions/{sid}/usage", get(usage))
+        .route("/v1/sessions/{sid}/model", get(model).patch(set_model))
+        .route("/v1/sessions/{sid}/slashes", get(slashes))
+        .route("/v1/sessions/{sid}/forks", get(fork_points).post(fork))
+        .route("/v1/projects/{pid}", delete(delete_project))
+}
 
 fn invalid_window() -> ApiError {
     ApiError::bad_request(
@@ -77,7 +98,7 @@ pub async fn list(State(st): State<AppState>, q: Q, headers: HeaderMap) -> ApiRe
             .map(|c| c.trim().to_string())
             .filter(|c| !c.is_empty()),
     };
-    let list = st.engine.list_sessions(query).await?;
+    let list = st.areas.sessions.list(query).await?;
     let body = serde_json::to_value(&list).map_err(|e| ApiError::engine(e.to_string()))?;
     let tag = etag(&body);
     let matches = headers
@@ -96,7 +117,7 @@ pub async fn list(State(st): State<AppState>, q: Q, headers: HeaderMap) -> ApiRe
 
 pub async fn create(State(st): State<AppState>, body: JsonBody) -> ApiResult<Response> {
     let req: CreateSession = body.parse();
-    let created = st.engine.create_session(req).await?;
+    let created = st.areas.sessions.create(req).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
@@ -108,11 +129,11 @@ pub async fn get_one(
     let include_queued = q
         .get("include")
         .is_some_and(|s| s.split(',').any(|p| p.trim() == "queued"));
-    Ok(Json(st.engine.get_session(&sid, include_queued).await?))
+    Ok(Json(st.areas.sessions.get(&sid, include_queued).await?))
 }
 
-pub async fn delete(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<StatusCode> {
-    st.engine.delete_session(&sid).await?;
+pub async fn remove(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<StatusCode> {
+    st.areas.sessions.delete(&sid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -132,8 +153,7 @@ pub async fn transcript(
         return Err(bad());
     }
     Ok(Json(
-        st.engine
-            .transcript(&sid, limit.map(|l| l as usize), offset.map(|o| o as usize))
+        st.areas.sessions.transcript(&sid, limit.map(|l| l as usize), offset.map(|o| o as usize))
             .await?,
     ))
 }
@@ -142,32 +162,181 @@ pub async fn model(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<SessionModel>> {
-    Ok(Json(st.engine.model(&sid).await?))
+    Ok(Json(st.areas.sessions.model(&sid).await?))
 }
 
 pub async fn slashes(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<SlashPalette>> {
-    Ok(Json(st.engine.slashes(&sid).await?))
+    Ok(Json(st.areas.sessions.slashes(&sid).await?))
 }
 
-pub async fn egress(
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid-request", message)
+}
+
+/// The body as an object, or a 400 naming what was expected.
+fn object(body: &JsonBody, what: &str) -> ApiResult<serde_json::Map<String, Value>> {
+    match &body.0 {
+        Value::Object(m) => Ok(m.clone()),
+        _ => Err(invalid(format!("the body must be a JSON object {what}"))),
+    }
+}
+
+/// Longest accepted session title, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// Parses `{title?, is_favorite?}`; any other key is ignored, a wrong type is a 400.
+pub fn parse_patch(m: &serde_json::Map<String, Value>) -> ApiResult<SessionPatch> {
+    let mut patch = SessionPatch::default();
+    match m.get("title") {
+        None => {}
+        Some(Value::String(t)) => {
+            let t = t.trim();
+            if t.is_empty() {
+                return Err(invalid("title must not be blank"));
+            }
+            if t.chars().count() > MAX_TITLE_CHARS {
+                return Err(invalid(format!(
+                    "title must be at most {MAX_TITLE_CHARS} characters"
+                )));
+            }
+            if t.chars().any(|c| c.is_control()) {
+                return Err(invalid("title must be one line without control characters"));
+            }
+            patch.title = Some(t.to_string());
+        }
+        Some(_) => return Err(invalid("title must be a string")),
+    }
+    match m.get("is_favorite") {
+        None => {}
+        Some(Value::Bool(b)) => patch.is_favorite = Some(*b),
+        Some(_) => return Err(invalid("is_favorite must be true or false")),
+    }
+    if patch == SessionPatch::default() {
+        return Err(invalid(
+            "nothing to change: send title (string) and/or is_favorite (bool)",
+        ));
+    }
+    Ok(patch)
+}
+
+pub async fn patch_session(
     State(st): State<AppState>,
     Path(sid): Path<String>,
-    q: Q,
-) -> ApiResult<Json<EgressPage>> {
-    let bad = || ApiError::bad_request("invalid-window", "limit and before must be integers");
-    let limit = int_param(&q, "limit").map_err(|_| bad())?.unwrap_or(100);
-    if limit < 1 {
-        return Err(bad());
+    body: JsonBody,
+) -> ApiResult<Json<crate::wire::SessionRecord>> {
+    let patch = parse_patch(&object(&body, "{title?, is_favorite?}")?)?;
+    st.areas.sessions.patch(&sid, patch).await?;
+    Ok(Json(st.areas.sessions.get(&sid, false).await?))
+}
+
+/// Longest accepted search query, in characters.
+pub const MAX_QUERY_CHARS: usize = 200;
+
+pub async fn search(State(st): State<AppState>, q: Q) -> ApiResult<Response> {
+    let text = q.get("q").map(|s| s.trim()).unwrap_or("");
+    if text.chars().count() > MAX_QUERY_CHARS {
+        return Err(ApiError::bad_request(
+            "invalid-query",
+            format!("q must be at most {MAX_QUERY_CHARS} characters"),
+        ));
     }
-    let before = int_param(&q, "before").map_err(|_| bad())?;
-    Ok(Json(
-        st.engine
-            .egress(&sid, limit.min(1000) as usize, before)
-            .await?,
-    ))
+    Ok(Json(st.areas.sessions.search(text).await?).into_response())
+}
+
+pub async fn usage(State(st): State<AppState>, Path(sid): Path<String>) -> ApiResult<Response> {
+    Ok(Json(st.areas.sessions.usage(&sid).await?).into_response())
+}
+
+pub async fn transcript_md(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Response> {
+    let md = st.areas.sessions.transcript_markdown(&sid).await?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        md,
+    )
+        .into_response())
+}
+
+/// `PATCH …/model {provider, model}`; both blank (or absent) clear the pin.
+pub async fn set_model(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    body: JsonBody,
+) -> ApiResult<Response> {
+    let m = object(&body, "{provider, model}")?;
+    let text = |k: &str| -> ApiResult<String> {
+        match m.get(k) {
+            None | Some(Value::Null) => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s.trim().to_string()),
+            Some(_) => Err(invalid(format!("{k} must be a string"))),
+        }
+    };
+    let (provider, model) = (text("provider")?, text("model")?);
+    let pref = match (provider.is_empty(), model.is_empty()) {
+        (true, true) => None,
+        (true, false) => {
+            return Err(invalid(
+                "provider is required with a model (send both blank to clear the pin)",
+            ))
+        }
+        _ => Some(ModelPref { provider, model }),
+    };
+    Ok(Json(st.areas.sessions.set_model(&sid, pref).await?).into_response())
+}
+
+pub async fn fork_points(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Response> {
+    Ok(Json(st.areas.sessions.fork_points(&sid).await?).into_response())
+}
+
+pub async fn fork(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+    body: JsonBody,
+) -> ApiResult<Response> {
+    let text = |k: &str| -> ApiResult<Option<String>> {
+        match body.0.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
+            Some(_) => Err(invalid(format!("{k} must be a non-empty string"))),
+        }
+    };
+    if !body.0.is_object() && !body.0.is_null() {
+        return Err(invalid(
+            "the body must be a JSON object {through_turn_id?, draft_label?}",
+        ));
+    }
+    let req = ForkRequest {
+        through_turn_id: text("through_turn_id")?,
+        draft_label: text("draft_label")?,
+    };
+    let new_sid = st.areas.sessions.fork(&sid, req).await?;
+    let soul = st.areas.sessions.get(&new_sid, false).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "session": soul }))).into_response())
+}
+
+pub async fn delete_project(
+    State(st): State<AppState>,
+    Path(pid): Path<String>,
+    q: Q,
+) -> ApiResult<Response> {
+    let recursive = q
+        .get("is_recursive")
+        .is_some_and(|v| matches!(v.as_str(), "true" | "1"));
+    let done = st.areas.sessions.delete_project(&pid, recursive).await?;
+    if recursive {
+        Ok(Json(done).into_response())
+    } else {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    }
 }
 
 #[cfg(test)]
@@ -190,5 +359,32 @@ mod tests {
         assert_eq!(etag(&a), etag(&b));
         assert_ne!(etag(&a), etag(&c));
         assert!(etag(&a).starts_with("W/\""));
+    }
+
+fn map(v: Value) -> serde_json::Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_patch_takes_a_trimmed_title_and_a_favorite_flag() {
+        let p = parse_patch(&map(json!({"title": "  Plan  ", "is_favorite": true}))).unwrap();
+        assert_eq!(p.title.as_deref(), Some("Plan"));
+        assert_eq!(p.is_favorite, Some(true));
+    }
+
+    #[test]
+    fn malformed_patch_fields_are_refused_with_the_field_named() {
+        for (body, needle) in [
+            (json!({"title": ""}), "blank"),
+            (json!({"title": 7}), "title must be a string"),
+            (json!({"is_favorite": "yes"}), "is_favorite"),
+            (json!({"title": "x".repeat(201)}), "at most"),
+            (json!({"title": "a\nb"}), "one line"),
+            (json!({"other": 1}), "nothing to change"),
+        ] {
+            let e = parse_patch(&map(body.clone())).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+            assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
     }
 }

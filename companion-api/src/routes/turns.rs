@@ -3,7 +3,7 @@
 use super::path::Path;
 use super::Q;
 use crate::body::JsonBody;
-use crate::engine::SubmitTurn;
+use crate::areas::SubmitTurn;
 use crate::error::{ApiError, ApiResult};
 use crate::wire::{Trace, TurnAttachments, TurnList, TurnRecord};
 use crate::AppState;
@@ -12,6 +12,26 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use axum::routing::{get, post};
+
+/// Every route of this resource, each path once.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/v1/sessions/{sid}/turns", get(list).post(submit))
+        .route(
+            "/v1/sessions/{sid}/turns/{tid}",
+            get(get_one).patch(edit).delete(delete),
+        )
+        .route("/v1/sessions/{sid}/turns/{tid}/cancel", post(cancel))
+        .route("/v1/sessions/{sid}/turns/{tid}/trace", get(trace))
+        .route(
+            "/v1/sessions/{sid}/turns/{tid}/attachments",
+            get(attachments),
+        )
+        .route("/v1/sessions/{sid}/cancel-current", post(cancel_current))
+        .route("/v1/sessions/{sid}/resume-queue", post(resume_queue))
+        .route("/v1/sessions/{sid}/drain-queue", post(drain_queue))
+}
 
 pub async fn submit(
     State(st): State<AppState>,
@@ -41,7 +61,7 @@ pub async fn submit(
             "extra_body must be a JSON object (members added to the provider request)",
         ));
     }
-    let (replay, rec) = st.engine.submit_turn(&sid, req).await?;
+    let (replay, rec) = st.areas.turns.submit(&sid, req).await?;
     let code = if replay {
         StatusCode::OK
     } else {
@@ -56,21 +76,21 @@ pub async fn list(
     q: Q,
 ) -> ApiResult<Json<TurnList>> {
     let queued = q.get("status").is_some_and(|s| s == "queued");
-    Ok(Json(st.engine.list_turns(&sid, queued).await?))
+    Ok(Json(st.areas.turns.list(&sid, queued).await?))
 }
 
 pub async fn get_one(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
 ) -> ApiResult<Json<TurnRecord>> {
-    Ok(Json(st.engine.get_turn(&sid, &tid).await?))
+    Ok(Json(st.areas.turns.get(&sid, &tid).await?))
 }
 
 pub async fn attachments(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
 ) -> ApiResult<Json<TurnAttachments>> {
-    Ok(Json(st.engine.turn_attachments(&sid, &tid).await?))
+    Ok(Json(st.areas.turns.attachments(&sid, &tid).await?))
 }
 
 pub async fn edit(
@@ -79,14 +99,14 @@ pub async fn edit(
     body: JsonBody,
 ) -> ApiResult<Json<TurnRecord>> {
     let request = body.0.get("request").cloned();
-    Ok(Json(st.engine.edit_turn(&sid, &tid, request).await?))
+    Ok(Json(st.areas.turns.edit(&sid, &tid, request).await?))
 }
 
 pub async fn delete(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    st.engine.delete_turn(&sid, &tid).await?;
+    st.areas.turns.delete(&sid, &tid).await?;
     Ok(Json(json!({"status": "deleted"})))
 }
 
@@ -94,7 +114,7 @@ pub async fn cancel(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    st.engine.cancel_turn(&sid, &tid).await?;
+    st.areas.turns.cancel(&sid, &tid).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"status": "cancelling"}))).into_response())
 }
 
@@ -108,7 +128,7 @@ pub async fn cancel_current(
         .get("idempotency_key")
         .and_then(|v| v.as_str())
         .map(str::to_string);
-    let tid = st.engine.cancel_current(&sid, key).await?;
+    let tid = st.areas.turns.cancel_current(&sid, key).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"status": "cancelling", "turn_id": tid})),
@@ -120,19 +140,19 @@ pub async fn resume_queue(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"turn": st.engine.resume_queue(&sid).await?})))
+    Ok(Json(json!({"turn": st.areas.turns.resume_queue(&sid).await?})))
 }
 
 pub async fn drain_queue(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"turn": st.engine.drain_queue(&sid).await?})))
+    Ok(Json(json!({"turn": st.areas.turns.drain_queue(&sid).await?})))
 }
 
 pub async fn trace(
     State(st): State<AppState>,
     Path((sid, tid)): Path<(String, String)>,
 ) -> ApiResult<Json<Trace>> {
-    Ok(Json(st.engine.trace(&sid, &tid).await?))
+    Ok(Json(st.areas.turns.trace(&sid, &tid).await?))
 }

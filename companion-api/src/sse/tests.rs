@@ -16,7 +16,7 @@ fn frame(seq: i64) -> Frame {
 fn subscription(replay: Vec<Frame>, live: LiveRx) -> Subscription {
     Subscription {
         session_id: "s".into(),
-        ready: crate::engine::Ready {
+        ready: crate::areas::Ready {
             cursor: 1,
             current_turn_id: None,
             is_live: false,

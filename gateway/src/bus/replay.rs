@@ -86,6 +86,9 @@ impl ReplayRest for Rest {
                 .call(move |c| read_page(c, &sid, after, upto))
                 .await
                 .map_err(|e| e.to_string())?;
+            if p.done {
+                trim_heap_soon();
+            }
             Ok(ReplayPage {
                 // Retention trimmed rows this client had not read yet: say so, as at the start.
                 gap: (after < p.trimmed).then_some((after + 1, p.trimmed)),
@@ -94,5 +97,28 @@ impl ReplayRest for Rest {
                 done: p.done,
             })
         })
+    }
+}
+
+/// After a long replay ended (the one that needed pages), gives the heap it freed back to the
+/// system (glibc keeps freed memory in its arenas otherwise): at most once per second, on a
+/// blocking thread, never on the request path.
+fn trim_heap_soon() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static PENDING: AtomicBool = AtomicBool::new(false);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if PENDING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        rt.spawn(async {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            PENDING.store(false, Ordering::Release);
+            // SAFETY: malloc_trim only releases free memory of the allocator's arenas.
+            let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+        });
     }
 }

@@ -1,6 +1,6 @@
 //! `vis-gateway start`: the foreground daemon.
 
-use crate::engine::api::Api;
+
 use crate::engine::Gateway;
 use crate::home::{load_or_create_token, Home, Registry};
 use crate::pairing;
@@ -10,7 +10,6 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -197,7 +196,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         proxy_port: Some(proxy_port),
         started_at: crate::engine::now_ms(),
     })?;
-    let app = vis_companion_api::app(Arc::new(Api(gw.clone())), cfg);
+    let app = vis_companion_api::app(crate::engine::areas::areas(&gw), cfg);
     let shutdown = CancellationToken::new();
     let mut servers = vec![tokio::spawn(vis_companion_api::serve(
         listener,

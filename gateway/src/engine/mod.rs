@@ -6,7 +6,7 @@
 //! the order clients see is the order things happened.
 
 mod agent_commands;
-pub mod api;
+pub mod areas;
 mod coalesce;
 mod compaction;
 pub mod companion;

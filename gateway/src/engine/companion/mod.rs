@@ -1,8 +1,8 @@
-//! The Companion app's routes beyond the core flow: settings and router defaults (with the
-//! model a turn runs on), search, usage and the Markdown export, `@file` suggestions,
-//! produced files (artifacts) and push devices. Each area is one job object with private
-//! fields and a small typed API, built once by [`Companion::new`] and reached through the
-//! gateway's `companion` field; `api.rs` only delegates. Turn attachments (checked at
+//! The Companion app's areas beyond the core flow: settings and router defaults (with the
+//! model a turn runs on), search, usage and the Markdown export, produced files (artifacts)
+//! and push devices. Each is one job object with private fields and a small typed API, built
+//! once by [`Companion::new`] and reached through the gateway's `companion` field; the
+//! Companion boundary's area traits call them (`engine/areas/`). Turn attachments (checked at
 //! submit, turned into the model's user message) are plain functions in `attachments.rs`.
 //! Rename/star, the model pin, project deletion and forks are sessions-and-turns work on the
 //! gateway (`engine/meta.rs`).
@@ -10,7 +10,7 @@
 pub mod artifacts;
 pub mod attachments;
 pub mod devices;
-pub mod files;
+
 #[cfg(test)]
 mod oneshot_tests;
 pub mod search;
@@ -30,7 +30,6 @@ pub struct Companion {
     devices: devices::Devices,
     search: search::Search,
     artifacts: artifacts::Artifacts,
-    files: files::FileSuggestions,
     usage: usage::Usage,
 }
 
@@ -43,7 +42,6 @@ impl Companion {
             devices: devices::Devices::new(store.clone()),
             search: search::Search::new(store.clone()),
             artifacts: artifacts::Artifacts::new(store, sessions.clone()),
-            files: files::FileSuggestions::default(),
             usage: usage::Usage::new(sessions),
         }
     }
@@ -66,11 +64,6 @@ impl Companion {
     /// Files the agent produced and people's revisions of them.
     pub fn artifacts(&self) -> &artifacts::Artifacts {
         &self.artifacts
-    }
-
-    /// `@file` suggestions.
-    pub fn files(&self) -> &files::FileSuggestions {
-        &self.files
     }
 
     /// Token usage and the Markdown export.

@@ -1,7 +1,7 @@
 //! The Companion routes of this area driven in-process with `oneshot` over the real router
 //! and a real gateway (temporary home, real SQLite store), no sockets.
 
-use crate::engine::api::Api;
+
 use crate::engine::Gateway;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
@@ -36,7 +36,7 @@ async fn fixture() -> Fixture {
         cors_origins: vec![],
     };
     Fixture {
-        app: vis_companion_api::app(Arc::new(Api(gw)), cfg),
+        app: vis_companion_api::app(crate::engine::areas::areas(&gw), cfg),
         _dir: dir,
     }
 }

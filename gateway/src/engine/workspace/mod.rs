@@ -1,13 +1,15 @@
 //! Workspaces: the session side of drafts. Where a session's tools run (`work_root`, the one
 //! place it is resolved), the session view's `workspace`, the steps of the draft lifecycle
 //! (create, apply, stash, resume, abandon) with their op hooks, and the one function that
-//! publishes workspace changes. The `/draft` command (`slash.rs`), the Companion routes'
-//! answers (`routes.rs`) and the draft functions of the model's tools (`model.rs`) are
+//! publishes workspace changes. The `/draft` command (`slash.rs`), the Companion's workspace
+//! area (`area.rs`, with `@file` suggestions and the folder browser of `folders.rs`) and the draft functions of the model's tools (`model.rs`) are
 //! surfaces over these steps; the extensions' op hooks are called in `hooks.rs` only.
 
+mod area;
+mod files;
+mod folders;
 mod hooks;
 mod model;
-mod routes;
 mod slash;
 
 use super::configuration::Configuration;
@@ -41,6 +43,8 @@ pub struct Workspaces {
     configuration: Arc<Configuration>,
     /// Where the model's `draft_approve` asks the user.
     human_input: Arc<HumanInput>,
+    /// The `@file` suggestion indexes of the workspaces.
+    files: files::FileSuggestions,
 }
 
 /// The services a [`Workspaces`] uses.
@@ -64,6 +68,7 @@ impl Workspaces {
             model_sandboxes: d.model_sandboxes,
             configuration: d.configuration,
             human_input: d.human_input,
+            files: Default::default(),
         }
     }
 

@@ -1,12 +1,14 @@
-//! The answers of the Companion's draft routes (`…/workspace/drafts`, `…/resume`,
-//! `…/stash`, `…/abandon`): they refuse while a turn runs or waits, and switch without a
-//! separate step (the session's current draft is stashed first).
+//! The workspace area of the Companion boundary: the draft routes (`…/workspace/drafts`,
+//! `…/resume`, `…/stash`, `…/abandon`), which refuse while a turn runs or waits and switch
+//! without a separate step (the session's current draft is stashed first); `@file`
+//! suggestions; and the folder browser.
 
 use super::{api_error, draft_item, Workspaces};
 use crate::drafts::service::Target;
 use std::path::Path;
-use vis_companion_api::records::{WorkspaceChange, WorkspaceDraft};
-use vis_companion_api::{ApiError, ApiResult};
+use async_trait::async_trait;
+use vis_companion_api::records::{BrowseEntry, FileSuggestion, WorkspaceChange, WorkspaceDraft};
+use vis_companion_api::{ApiError, ApiResult, FolderListing, WorkspaceApi};
 
 impl Workspaces {
     /// Refuses a route's workspace change while a turn runs or waits (its tools would
@@ -24,8 +26,19 @@ impl Workspaces {
         Ok(())
     }
 
+    /// Parks the session's current draft, if any (the routes switch without a separate step).
+    async fn park(&self, sid: &str) -> ApiResult<()> {
+        if self.drafts.current(sid).is_some() {
+            self.stash(sid).await.map_err(api_error)?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl WorkspaceApi for Workspaces {
     /// The drafts of the session's repository (`GET …/workspace/drafts`).
-    pub async fn route_drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {
+    async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {
         let trunk = self.trunk(sid).await?;
         let current = self.drafts.current(sid).map(|d| d.workspace_id);
         let list = self
@@ -39,16 +52,8 @@ impl Workspaces {
             .collect())
     }
 
-    /// Parks the session's current draft, if any (the routes switch without a separate step).
-    async fn park(&self, sid: &str) -> ApiResult<()> {
-        if self.drafts.current(sid).is_some() {
-            self.stash(sid).await.map_err(api_error)?;
-        }
-        Ok(())
-    }
-
     /// Creates a draft and moves the session into it (`POST …/workspace/drafts`).
-    pub async fn route_create(
+    async fn create_draft(
         &self,
         sid: &str,
         label: &str,
@@ -62,7 +67,7 @@ impl Workspaces {
 
     /// Moves the session into a parked draft; already there is not an error
     /// (`POST …/workspace/resume`).
-    pub async fn route_resume(&self, sid: &str, id: &str) -> ApiResult<WorkspaceChange> {
+    async fn resume_draft(&self, sid: &str, id: &str) -> ApiResult<WorkspaceChange> {
         self.ensure_idle(sid)?;
         if self
             .drafts
@@ -83,7 +88,7 @@ impl Workspaces {
     }
 
     /// Parks the session's draft; on trunk it is a no-op (`POST …/workspace/stash`).
-    pub async fn route_stash(&self, sid: &str) -> ApiResult<WorkspaceChange> {
+    async fn stash_draft(&self, sid: &str) -> ApiResult<WorkspaceChange> {
         self.ensure_idle(sid)?;
         let trunk = self.trunk(sid).await?;
         if self.drafts.current(sid).is_none() {
@@ -96,7 +101,7 @@ impl Workspaces {
     }
 
     /// Removes a draft for good (`DELETE …/workspace/drafts/:workspace_id`).
-    pub async fn route_abandon(
+    async fn abandon_draft(
         &self,
         sid: &str,
         id: &str,
@@ -106,5 +111,18 @@ impl Workspaces {
         self.abandon(sid, Some(id), reason.as_deref())
             .await
             .map_err(api_error)
+    }
+
+    async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>> {
+        let root = self.work_root(sid, &self.sessions.get(sid).await?.lock().row.root);
+        self.files.suggest(root, q).await
+    }
+
+    async fn folders(&self, path: Option<String>) -> ApiResult<FolderListing> {
+        super::folders::list(path).await
+    }
+
+    async fn make_folder(&self, path: &str, name: &str) -> ApiResult<BrowseEntry> {
+        super::folders::make(path, name).await
     }
 }

@@ -1,0 +1,62 @@
+//! The events area of the Companion boundary: the bus's subscriptions and the journal.
+
+use crate::engine::companion::store_err;
+use super::TurnEngine;
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+use vis_companion_api::wire::*;
+use vis_companion_api::{ApiError, ApiResult, Cursor, EventsApi, Subscription};
+
+#[async_trait]
+impl EventsApi for TurnEngine {
+    async fn subscribe(
+        &self,
+        sid: &str,
+        cursor: Cursor,
+        kick: CancellationToken,
+    ) -> ApiResult<Subscription> {
+        let shared = self.0.sessions.get(sid).await?;
+        let running = shared
+            .lock()
+            .running
+            .as_ref()
+            .map(|r| (r.turn.tid.clone(), r.started_seq));
+        self.0
+            .bus
+            .try_subscribe(sid, cursor.0, running, kick)
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| ApiError::session_not_found(sid))
+    }
+
+    async fn since(&self, sid: &str, cursor: i64) -> ApiResult<Vec<JournalEntry>> {
+        if self.0.sessions.get(sid).await.is_err() {
+            return if uuid::Uuid::parse_str(sid).is_ok() {
+                Ok(vec![])
+            } else {
+                Err(ApiError::session_not_found(sid))
+            };
+        }
+        Ok(self.0.bus.since(sid, cursor).await)
+    }
+
+    async fn seq(&self, sid: &str) -> ApiResult<i64> {
+        // 404 only for an unparsable sid; a valid unknown one has seen nothing yet.
+        if self.0.sessions.get(sid).await.is_err() {
+            return if uuid::Uuid::parse_str(sid).is_ok() {
+                Ok(0)
+            } else {
+                Err(ApiError::session_not_found(sid))
+            };
+        }
+        self.0
+            .bus
+            .durable_high_water(sid)
+            .ok_or_else(|| ApiError::session_not_found(sid))
+    }
+
+    async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<EgressPage> {
+        self.0.sessions.get(sid).await?;
+        self.0.egress.page(sid, limit, before).await
+    }
+}
