@@ -31,8 +31,8 @@ use std::sync::Arc;
 use axum::Router;
 
 pub use areas::*;
-pub use live::Frame;
 pub use error::{ApiError, ApiResult};
+pub use live::Frame;
 pub use serve::{serve, ConnKill};
 
 /// Static settings of the HTTP surface.

@@ -3,8 +3,8 @@
 //! anti-buffering pad.
 
 use crate::areas::Subscription;
-use crate::live::Frame;
 use crate::events::EventKind;
+use crate::live::Frame;
 use crate::live::LiveRx;
 use crate::replay::{ReplayPage, ReplayRest};
 use crate::serve_stats::SseGuard;

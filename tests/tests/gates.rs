@@ -240,129 +240,6 @@ async fn require_token_on_loopback_answers_401_without_and_200_with_either_carri
 
 /// Every gated route of the table as `(method, template)`; `{sid}` is a real session, the
 /// other ids are unknown UUIDs. Kept in step with the source by the coverage test below.
-const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/v1/admin/status"),
-    ("GET", "/v1/sessions"),
-    ("POST", "/v1/sessions"),
-    ("GET", "/v1/sessions/{sid}"),
-    ("POST", "/v1/sessions/{sid}/release"),
-    ("GET", "/v1/sessions/{sid}/transcript"),
-    ("GET", "/v1/sessions/{sid}/model"),
-    ("GET", "/v1/sessions/{sid}/slashes"),
-    ("GET", "/v1/sessions/{sid}/egress"),
-    ("GET", "/v1/sessions/{sid}/egress/proposal"),
-    ("POST", "/v1/sessions/{sid}/egress/proposal/review"),
-    ("POST", "/v1/sessions/{sid}/egress/proposal/apply"),
-    ("GET", "/v1/sessions/{sid}/egress/mode"),
-    ("PUT", "/v1/sessions/{sid}/egress/mode"),
-    ("GET", "/v1/sessions/{sid}/egress/suggested"),
-    ("GET", "/v1/egress/proposal"),
-    ("GET", "/v1/egress/policy-changes"),
-    ("GET", "/v1/sessions/{sid}/artifacts"),
-    ("GET", "/v1/sessions/{sid}/turns"),
-    ("POST", "/v1/sessions/{sid}/turns"),
-    ("GET", "/v1/sessions/{sid}/turns/{tid}"),
-    ("PATCH", "/v1/sessions/{sid}/turns/{tid}"),
-    ("DELETE", "/v1/sessions/{sid}/turns/{tid}"),
-    ("POST", "/v1/sessions/{sid}/turns/{tid}/cancel"),
-    ("GET", "/v1/sessions/{sid}/turns/{tid}/trace"),
-    ("GET", "/v1/sessions/{sid}/turns/{tid}/attachments"),
-    ("POST", "/v1/sessions/{sid}/cancel-current"),
-    ("POST", "/v1/sessions/{sid}/resume-queue"),
-    ("POST", "/v1/sessions/{sid}/drain-queue"),
-    ("GET", "/v1/sessions/{sid}/events"),
-    ("GET", "/v1/events"),
-    ("GET", "/v1/sessions/{sid}/events-since"),
-    ("GET", "/v1/sessions/{sid}/seq"),
-    ("GET", "/v1/sessions/{sid}/human-input"),
-    ("GET", "/v1/sessions/{sid}/human-input/live"),
-    ("GET", "/v1/sessions/{sid}/human-input/live/{vid}/log/{nid}"),
-    (
-        "POST",
-        "/v1/sessions/{sid}/human-input/live/{vid}/actions/focus",
-    ),
-    (
-        "POST",
-        "/v1/sessions/{sid}/human-input/live/{vid}/actions/interrupt",
-    ),
-    (
-        "POST",
-        "/v1/sessions/{sid}/human-input/{rid}/actions/submit",
-    ),
-    (
-        "POST",
-        "/v1/sessions/{sid}/human-input/{rid}/actions/cancel",
-    ),
-    ("GET", "/v1/extensions"),
-    ("POST", "/v1/extensions/reload"),
-    ("GET", "/v1/router"),
-    ("GET", "/v1/settings"),
-    ("GET", "/v1/settings/{id}"),
-    ("GET", "/v1/devices"),
-    ("GET", "/v1/fs"),
-    ("GET", "/v1/mcp/servers"),
-    ("POST", "/v1/mcp/servers"),
-    ("POST", "/v1/mcp/servers/actions/test"),
-    ("DELETE", "/v1/mcp/servers/{name}"),
-    ("POST", "/v1/mcp/servers/{name}/actions/enable"),
-    ("POST", "/v1/mcp/servers/{name}/actions/kill"),
-    ("POST", "/v1/mcp/servers/{name}/actions/start"),
-    ("POST", "/v1/mcp/servers/{name}/auth/{step}"),
-    ("GET", "/v1/providers"),
-    ("POST", "/v1/providers"),
-    ("DELETE", "/v1/providers/{id}"),
-    ("GET", "/v1/providers/{id}/status"),
-    ("GET", "/v1/providers/{id}/limits"),
-    ("POST", "/v1/providers/{id}/auth/start"),
-    ("POST", "/v1/providers/{id}/auth/complete"),
-    ("POST", "/v1/providers/{id}/auth/poll"),
-    ("POST", "/v1/providers/{id}/auth/cancel"),
-    ("GET", "/v1/provider-presets"),
-    ("POST", "/v1/sandbox/env"),
-    ("PATCH", "/v1/sessions/{sid}"),
-    ("GET", "/v1/sessions/actions/search"),
-    ("GET", "/v1/sessions/{sid}/usage"),
-    ("GET", "/v1/sessions/{sid}/transcript.md"),
-    ("GET", "/v1/sessions/{sid}/suggest"),
-    ("PATCH", "/v1/sessions/{sid}/model"),
-    ("GET", "/v1/sessions/{sid}/forks"),
-    ("POST", "/v1/sessions/{sid}/forks"),
-    ("GET", "/v1/sessions/{sid}/workspace/drafts"),
-    ("POST", "/v1/sessions/{sid}/workspace/drafts"),
-    ("POST", "/v1/sessions/{sid}/workspace/resume"),
-    ("POST", "/v1/sessions/{sid}/workspace/stash"),
-    ("DELETE", "/v1/sessions/{sid}/workspace/drafts/{wid}"),
-    ("GET", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
-    ("POST", "/v1/sessions/{sid}/iterations/{iid}/attachments"),
-    (
-        "GET",
-        "/v1/sessions/{sid}/iterations/{iid}/attachments/{idx}",
-    ),
-    ("POST", "/v1/fs/actions/mkdir"),
-    ("PATCH", "/v1/router"),
-    ("POST", "/v1/settings"),
-    ("POST", "/v1/devices"),
-    ("DELETE", "/v1/devices/{token}"),
-    ("DELETE", "/v1/projects/{pid}"),
-    ("GET", "/v1/voice/model"),
-    ("POST", "/v1/voice/model"),
-    ("GET", "/v1/speech/model"),
-    ("POST", "/v1/speech/model"),
-    ("GET", "/v1/speech/voices"),
-    ("POST", "/v1/speech/voices"),
-    ("DELETE", "/v1/speech/voices/{id}"),
-    ("POST", "/v1/sessions/{sid}/speech"),
-    ("GET", "/v1/sessions/{sid}/speech/jobs/{jid}"),
-    ("DELETE", "/v1/sessions/{sid}/speech/jobs/{jid}"),
-    ("GET", "/v1/sessions/{sid}/speech/jobs/{jid}/audio"),
-    ("GET", "/v1/sessions/{sid}/speech/jobs/{jid}/events"),
-    ("POST", "/v1/sessions/{sid}/voice"),
-    ("GET", "/v1/sessions/{sid}/voice/jobs/{jid}"),
-    ("DELETE", "/v1/sessions/{sid}/voice/jobs/{jid}"),
-    ("GET", "/v1/sessions/{sid}/voice/jobs/{jid}/events"),
-    ("DELETE", "/v1/sessions/{sid}"),
-];
-
 /// Routes checked elsewhere (open, token-only, or stopping the gateway).
 const SPECIAL: &[(&str, &str)] = &[
     ("GET", "/healthz"),
@@ -393,67 +270,56 @@ fn fill(template: &str, sid: &str) -> String {
     }
 }
 
+/// Every route of the source but the special ones, in the walk's order: the routes that
+/// delete the session (or its project) last, so the walk keeps its session until the end.
 fn route_table(sid: &str) -> Vec<(Method, String)> {
-    ROUTES
+    let mut routes: Vec<(String, String)> = common::routes::source_routes()
+        .into_iter()
+        .filter(|(m, p)| !SPECIAL.contains(&(m.as_str(), p.as_str())))
+        .collect();
+    let destroys = |(m, p): &(String, String)| {
+        m == "DELETE" && (p == "/v1/sessions/{sid}" || p == "/v1/projects/{pid}")
+    };
+    routes.sort_by_key(|r| destroys(r));
+    routes
         .iter()
         .map(|(m, t)| (Method::from_bytes(m.as_bytes()).unwrap(), fill(t, sid)))
         .collect()
 }
 
-/// `(METHOD, path)` pairs of every `.route(...)` in companion-api/src/routes/mod.rs.
-fn source_routes() -> Vec<(String, String)> {
-    let src = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../companion-api/src/routes/mod.rs"),
-    )
-    .expect("route table source");
-    let mut out = Vec::new();
-    let mut rest = src.as_str();
-    while let Some(i) = rest.find(".route(") {
-        rest = &rest[i + ".route(".len()..];
-        // the call's text up to its balanced closing paren
-        let mut depth = 1;
-        let mut end = 0;
-        for (j, c) in rest.char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = j;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let call = &rest[..end];
-        let path = call.split('"').nth(1).unwrap_or("").to_string();
-        for verb in ["get", "post", "patch", "delete", "put"] {
-            let needle = format!("{verb}(");
-            let found = call.match_indices(&needle).any(|(k, _)| {
-                k == 0
-                    || !call.as_bytes()[k - 1].is_ascii_alphanumeric()
-                        && call.as_bytes()[k - 1] != b'_'
-            });
-            if found {
-                out.push((verb.to_uppercase(), path.clone()));
-            }
+#[test]
+fn the_route_walk_reads_every_route_module_and_each_path_is_registered_once() {
+    let routes = common::routes::source_routes();
+    assert!(routes.len() >= 110, "{routes:?}");
+    for expected in [
+        ("GET", "/v1/sessions"),
+        ("DELETE", "/v1/sessions/{sid}"),
+        ("POST", "/v1/sessions/{sid}/turns"),
+        ("GET", "/v1/events"),
+        ("GET", "/v1/fs"),
+        ("GET", "/v1/mcp/servers"),
+        ("GET", "/v1/providers"),
+        ("GET", "/v1/speech/voices"),
+        ("GET", "/healthz"),
+    ] {
+        let e = (expected.0.to_string(), expected.1.to_string());
+        assert!(routes.contains(&e), "{expected:?} not found");
+    }
+    for s in SPECIAL {
+        let e = (s.0.to_string(), s.1.to_string());
+        assert!(routes.contains(&e), "special route {s:?} not in the source");
+    }
+    // One `.route(` per path: a path registered twice would merge two method routers.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../companion-api/src/routes");
+    let mut paths = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()) {
+        let src = std::fs::read_to_string(e.path()).unwrap();
+        for (i, _) in src.match_indices(".route(") {
+            let path = src[i..].split('"').nth(1).unwrap_or("").to_string();
+            assert!(!paths.contains(&path), "{path} is registered twice");
+            paths.push(path);
         }
     }
-    out
-}
-
-#[test]
-fn the_route_walk_covers_every_route_of_the_source_table() {
-    let routes = source_routes();
-    assert!(routes.len() >= 40, "{routes:?}");
-    let known: Vec<(String, String)> = ROUTES
-        .iter()
-        .chain(SPECIAL)
-        .map(|(m, p)| (m.to_string(), p.to_string()))
-        .collect();
-    let missing: Vec<_> = routes.iter().filter(|r| !known.contains(r)).collect();
-    assert!(missing.is_empty(), "add these to ROUTES: {missing:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,22 +33,10 @@ async fn add(gw: &Gateway, body: Value) -> Value {
 
 /// Every GET route of the route table, filled with real ids where they exist.
 fn get_routes(sid: &str, tid: &str) -> Vec<String> {
-    let src = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../companion-api/src/routes/mod.rs"),
-    )
-    .expect("route table source");
     let mut out = Vec::new();
-    let mut rest = src.as_str();
-    while let Some(i) = rest.find(".route(") {
-        rest = &rest[i + ".route(".len()..];
-        let end = rest.find(".route(").unwrap_or(rest.len());
-        let call = &rest[..end];
-        let path = call.split('"').nth(1).unwrap_or("").to_string();
-        let is_get = call
-            .match_indices("get(")
-            .any(|(k, _)| k == 0 || !call.as_bytes()[k - 1].is_ascii_alphanumeric());
+    for (method, path) in common::routes::source_routes() {
         // Streams are left out (they never end); their replay is read through events-since.
-        if is_get && !path.ends_with("/events") {
+        if method == "GET" && !path.ends_with("/events") {
             out.push(
                 path.replace("{sid}", sid)
                     .replace("{tid}", tid)

@@ -611,28 +611,60 @@ async fn a_repeated_sid_is_subscribed_once_and_last_event_id_applies_to_a_lone_v
     assert!(first > 4, "{v}");
 }
 
+/// The `vis_gateway_sse_clients` gauge.
+async fn sse_clients(gw: &Gateway) -> f64 {
+    let m = gw
+        .req(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    m.lines()
+        .find_map(|l| l.strip_prefix("vis_gateway_sse_clients "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1.0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_owned_by_a_dead_local_pid_is_closed() {
+async fn a_stream_whose_client_process_dies_is_closed_with_its_connection() {
     let gw = Gateway::start(Opts::default()).await;
     let sid = gw.create_session().await;
-    let mut child = std::process::Command::new("sleep")
-        .arg("0.3")
+    // A separate local process holds the stream; killing it closes its socket, and that
+    // connection is all the gateway needs to know (no process id is sent or polled).
+    let script = format!(
+        "import socket,time\n\
+         s=socket.create_connection(('127.0.0.1',{}))\n\
+         s.sendall(b'GET /v1/sessions/{sid}/events HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\
+         X-Vis-Protocol: 2\\r\\nX-Vis-Min-Gateway-Protocol: 2\\r\\n\\r\\n')\n\
+         s.recv(100)\n\
+         time.sleep(60)\n",
+        gw.port
+    );
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", &script])
         .spawn()
         .unwrap();
-    let pid = child.id().to_string();
-    let mut sse = gw
-        .sse(
-            &format!("/v1/sessions/{sid}/events"),
-            &[("X-Vis-Client-Pid", &pid)],
-        )
-        .await;
-    sse.next_event(WAIT).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while sse_clients(&gw).await < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stream never opened (client: {:?})",
+            child.try_wait()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
     child.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !sse.ended && Instant::now() < deadline {
-        sse.next_event(Duration::from_millis(200)).await;
+    while sse_clients(&gw).await != 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stream outlived its client's connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(sse.ended, "the stream outlived its local process");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,12 +11,13 @@ pub mod workspace;
 
 use std::sync::Arc;
 
-pub use events::{Cursor, EventsApi, Ready, Subscription};
-pub use human_input::HumanInputApi;
-pub use machine::{MachineApi, Stats};
-pub use sessions::{CreateSession, SessionListQuery, SessionsApi};
-pub use turns::{Attachment, SubmitTurn, TurnsApi};
-pub use workspace::{FolderListing, WorkspaceApi};
+// Each area's trait and the records that belong to it only.
+pub use events::*;
+pub use human_input::*;
+pub use machine::*;
+pub use sessions::*;
+pub use turns::*;
+pub use workspace::*;
 
 /// Every area the routes serve. `mcp`, `learn` and `providers` are optional: a gateway
 /// without them answers their routes 501.

@@ -12,10 +12,10 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
+use axum::routing::get;
 use axum::{Extension, Json};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use axum::routing::get;
 
 /// Every route of this resource, each path once.
 pub fn routes() -> axum::Router<AppState> {
@@ -73,7 +73,10 @@ pub async fn session_stream(
     kill: Option<Extension<ConnKill>>,
 ) -> ApiResult<Response> {
     let kill = kill_token(kill);
-    let sub = st.areas.events.subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone())
+    let sub = st
+        .areas
+        .events
+        .subscribe(&sid, Cursor(single_cursor(&headers, &q)), kill.clone())
         .await?;
     Ok(sse_response(body_stream(vec![sub], wants_pad(&headers))))
 }
@@ -119,7 +122,10 @@ pub async fn multiplexed(
     let single = pending.len() == 1;
     for (sid, c) in pending {
         let cursor = if single { lone_cursor.unwrap_or(c) } else { c };
-        match st.areas.events.subscribe(&sid, Cursor(cursor), kill.clone())
+        match st
+            .areas
+            .events
+            .subscribe(&sid, Cursor(cursor), kill.clone())
             .await
         {
             Ok(sub) => subs.push(sub),
@@ -165,7 +171,9 @@ pub async fn egress(
     }
     let before = int_param(&q, "before").map_err(|_| bad())?;
     Ok(Json(
-        st.areas.events.egress(&sid, limit.min(1000) as usize, before)
+        st.areas
+            .events
+            .egress(&sid, limit.min(1000) as usize, before)
             .await?,
     ))
 }

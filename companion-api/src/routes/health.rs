@@ -7,9 +7,9 @@ use crate::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::Json;
 use serde_json::{json, Value};
-use axum::routing::{get, post};
 
 /// Every route of this resource, each path once.
 pub fn routes() -> axum::Router<AppState> {

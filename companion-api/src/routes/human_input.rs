@@ -7,9 +7,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::wire::*;
 use crate::AppState;
 use axum::extract::State;
+use axum::routing::{get, post};
 use axum::Json;
 use serde_json::Value;
-use axum::routing::{get, post};
 
 /// Every route of this resource, each path once.
 pub fn routes() -> axum::Router<AppState> {
@@ -56,9 +56,7 @@ pub async fn submit(
             "values must be an object",
         ));
     };
-    Ok(Json(
-        st.areas.human_input.submit(&sid, &rid, values).await?,
-    ))
+    Ok(Json(st.areas.human_input.submit(&sid, &rid, values).await?))
 }
 
 pub async fn cancel(
@@ -90,7 +88,10 @@ pub async fn live_log(
         .unwrap_or(2000)
         .clamp(0, 2000) as usize;
     Ok(Json(
-        st.areas.human_input.live_log(&sid, &vid, &nid, from, limit).await?,
+        st.areas
+            .human_input
+            .live_log(&sid, &vid, &nid, from, limit)
+            .await?,
     ))
 }
 
@@ -99,7 +100,9 @@ pub async fn live_focus(
     Path((sid, vid)): Path<(String, String)>,
     body: JsonBody,
 ) -> ApiResult<Json<LiveFocused>> {
-    Ok(Json(st.areas.human_input.live_focus(&sid, &vid, body.0).await?))
+    Ok(Json(
+        st.areas.human_input.live_focus(&sid, &vid, body.0).await?,
+    ))
 }
 
 pub async fn live_interrupt(
@@ -112,5 +115,10 @@ pub async fn live_interrupt(
         .get("note")
         .and_then(|n| n.as_str())
         .map(|n| n.chars().take(500).collect());
-    Ok(Json(st.areas.human_input.live_interrupt(&sid, &vid, note).await?))
+    Ok(Json(
+        st.areas
+            .human_input
+            .live_interrupt(&sid, &vid, note)
+            .await?,
+    ))
 }

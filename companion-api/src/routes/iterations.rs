@@ -52,7 +52,10 @@ pub async fn iteration_bytes(
             format!("no attachment {idx:?}: the index is a number"),
         )
     })?;
-    let stored = st.areas.turns.iteration_attachment_bytes(&sid, &iid, index)
+    let stored = st
+        .areas
+        .turns
+        .iteration_attachment_bytes(&sid, &iid, index)
         .await?;
     let ct = HeaderValue::from_str(&stored.media_type)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));

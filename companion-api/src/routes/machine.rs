@@ -105,7 +105,9 @@ pub async fn unregister_device(
 }
 
 pub async fn extensions(State(st): State<AppState>, q: Q) -> ApiResult<Json<ExtensionsListing>> {
-    Ok(Json(st.areas.machine.extensions(q.get("root").cloned()).await?))
+    Ok(Json(
+        st.areas.machine.extensions(q.get("root").cloned()).await?,
+    ))
 }
 
 /// `POST /v1/extensions/reload` — project from `?root=` or the body's `root` (default: the
@@ -143,7 +145,9 @@ pub async fn sandbox_env(
         }
     };
     Ok(Json(
-        st.areas.machine.sandbox_env(
+        st.areas
+            .machine
+            .sandbox_env(
                 text("session_id")?,
                 text("root")?,
                 text("title")?,

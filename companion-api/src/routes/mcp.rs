@@ -8,11 +8,11 @@ use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::Json;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
-use axum::routing::{get, post};
 
 /// Every route of this resource, each path once.
 pub fn routes() -> axum::Router<AppState> {

@@ -10,11 +10,11 @@ use crate::providers::{
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::routing::{get, post};
 use axum::Json;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::Arc;
-use axum::routing::{get, post};
 
 /// Every route of this resource, each path once.
 pub fn routes() -> axum::Router<AppState> {

@@ -153,7 +153,9 @@ pub async fn transcript(
         return Err(bad());
     }
     Ok(Json(
-        st.areas.sessions.transcript(&sid, limit.map(|l| l as usize), offset.map(|o| o as usize))
+        st.areas
+            .sessions
+            .transcript(&sid, limit.map(|l| l as usize), offset.map(|o| o as usize))
             .await?,
     ))
 }
@@ -361,7 +363,7 @@ mod tests {
         assert!(etag(&a).starts_with("W/\""));
     }
 
-fn map(v: Value) -> serde_json::Map<String, Value> {
+    fn map(v: Value) -> serde_json::Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
     }
 

@@ -16,7 +16,10 @@ use serde_json::{json, Value};
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/voice/model", get(voice_model).post(voice_model_start))
-        .route("/v1/speech/model", get(speech_model).post(speech_model_start))
+        .route(
+            "/v1/speech/model",
+            get(speech_model).post(speech_model_start),
+        )
         .route(
             "/v1/speech/voices",
             get(speech_voices).post(speech_unavailable),

@@ -2,17 +2,17 @@
 
 use super::path::Path;
 use super::Q;
-use crate::body::JsonBody;
 use crate::areas::SubmitTurn;
+use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::wire::{Trace, TurnAttachments, TurnList, TurnRecord};
 use crate::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::Json;
 use serde_json::{json, Value};
-use axum::routing::{get, post};
 
 /// Every route of this resource, each path once.
 pub fn routes() -> axum::Router<AppState> {
@@ -140,14 +140,18 @@ pub async fn resume_queue(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"turn": st.areas.turns.resume_queue(&sid).await?})))
+    Ok(Json(
+        json!({"turn": st.areas.turns.resume_queue(&sid).await?}),
+    ))
 }
 
 pub async fn drain_queue(
     State(st): State<AppState>,
     Path(sid): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({"turn": st.areas.turns.drain_queue(&sid).await?})))
+    Ok(Json(
+        json!({"turn": st.areas.turns.drain_queue(&sid).await?}),
+    ))
 }
 
 pub async fn trace(

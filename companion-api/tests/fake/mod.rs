@@ -153,7 +153,6 @@ pub fn areas(engine: std::sync::Arc<FakeEngine>) -> Areas {
     }
 }
 
-
 const DRAFT: &str = "w-fake";
 
 fn draft(is_current: bool) -> WorkspaceDraft {

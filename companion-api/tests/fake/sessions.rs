@@ -95,11 +95,7 @@ impl SessionsApi for FakeEngine {
         Ok("# fake\n".into())
     }
 
-    async fn set_model(
-        &self,
-        sid: &str,
-        pref: Option<ModelPref>,
-    ) -> ApiResult<ModelAnswer> {
+    async fn set_model(&self, sid: &str, pref: Option<ModelPref>) -> ApiResult<ModelAnswer> {
         known(sid)?;
         Ok(ModelAnswer { model: pref })
     }

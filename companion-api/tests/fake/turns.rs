@@ -28,12 +28,7 @@ impl TurnsApi for FakeEngine {
         })
     }
 
-    async fn edit(
-        &self,
-        sid: &str,
-        tid: &str,
-        request: Option<Value>,
-    ) -> ApiResult<TurnRecord> {
+    async fn edit(&self, sid: &str, tid: &str, request: Option<Value>) -> ApiResult<TurnRecord> {
         turn_known(sid, tid)?;
         match request {
             Some(Value::String(s)) if !s.trim().is_empty() => Ok(TurnRecord {

@@ -1,6 +1,5 @@
 //! `vis-gateway start`: the foreground daemon.
 
-
 use crate::engine::Gateway;
 use crate::home::{load_or_create_token, Home, Registry};
 use crate::pairing;

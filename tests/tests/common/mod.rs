@@ -2,6 +2,8 @@
 //! drives it with a real HTTP client and an SSE frame reader.
 #![allow(dead_code)]
 
+pub mod routes;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

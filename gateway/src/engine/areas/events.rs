@@ -1,7 +1,7 @@
 //! The events area of the Companion boundary: the bus's subscriptions and the journal.
 
-use crate::engine::companion::store_err;
 use super::TurnEngine;
+use crate::engine::companion::store_err;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use vis_companion_api::wire::*;

@@ -2,10 +2,10 @@
 
 use super::TurnEngine;
 use async_trait::async_trait;
+use axum::http::StatusCode;
 use serde_json::{Map, Value};
 use vis_companion_api::wire::*;
 use vis_companion_api::{ApiError, ApiResult, HumanInputApi};
-use axum::http::StatusCode;
 
 fn human_input_not_found(rid: &str) -> ApiError {
     ApiError::new(

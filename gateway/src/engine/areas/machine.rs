@@ -1,8 +1,8 @@
 //! The machine area of the Companion boundary: figures, the stop switch, settings, devices,
 //! extensions and a sandbox child's environment.
 
-use crate::engine::views::live_of;
 use super::TurnEngine;
+use crate::engine::views::live_of;
 use crate::store::rows;
 use async_trait::async_trait;
 use std::sync::atomic::Ordering;

@@ -1,7 +1,7 @@
 //! The sessions area of the Companion boundary, on the turn engine.
 
-use crate::engine::views::live_of;
 use super::TurnEngine;
+use crate::engine::views::live_of;
 use async_trait::async_trait;
 use vis_companion_api::records::*;
 use vis_companion_api::wire::*;
@@ -74,11 +74,7 @@ impl SessionsApi for TurnEngine {
         self.0.companion.usage().markdown(sid).await
     }
 
-    async fn set_model(
-        &self,
-        sid: &str,
-        pref: Option<ModelPref>,
-    ) -> ApiResult<ModelAnswer> {
+    async fn set_model(&self, sid: &str, pref: Option<ModelPref>) -> ApiResult<ModelAnswer> {
         self.0.set_session_model(sid, pref).await
     }
 

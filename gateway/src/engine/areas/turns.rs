@@ -37,12 +37,7 @@ impl TurnsApi for TurnEngine {
         })
     }
 
-    async fn edit(
-        &self,
-        sid: &str,
-        tid: &str,
-        request: Option<Value>,
-    ) -> ApiResult<TurnRecord> {
+    async fn edit(&self, sid: &str, tid: &str, request: Option<Value>) -> ApiResult<TurnRecord> {
         self.0.edit(sid, tid, request).await
     }
 

@@ -1,7 +1,6 @@
 //! The Companion routes of this area driven in-process with `oneshot` over the real router
 //! and a real gateway (temporary home, real SQLite store), no sockets.
 
-
 use crate::engine::Gateway;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
