@@ -481,6 +481,46 @@ async fn the_companion_workspace_routes_answer_the_apps_shapes_and_publish_chang
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn draft_sizes_list_each_draft_with_the_bytes_and_files_it_holds_largest_first() {
+    let dirs = Dirs::new();
+    let root = dirs.root();
+    repo(&root);
+    let gw = Gateway::start_in(dirs.clone(), Opts::default()).await;
+    let sid = gw.create_session_at(&root).await;
+    let base = format!("/v1/sessions/{sid}/workspace");
+    let (s, v) = gw.get(format!("{base}/draft-sizes")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"drafts": [], "total_bytes": 0}));
+    for label in ["small", "big"] {
+        let (s, v) = gw
+            .post(&format!("{base}/drafts"), json!({ "label": label }))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    // 1 MiB more in the current draft ("big").
+    let big = draft_root(&gw, &sid).await;
+    std::fs::write(big.join("blob.bin"), vec![7u8; 1 << 20]).unwrap();
+    let (s, v) = gw.get(format!("{base}/draft-sizes")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let drafts = v["drafts"].as_array().unwrap();
+    assert_eq!(drafts.len(), 2, "{v}");
+    assert_eq!(drafts[0]["label"], "big", "largest first: {v}");
+    assert_eq!(drafts[0]["is_current"], true);
+    assert_eq!(drafts[1]["is_current"], false);
+    let (b0, b1) = (
+        drafts[0]["bytes"].as_u64().unwrap(),
+        drafts[1]["bytes"].as_u64().unwrap(),
+    );
+    assert!(b0 >= (1 << 20) && b0 > b1, "{v}");
+    assert!(drafts[1]["files"].as_u64().unwrap() >= 1, "{v}");
+    assert_eq!(v["total_bytes"].as_u64().unwrap(), b0 + b1);
+    let (s, e) = gw
+        .get("/v1/sessions/00000000-0000-4000-8000-00000000dead/workspace/draft-sizes")
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn bad_draft_input_is_refused_clearly_and_changes_nothing_on_disk() {
     let llm = FixtureLlm::start().await;
     let dirs = Dirs::new();

@@ -17,6 +17,24 @@ pub struct FolderListing {
     pub entries: Vec<BrowseEntry>,
 }
 
+/// One draft with what it holds on disk (`GET …/workspace/draft-sizes`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DraftSize {
+    pub workspace_id: String,
+    pub label: String,
+    pub is_current: bool,
+    /// Bytes of the regular files under the draft's folder (symbolic links not followed).
+    pub bytes: u64,
+    pub files: u64,
+}
+
+/// The drafts of a session's repository with their sizes, largest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DraftSizes {
+    pub drafts: Vec<DraftSize>,
+    pub total_bytes: u64,
+}
+
 #[async_trait]
 pub trait WorkspaceApi: Send + Sync + 'static {
     /// Active drafts of the session's repository, newest first.
@@ -37,6 +55,15 @@ pub trait WorkspaceApi: Send + Sync + 'static {
     ) -> ApiResult<WorkspaceChange>;
     /// Ranked files of the session's workspace matching `q` (at most 20).
     async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>>;
+    /// The drafts of the session's repository with their sizes on disk. (A new method has a
+    /// default answer, so every other implementation and fake keeps compiling.)
+    async fn draft_sizes(&self, sid: &str) -> ApiResult<DraftSizes> {
+        Err(crate::ApiError::new(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            "not-implemented",
+            format!("draft sizes are not available for session {sid} on this gateway"),
+        ))
+    }
     /// The sub-folders of `path` (default: the gateway user's home), at most 400.
     async fn folders(&self, path: Option<String>) -> ApiResult<FolderListing>;
     /// Makes the folder `name` in `path` (absolute or `~…`).

@@ -25,6 +25,7 @@ pub fn routes() -> Router<AppState> {
             "/v1/sessions/{sid}/workspace/drafts/{wid}",
             delete(abandon_draft),
         )
+        .route("/v1/sessions/{sid}/workspace/draft-sizes", get(draft_sizes))
         .route("/v1/sessions/{sid}/workspace/resume", post(resume_draft))
         .route("/v1/sessions/{sid}/workspace/stash", post(stash_draft))
         .route("/v1/sessions/{sid}/suggest", get(suggest))
@@ -156,4 +157,12 @@ pub async fn mkdir(State(st): State<AppState>, body: JsonBody) -> ApiResult<Resp
         .make_folder(&text("path")?, &text("name")?)
         .await?;
     Ok((StatusCode::CREATED, Json(made)).into_response())
+}
+
+/// `GET …/workspace/draft-sizes`: each draft with its size on disk.
+pub async fn draft_sizes(
+    State(st): State<AppState>,
+    Path(sid): Path<String>,
+) -> ApiResult<Response> {
+    Ok(Json(st.areas.workspace.draft_sizes(&sid).await?).into_response())
 }

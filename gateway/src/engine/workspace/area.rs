@@ -5,10 +5,10 @@
 
 use super::{api_error, draft_item, Workspaces};
 use crate::drafts::service::Target;
-use std::path::Path;
 use async_trait::async_trait;
+use std::path::Path;
 use vis_companion_api::records::{BrowseEntry, FileSuggestion, WorkspaceChange, WorkspaceDraft};
-use vis_companion_api::{ApiError, ApiResult, FolderListing, WorkspaceApi};
+use vis_companion_api::{ApiError, ApiResult, DraftSize, DraftSizes, FolderListing, WorkspaceApi};
 
 impl Workspaces {
     /// Refuses a route's workspace change while a turn runs or waits (its tools would
@@ -118,6 +118,39 @@ impl WorkspaceApi for Workspaces {
         self.files.suggest(root, q).await
     }
 
+    async fn draft_sizes(&self, sid: &str) -> ApiResult<DraftSizes> {
+        let trunk = self.trunk(sid).await?;
+        let current = self.drafts.current(sid).map(|d| d.workspace_id);
+        let list = self
+            .drafts
+            .list(Path::new(&trunk))
+            .await
+            .map_err(api_error)?;
+        let measured = tokio::task::spawn_blocking(move || {
+            list.into_iter()
+                .map(|d| {
+                    let (bytes, files) = size_on_disk(&d.dir);
+                    DraftSize {
+                        is_current: current.as_deref() == Some(d.workspace_id.as_str()),
+                        workspace_id: d.workspace_id,
+                        label: d.label,
+                        bytes,
+                        files,
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| ApiError::engine(e.to_string()))?;
+        let mut drafts = measured;
+        drafts.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        let total_bytes = drafts.iter().map(|d| d.bytes).sum();
+        Ok(DraftSizes {
+            drafts,
+            total_bytes,
+        })
+    }
+
     async fn folders(&self, path: Option<String>) -> ApiResult<FolderListing> {
         super::folders::list(path).await
     }
@@ -125,4 +158,26 @@ impl WorkspaceApi for Workspaces {
     async fn make_folder(&self, path: &str, name: &str) -> ApiResult<BrowseEntry> {
         super::folders::make(path, name).await
     }
+}
+
+/// Bytes and count of the regular files under `dir` (links not followed; unreadable entries
+/// skipped).
+fn size_on_disk(dir: &Path) -> (u64, u64) {
+    let (mut bytes, mut files) = (0, 0);
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                todo.push(e.path());
+            } else if meta.is_file() {
+                bytes += meta.len();
+                files += 1;
+            }
+        }
+    }
+    (bytes, files)
 }
