@@ -40,6 +40,8 @@ pub mod kind {
     pub const CLIENT_TLS_REJECTED: &str = "client-tls-rejected";
     /// The client's request body stalled or crept below the minimum rate.
     pub const REQUEST_BODY_TIMEOUT: &str = "request-body-timeout";
+    /// The client's chunked request body declared a chunk larger than the proxy takes.
+    pub const REQUEST_CHUNK_TOO_LARGE: &str = "request-chunk-too-large";
 }
 
 /// Reason texts fixed by the spec.
@@ -102,6 +104,9 @@ pub enum DenyClass {
     Unresolvable,
     /// 408 — the request body stalled (reported with kind `request-body-timeout`).
     BodyTimeout,
+    /// 400 at once, connection closed — the request body declared an absurd chunk size
+    /// (reported with kind `request-chunk-too-large`).
+    ChunkTooLarge,
 }
 
 /// One refusal: class, sentence and who decided.
@@ -166,12 +171,17 @@ impl Denial {
             class,
             reason: match class {
                 DenyClass::BodyTimeout => format!("request body timed out: {message}"),
+                DenyClass::ChunkTooLarge => format!("malformed request body: {message}"),
                 _ => format!("upstream error: {message}"),
             },
             decider: DeciderKind::Default,
             rule_host: None,
             filter: None,
         }
+    }
+    /// The request body declared a chunk of `size` bytes, above what the proxy takes.
+    pub fn chunk_too_large(size: u64) -> Self {
+        Denial::upstream(DenyClass::ChunkTooLarge, crate::body::ChunkTooLarge(size))
     }
     /// The target name did not resolve: 502 with its own kind (not an SSRF refusal).
     pub fn unresolvable(host: &str) -> Self {
@@ -233,6 +243,7 @@ impl Denial {
             | DenyClass::UpstreamUnreachable
             | DenyClass::UpstreamTimeout => Some(kind::UPSTREAM_ERROR),
             DenyClass::BodyTimeout => Some(kind::REQUEST_BODY_TIMEOUT),
+            DenyClass::ChunkTooLarge => Some(kind::REQUEST_CHUNK_TOO_LARGE),
             _ => None,
         })
     }
@@ -247,6 +258,7 @@ impl Denial {
                 | DenyClass::UpstreamTimeout
                 | DenyClass::Unresolvable
                 | DenyClass::BodyTimeout
+                | DenyClass::ChunkTooLarge
         )
     }
 
@@ -255,7 +267,7 @@ impl Denial {
         match self.class {
             DenyClass::Auth => StatusCode::PROXY_AUTHENTICATION_REQUIRED,
             DenyClass::Policy(_) | DenyClass::PolicyError => StatusCode::FORBIDDEN,
-            DenyClass::BadRequest => StatusCode::BAD_REQUEST,
+            DenyClass::BadRequest | DenyClass::ChunkTooLarge => StatusCode::BAD_REQUEST,
             DenyClass::UpstreamRefused
             | DenyClass::UpstreamUnreachable
             | DenyClass::Unresolvable => StatusCode::BAD_GATEWAY,
@@ -277,7 +289,10 @@ impl Denial {
             DenyClass::UpstreamUnreachable
             | DenyClass::UpstreamTimeout
             | DenyClass::Unresolvable => 0x04,
-            DenyClass::Overloaded | DenyClass::HeadTooLarge | DenyClass::BodyTimeout => 0x01,
+            DenyClass::Overloaded
+            | DenyClass::HeadTooLarge
+            | DenyClass::BodyTimeout
+            | DenyClass::ChunkTooLarge => 0x01,
         }
     }
 
@@ -298,6 +313,10 @@ impl Denial {
         }
         if let Some(k) = self.error_kind() {
             h.insert("x-vis-egress-error", HeaderValue::from_static(k));
+        }
+        if self.class == DenyClass::ChunkTooLarge {
+            // the rest of the body cannot be skipped: nothing after it can be read as a request
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }

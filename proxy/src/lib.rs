@@ -22,6 +22,8 @@
 //! credentials.rs  phantom → secret swap on provider hosts (after filters)
 //! dial.rs + ssrf.rs  resolve ONCE, classify EVERY answer, return the one address to dial
 //! lanes/http.rs      hyper HTTP/1.1 server, keep-alive, every request decided alone
+//! h1_watch.rs        follows the client's HTTP/1 request framing under hyper: an absurd
+//!                    chunk size answers 400 at once
 //! lanes/connect.rs   CONNECT: opaque tunnel or interception
 //! lanes/intercept.rs TLS server with a minted leaf, h2 + http/1.1 inside (or plain
 //!                    HTTP/1.1 when the first bytes are not TLS: prefixed.rs sniffs)
@@ -90,7 +92,7 @@
 //!   `upstream-dns-failure` (REP `04`), not an SSRF refusal. The record of a request that
 //!   the policy allowed and that then failed is an `allow` with `error_kind` (DNS,
 //!   `upstream-error`, `upstream-no-response`, `upstream-incomplete`,
-//!   `client-tls-rejected`, `request-body-timeout`) and the sentence in `reason`.
+//!   `client-tls-rejected`, `request-body-timeout`, `request-chunk-too-large`) and the sentence in `reason`.
 //! * Long-lived flows (opaque CONNECT, SOCKS5, upgraded connections, and responses still
 //!   streaming after 1 s) are reported twice: `state: open` when they start (or pass 1 s),
 //!   `state: closed` (same `flow`) with bytes at the end.
@@ -142,6 +144,7 @@ pub mod dial;
 mod engine;
 pub mod error;
 pub mod filters;
+pub mod h1_watch;
 mod io_threads;
 pub use io_threads::{default_io_threads, io_thread_index};
 pub mod lanes;

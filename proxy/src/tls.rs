@@ -16,10 +16,18 @@ use time::{Duration as TDuration, OffsetDateTime};
 
 use crate::error::ProxyError;
 
+/// ring's provider with `TLS13_AES_128_GCM_SHA256` first: an intercepted connection runs
+/// two TLS 1.3 handshakes, and a SHA-256 key schedule costs them about half the hashing of
+/// `TLS13_AES_256_GCM_SHA384`, ring's first choice (docs/benchmarks.md, issue 27).
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     static P: std::sync::OnceLock<Arc<rustls::crypto::CryptoProvider>> = std::sync::OnceLock::new();
-    P.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
+    P.get_or_init(|| {
+        let mut p = rustls::crypto::ring::default_provider();
+        let first = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
+        p.cipher_suites.sort_by_key(|s| s.suite() != first.suite());
+        Arc::new(p)
+    })
+    .clone()
 }
 
 fn random_serial() -> SerialNumber {
@@ -156,6 +164,8 @@ impl CertAuthority {
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Fixed(ck)));
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // the proxy's suite order (AES-128-GCM first), not the client's (mostly AES-256 first)
+        cfg.ignore_client_order = true;
         Ok(Arc::new(cfg))
     }
 }
@@ -241,6 +251,49 @@ mod tests {
         assert!(pem.lines().all(|l| l.len() <= 64));
         let back = crate::settings::certs_from_pem(pem.as_bytes()).unwrap();
         assert_eq!(&back[0], ca.ca_der());
+    }
+
+    #[test]
+    fn an_intercepted_handshake_runs_aes_128_gcm_sha256_though_the_client_prefers_aes_256() {
+        let ca = CertAuthority::new(2).unwrap();
+        let server_cfg = ca.server_config("a.test").unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.ca_der().clone()).unwrap();
+        // a client with ring's default order (AES-256-GCM-SHA384 first), as curl and Python send
+        let client_cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("a.test").unwrap();
+        let mut client = rustls::ClientConnection::new(Arc::new(client_cfg), name).unwrap();
+        let mut server = rustls::ServerConnection::new(server_cfg).unwrap();
+        for _ in 0..10 {
+            if !client.is_handshaking() && !server.is_handshaking() {
+                break;
+            }
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).unwrap();
+            server.read_tls(&mut wire.as_slice()).unwrap();
+            server.process_new_packets().unwrap();
+            let mut back = Vec::new();
+            server.write_tls(&mut back).unwrap();
+            client.read_tls(&mut back.as_slice()).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        let suite = server.negotiated_cipher_suite().map(|s| s.suite());
+        assert_eq!(
+            suite,
+            Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256),
+            "a SHA-256 key schedule"
+        );
+        // and the proxy's own upstream client asks for it first
+        assert_eq!(
+            provider().cipher_suites[0].suite(),
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+        );
     }
 
     #[test]

@@ -184,6 +184,10 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> (crate::deny::DenyClas
             // the client's request body stalled: the client's failure, not the upstream's
             return (crate::deny::DenyClass::BodyTimeout, stalled.to_string());
         }
+        if let Some(chunk) = err.downcast_ref::<crate::body::ChunkTooLarge>() {
+            // the client's request body is malformed: a 400, not an upstream failure
+            return (crate::deny::DenyClass::ChunkTooLarge, chunk.to_string());
+        }
         if let Some(io) = err.downcast_ref::<io::Error>() {
             return (crate::dial::classify_io(io), io.to_string());
         }

@@ -247,6 +247,37 @@ async fn open_tunnel(proxy: u16, target: &str) -> (TcpStream, String) {
 }
 
 #[tokio::test]
+async fn an_absurd_chunk_size_inside_an_intercepted_connect_is_answered_400_at_once() {
+    let h = start(Setup {
+        policy: "rules: [{host: origin.test, methods: [GET, POST]}]\n",
+        ..Default::default()
+    })
+    .await;
+    let o = origin().await;
+    let target = format!("origin.test:{}", o.port());
+    let (mut s, head) = open_tunnel(h.port(), &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    s.write_all(
+        format!(
+            "POST /inner HTTP/1.1\r\nHost: {target}\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nabc"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    let got = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    assert!(got.is_ok(), "answered and closed instead of hanging");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    let d = wait_until(&h, |d| d.path.as_deref() == Some("/inner"))
+        .await
+        .unwrap();
+    assert_eq!(d.error_kind.as_deref(), Some("request-chunk-too-large"));
+    assert!(o.seen().is_empty(), "nothing reached the origin");
+}
+
+#[tokio::test]
 async fn established_tunnels_count_against_the_overall_connection_cap() {
     let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = silent.local_addr().unwrap().port();
@@ -348,7 +379,15 @@ async fn a_request_body_that_stalls_is_cut_with_a_408_and_recorded() {
             .is_some_and(|r| r.starts_with("request body timed out")),
         "{d:?}"
     );
+}
 
+#[tokio::test]
+async fn a_chunk_of_2_to_the_64_minus_1_bytes_is_answered_400_at_once_and_recorded() {
+    let o = origin().await;
+    // the body's idle timeout is far away: the answer must not wait for it
+    let h = start(Setup::default()).await;
+    let auth = basic(TOKEN);
+    let port = o.port();
     // a chunk that claims 2^64 - 1 bytes and never sends them
     let mut s = TcpStream::connect(("127.0.0.1", h.port())).await.unwrap();
     s.write_all(
@@ -359,14 +398,40 @@ async fn a_request_body_that_stalls_is_cut_with_a_408_and_recorded() {
     )
     .await
     .unwrap();
-    let mut first = [0u8; 12];
-    let got = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut first)).await;
-    assert!(got.is_ok(), "answered instead of hanging");
-    let status = String::from_utf8_lossy(&first).into_owned();
-    assert!(
-        status.starts_with("HTTP/1.1 408") || status.starts_with("HTTP/1.1 400"),
-        "{status}"
-    );
+    // answered 400 at once (not after the body's idle timeout), and the connection closed
+    let mut out = Vec::new();
+    let got = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    assert!(got.is_ok(), "answered and closed instead of hanging");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(text.contains("18446744073709551615"), "{text}");
+    let d = wait_until(&h, |d| d.path.as_deref() == Some("/huge"))
+        .await
+        .unwrap();
+    assert_eq!(d.error_kind.as_deref(), Some("request-chunk-too-large"));
+
+    // the same, with the chunk-size line arriving after the request went upstream (a
+    // first chunk of 3 bytes, then the lie)
+    let mut s = TcpStream::connect(("127.0.0.1", h.port())).await.unwrap();
+    s.write_all(
+        format!(
+            "POST http://origin.test:{port}/later HTTP/1.1\r\nHost: origin.test:{port}\r\nProxy-Authorization: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.write_all(b"ffffffffffffffff\r\nabc").await.unwrap();
+    let mut out = Vec::new();
+    let got = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    assert!(got.is_ok(), "answered and closed instead of hanging");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    let d = wait_until(&h, |d| d.path.as_deref() == Some("/later"))
+        .await
+        .unwrap();
+    assert_eq!(d.error_kind.as_deref(), Some("request-chunk-too-large"));
 }
 
 #[tokio::test]

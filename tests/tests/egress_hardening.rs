@@ -388,3 +388,115 @@ async fn a_tunnel_reaches_the_phone_when_it_opens_and_again_when_it_closes() {
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0]["state"], "closed");
 }
+
+/// Writes `wire` to the proxy on a new connection and reads until the proxy closes it (or
+/// `within` passes); what came back, and how long it took.
+async fn raw_proxy(proxy: u16, wire: &[u8], within: Duration) -> (String, Duration) {
+    let mut s = TcpStream::connect(("127.0.0.1", proxy)).await.unwrap();
+    let t = Instant::now();
+    s.write_all(wire).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(within, s.read_to_end(&mut out)).await;
+    (String::from_utf8_lossy(&out).into_owned(), t.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_size_of_2_to_the_64_minus_1_is_answered_400_at_once_and_the_connection_closed() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let token = token_of(&gw, &sid).await;
+    let proxy = gw.proxy_port(&sid).await;
+    let url = format!("{}/huge", origin.url());
+    let head = format!(
+        "POST {url} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nProxy-Authorization: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        origin.port,
+        basic(&token)
+    );
+    let wire = format!("{head}FFFFFFFFFFFFFFFF\r\nhello");
+    // the request body's idle timeout (10 s) must not be what answers
+    let (answer, took) = raw_proxy(proxy, wire.as_bytes(), Duration::from_secs(12)).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "answered and closed after {took:?}"
+    );
+    assert!(answer.contains("18446744073709551615"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
+    assert!(
+        origin.requests().is_empty(),
+        "nothing was sent upstream: {:?}",
+        origin.requests().len()
+    );
+    let d = gw.wait_egress(&sid, 1).await;
+    let d = d
+        .iter()
+        .find(|d| d["path"] == "/huge")
+        .unwrap_or_else(|| panic!("recorded: {d:?}"));
+    assert_eq!(d["error_kind"], "request-chunk-too-large", "{d}");
+    assert!(
+        d["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("18446744073709551615")),
+        "{d}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_uploads_with_trailers_and_pipelined_requests_still_go_through_the_proxy() {
+    let origin = Origin::start().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let token = token_of(&gw, &sid).await;
+    let proxy = gw.proxy_port(&sid).await;
+    let (base, host, auth) = (
+        origin.url(),
+        format!("127.0.0.1:{}", origin.port),
+        basic(&token),
+    );
+    // three requests in one write: several chunks (one of them a large one, one with an
+    // extension, data that looks like an absurd size line) and trailers; a GET; a
+    // Content-Length body; the last one closes the connection
+    let big = "x".repeat(100_000);
+    let mut wire = format!(
+        "POST {base}/up HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n\
+         5\r\nhello\r\n12;note=odd\r\nFFFFFFFFFFFFFFFF\r\n\r\n{:x}\r\n{big}\r\n0\r\nX-Checksum: 1\r\n\r\n",
+        big.len()
+    );
+    wire.push_str(&format!(
+        "GET {base}/next HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {auth}\r\n\r\n"
+    ));
+    wire.push_str(&format!(
+        "PUT {base}/last HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {auth}\r\nContent-Length: 4\r\nConnection: close\r\n\r\ndone"
+    ));
+    let (answer, _) = raw_proxy(proxy, wire.as_bytes(), Duration::from_secs(10)).await;
+    assert_eq!(
+        answer.matches("HTTP/1.1 200").count(),
+        3,
+        "three answers: {answer}"
+    );
+    let order: Vec<&str> = answer
+        .lines()
+        .filter(|l| l.starts_with("origin-ok"))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "origin-ok POST /up",
+            "origin-ok GET /next",
+            "origin-ok PUT /last"
+        ]
+    );
+    let seen = origin.requests();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    let expected = format!("helloFFFFFFFFFFFFFFFF\r\n{big}");
+    assert_eq!(
+        String::from_utf8_lossy(&seen[0].body),
+        expected,
+        "the chunked body arrived whole"
+    );
+    assert_eq!(seen[2].body, b"done");
+}

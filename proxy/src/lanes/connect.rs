@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use crate::attribution::{authorize, token_from_headers};
 use crate::body::{self, ProxyBody};
 use crate::deny::{reason, Denial};
+use crate::h1_watch::Watched;
 use crate::phases::{self, Cleared, Framing, Step, Target};
 use crate::record::RecordBase;
 use crate::state::{ConnGuard, Shared};
@@ -150,10 +151,10 @@ impl Framing for ConnectFlow {
                 Ok(up) => {
                     // The client side is the accepted TCP socket (plus any bytes
                     // hyper read past the CONNECT head): relay TCP to TCP.
-                    let r = match up.downcast::<TokioIo<TcpStream>>() {
+                    let r = match up.downcast::<TokioIo<Watched<TcpStream>>>() {
                         Ok(parts) => {
                             crate::relay::relay_tcp(
-                                parts.io.into_inner(),
+                                parts.io.into_inner().into_inner(),
                                 &parts.read_buf,
                                 upstream,
                                 idle,

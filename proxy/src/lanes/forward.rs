@@ -20,6 +20,7 @@ use crate::body::{self, ProxyBody};
 use crate::conn_pool::{ConnPool, Key};
 use crate::deny::{reason, Denial};
 use crate::filters::header_map;
+use crate::h1_watch::RequestWatch;
 use crate::lanes::target::bracket;
 use crate::phases::{self, Cleared, Framing, RequestView, ResponseView, Step, Target};
 use crate::state::{ConnGuard, Shared};
@@ -144,7 +145,9 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
 /// Reads what is left of a request body that will not be forwarded, bounded in size and
 /// time, so that the client sees a clean answer instead of a reset stream (HTTP/2) or a
 /// closed socket it is still writing to (HTTP/1.1) racing the denial.
-async fn settle_body(body: Incoming, wait: std::time::Duration) {
+async fn settle_body(body: Incoming, wait: std::time::Duration, watch: Option<RequestWatch>) {
+    // a body that declared an absurd chunk ends at once (its bytes will never come)
+    let body = body::Paced::new(body, wait, watch);
     let limited = http_body_util::Limited::new(body, FILTER_BODY_LIMIT as usize);
     let _ = tokio::time::timeout(wait, limited.collect()).await;
 }
@@ -166,7 +169,8 @@ pub(crate) enum Who {
     Known(Principal),
 }
 
-/// Run one HTTP request (plain, intercepted or provider route) through the flow's steps.
+/// Run one HTTP request (plain, intercepted or provider route) through the flow's steps;
+/// `watch` is the request's view of its connection's framing watch (HTTP/1 only).
 pub(crate) async fn forward(
     shared: &Arc<Shared>,
     target: Target,
@@ -174,6 +178,7 @@ pub(crate) async fn forward(
     mut req: Request<Incoming>,
     upstream: Upstream,
     conn: Option<ConnGuard>,
+    watch: Option<RequestWatch>,
 ) -> Response<ProxyBody> {
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = if upgrade {
@@ -193,6 +198,7 @@ pub(crate) async fn forward(
         client_upgrade,
         upstream,
         conn,
+        watch,
     };
     phases::run(shared, target, flow).await
 }
@@ -215,6 +221,8 @@ struct HttpFlow<'a> {
     /// The client connection's place under the overall connection cap; an upgraded
     /// connection keeps it until its relay ends.
     conn: Option<ConnGuard>,
+    /// What the connection's framing watch says of this request's body.
+    watch: Option<RequestWatch>,
 }
 
 impl HttpFlow<'_> {
@@ -297,6 +305,10 @@ impl Framing for HttpFlow<'_> {
 
     async fn connect(&mut self, target: &Target, c: &Cleared) -> Sent {
         let shared = self.shared;
+        // a body that declared an absurd chunk (usually read with the head) is not sent
+        if let Some(size) = self.watch.as_ref().and_then(RequestWatch::too_large) {
+            return Err(Denial::chunk_too_large(size));
+        }
         let base = &target.base;
         let authority_of = |default_port: u16| {
             if base.port == default_port {
@@ -358,7 +370,7 @@ impl Framing for HttpFlow<'_> {
                 body::full(b)
             }
             (None, Some(incoming)) => crate::metered::metered(
-                body::Paced::new(incoming, shared.cfg.body_idle_timeout),
+                body::Paced::new(incoming, shared.cfg.body_idle_timeout, self.watch.take()),
                 record.up.clone(),
                 None,
             ),
@@ -388,7 +400,8 @@ impl Framing for HttpFlow<'_> {
         };
         // No upstream read timeout: an upstream that never answers holds the request
         // until the client gives up, and the record then says so (`upstream-no-response`).
-        // A stalled request body comes back as a `BodyTimeout`: 408.
+        // A stalled request body comes back as a `BodyTimeout`: 408; an absurd chunk size
+        // as a `ChunkTooLarge`: 400.
         record.awaiting_response(false);
         sent
     }
@@ -448,7 +461,7 @@ impl Framing for HttpFlow<'_> {
         let response = d.to_response();
         if matches!(step, Step::Decide | Step::RequestFilters) {
             if let Some(body) = self.body {
-                settle_body(body, self.shared.cfg.head_timeout).await;
+                settle_body(body, self.shared.cfg.head_timeout, self.watch).await;
             }
         }
         response

@@ -16,6 +16,7 @@ use crate::attribution::token_from_headers;
 use crate::body::ProxyBody;
 use crate::conn_pool::ConnPool;
 use crate::deny::{reason, Denial};
+use crate::h1_watch::{RequestWatch, Signal, Watched};
 use crate::lanes::forward::{forward, Upstream, Who};
 use crate::lanes::target::head_size;
 use crate::phases::Target;
@@ -27,17 +28,22 @@ use crate::traits::{Lane, Phase};
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
     // This connection's upstream connections, driven in this task.
     let local = Arc::new(ConnPool::default());
+    // The watch on the request framing hyper reads (an absurd chunk size: 400 at once).
+    let signal = Arc::new(Signal::default());
+    let max_buf = shared.cfg.max_header_bytes.max(8192);
+    let stream = Watched::new(stream, signal.clone(), max_buf);
     let (svc_shared, svc_local) = (shared.clone(), local.clone());
     let svc = service_fn(move |req| {
         let s = svc_shared.clone();
         let l = svc_local.clone();
         let c = conn.clone();
-        async move { Ok::<_, Infallible>(handle(s, l, c, req).await) }
+        let w = signal.next_request();
+        async move { Ok::<_, Infallible>(handle(s, l, c, w, req).await) }
     });
     let mut b = http1::Builder::new();
     b.timer(TokioTimer::new())
         .header_read_timeout(shared.cfg.head_timeout)
-        .max_buf_size(shared.cfg.max_header_bytes.max(8192))
+        .max_buf_size(max_buf)
         .keep_alive(true)
         .auto_date_header(false);
     let conn = b
@@ -104,6 +110,7 @@ async fn handle(
     shared: Arc<Shared>,
     local: Arc<ConnPool>,
     conn: ConnGuard,
+    watch: RequestWatch,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     if head_size(&req) > shared.cfg.max_header_bytes {
@@ -119,7 +126,7 @@ async fn handle(
     }
     let uri = req.uri().clone();
     if let Some(route) = provider_route(&shared, &uri) {
-        return crate::lanes::provider::handle(shared, route, conn, req).await;
+        return crate::lanes::provider::handle(shared, route, conn, watch, req).await;
     }
     match uri.scheme_str() {
         Some("http") => {}
@@ -154,5 +161,5 @@ async fn handle(
     };
     let who = Who::Token(token_from_headers(req.headers()));
     let upstream = Upstream::Plain { local: Some(local) };
-    forward(&shared, target, who, req, upstream, Some(conn)).await
+    forward(&shared, target, who, req, upstream, Some(conn), Some(watch)).await
 }

@@ -19,6 +19,7 @@ use tokio_rustls::LazyConfigAcceptor;
 use crate::body::ProxyBody;
 use crate::conn_pool::{ConnPool, Key};
 use crate::deny::{kind, reason, Denial};
+use crate::h1_watch::{Signal, Watched};
 use crate::lanes::forward::{forward, TunnelUpstream, Upstream, Who};
 use crate::lanes::target::{bracket, head_size, parse_authority};
 use crate::phases::Target;
@@ -56,6 +57,8 @@ enum InnerUpstream {
 /// A tunnel being served.
 struct Inside {
     shared: Arc<Shared>,
+    /// The framing watch of the tunnel's HTTP/1 requests.
+    signal: Arc<Signal>,
     principal: Principal,
     host: String,
     port: u16,
@@ -102,7 +105,7 @@ where
         Inner::Tls => run_tls(shared, t, io).await,
         Inner::Http => {
             let up = InnerUpstream::Plain(Arc::new(ConnPool::default()), t.addr);
-            serve_inner(shared, t, up, io).await
+            serve_inner(shared, t, up, io, true).await
         }
         Inner::Other => {
             // Fail closed: what cannot be inspected is not relayed.
@@ -206,11 +209,13 @@ where
         authority,
         client: Client::builder(TokioExecutor::new()).build(connector),
     });
-    serve_inner(shared, t, InnerUpstream::Tls(up), tls).await
+    // HTTP/2 has no chunked bodies: its frames are not watched
+    let h1 = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+    serve_inner(shared, t, InnerUpstream::Tls(up), tls, h1).await
 }
 
 /// Serve the requests inside the tunnel (HTTP/1.1, or h2 over TLS), each decided alone.
-async fn serve_inner<IO>(shared: Arc<Shared>, t: Tunnel, up: InnerUpstream, io: IO)
+async fn serve_inner<IO>(shared: Arc<Shared>, t: Tunnel, up: InnerUpstream, io: IO, h1: bool)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -219,8 +224,16 @@ where
         InnerUpstream::Tls(u) => u.clone(),
         InnerUpstream::Plain(p, _) => p.clone(),
     };
+    let signal = Arc::new(Signal::default());
+    let max_buf = shared.cfg.max_header_bytes.max(8192);
+    let io = if h1 {
+        Watched::new(io, signal.clone(), max_buf)
+    } else {
+        Watched::unwatched(io, signal.clone())
+    };
     let tunnel = Arc::new(Inside {
         shared: shared.clone(),
+        signal,
         principal: t.principal,
         host: t.host,
         port: t.port,
@@ -236,7 +249,7 @@ where
     b.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(head_timeout)
-        .max_buf_size(shared.cfg.max_header_bytes.max(8192));
+        .max_buf_size(max_buf);
     // The tunnel's upstream connections are driven in this task.
     let conn = b.serve_connection_with_upgrades(TokioIo::new(io), svc);
     if let Err(e) = pool.pool().run(&shared.up, conn).await {
@@ -287,6 +300,8 @@ fn authority_matches(req: &Request<Incoming>, host: &str, port: u16) -> bool {
 }
 
 async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
+    // HTTP/1 requests come one after another, in the order the watch saw them
+    let watch = (req.version() < http::Version::HTTP_2).then(|| t.signal.next_request());
     if head_size(&req) > t.shared.cfg.max_header_bytes {
         return Denial::head_too_large().to_response();
     }
@@ -346,5 +361,6 @@ async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
         response_phase: Some(resp_phase),
     };
     let who = Who::Known(t.principal.clone());
-    forward(&t.shared, target, who, req, upstream, Some(t.conn.clone())).await
+    let conn = Some(t.conn.clone());
+    forward(&t.shared, target, who, req, upstream, conn, watch).await
 }

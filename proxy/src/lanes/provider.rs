@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use crate::attribution::authorize;
 use crate::body::ProxyBody;
 use crate::deny::Denial;
+use crate::h1_watch::RequestWatch;
 use crate::lanes::forward::{forward, Upstream, Who};
 use crate::phases::Target;
 use crate::policy::normalize_host;
@@ -59,6 +60,7 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     route: Route,
     conn: ConnGuard,
+    watch: RequestWatch,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let principal = match authorize(shared.svc.attribution.as_ref(), Some(&route.token)).await {
@@ -118,7 +120,7 @@ pub(crate) async fn handle(
     };
     // the token in the path attributed the request already
     let who = Who::Known(principal);
-    forward(&shared, target, who, req, upstream, Some(conn)).await
+    forward(&shared, target, who, req, upstream, Some(conn), Some(watch)).await
 }
 
 #[cfg(test)]

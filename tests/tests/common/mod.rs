@@ -871,6 +871,8 @@ pub struct OriginRequest {
     pub path: String,
     /// Lower-case names.
     pub headers: Vec<(String, String)>,
+    /// The request body as received (decoded from chunked framing).
+    pub body: Vec<u8>,
 }
 
 impl OriginRequest {
@@ -883,7 +885,7 @@ impl OriginRequest {
 }
 
 /// A plain-HTTP origin on 127.0.0.1 that answers every request with
-/// `200 origin-ok <METHOD> <path>` and records what it received.
+/// `200 origin-ok <METHOD> <path>` and records what it received (body included).
 pub struct Origin {
     pub port: u16,
     seen: Arc<std::sync::Mutex<Vec<OriginRequest>>>,
@@ -911,10 +913,15 @@ impl Origin {
                     )
                 })
                 .collect();
+            let body = axum::body::to_bytes(req.into_body(), 64 << 20)
+                .await
+                .map(|b| b.to_vec())
+                .unwrap_or_default();
             seen.lock().unwrap().push(OriginRequest {
                 method: method.clone(),
                 path: path.clone(),
                 headers,
+                body,
             });
             format!("origin-ok {method} {path}\n")
         }
