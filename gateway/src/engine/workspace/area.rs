@@ -143,7 +143,7 @@ impl WorkspaceApi for Workspaces {
         .await
         .map_err(|e| ApiError::engine(e.to_string()))?;
         let mut drafts = measured;
-        drafts.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        drafts.sort_by_key(|d| std::cmp::Reverse(d.bytes));
         let total_bytes = drafts.iter().map(|d| d.bytes).sum();
         Ok(DraftSizes {
             drafts,
