@@ -1,5 +1,5 @@
-//! The turn engine: sessions, turns, the queue, cancel, restart recovery. It implements the
-//! Companion API's `Engine` trait (in `api.rs`).
+//! The turn engine: sessions, turns, the queue, cancel, restart recovery. It answers the
+//! Companion boundary's area traits (`areas/`, one file per area).
 //!
 //! Each loaded session has one `SessionState` behind a mutex that is never held across an
 //! await: state changes, their journal writes and their events happen together under it, so

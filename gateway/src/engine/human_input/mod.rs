@@ -2,7 +2,7 @@
 //! per-session secret store behind `vis-secret:` handles, and the extension shell doors.
 //!
 //! The extension host reaches this module through [`HumanDoors`]; the HTTP routes through
-//! the `Engine` methods in `api.rs`. State is per session and in memory (a pending form
+//! the human-input area (`engine/areas/human_input.rs`). State is per session and in memory (a pending form
 //! belongs to a blocked worker call, which does not survive a restart either).
 //!
 //! * A form (`request_input` door) is registered, published as the stored event
@@ -51,7 +51,7 @@ const SETTLED_KEPT: usize = 512;
 /// How often a waiting door checks that its worker is still there.
 const LIVENESS_POLL: Duration = Duration::from_millis(200);
 
-/// Errors of the HTTP side (mapped to API errors in `api.rs`).
+/// Errors of the HTTP side (mapped to API errors in `engine/areas/human_input.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HiError {
     RequestNotFound,
