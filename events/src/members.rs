@@ -219,7 +219,9 @@ impl<E: ser::Error> Serializer for Taken<E> {
         Ok(self.taken.contains(&v))
     }
     fn serialize_char(self, v: char) -> Result<bool, E> {
-        Ok(self.taken.contains(&v.encode_utf8(&mut [0; 4]) as &str))
+        let mut buf = [0; 4];
+        let v: &str = v.encode_utf8(&mut buf);
+        Ok(self.taken.contains(&v))
     }
     fn serialize_unit_variant(self, _: &'static str, _: u32, v: &'static str) -> Result<bool, E> {
         Ok(self.taken.contains(&v))

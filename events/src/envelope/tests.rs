@@ -120,7 +120,8 @@ fn hostile_session_ids_and_hosts_are_escaped_and_the_frame_keeps_one_data_line()
     assert_eq!(text.matches("\n\n").count(), 1, "{text:?}");
     assert!(text.ends_with("\n\n"));
     assert!(!text.contains('\r'));
-    assert_eq!(text.lines().count(), 3, "{text:?}");
+    // `id:`, `event:`, `data:` and the empty line that ends the frame
+    assert_eq!(text.lines().count(), 4, "{text:?}");
     let v: Value = serde_json::from_str(&data_line(&frame)).expect("json");
     assert_eq!(v["session_id"], sid);
     assert_eq!(v["host"], host);
