@@ -60,7 +60,12 @@ impl<'m, M: SerializeMap> Serializer for Members<'m, M> {
     fn serialize_unit_struct(self, _: &'static str) -> Result<(), M::Error> {
         Ok(())
     }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), M::Error> {
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+    ) -> Result<(), M::Error> {
         Err(not_an_object())
     }
     fn serialize_newtype_struct<T: ?Sized + Serialize>(

@@ -137,12 +137,7 @@ impl Bus {
     /// Publishes an `egress.decision` whose payload is the egress record, with the row that
     /// keeps its seq. The payload's members sit beside the envelope's (a member named like
     /// an envelope key, such as the decision's own `ts`, is left out of the event).
-    pub fn publish_egress(
-        &self,
-        sid: &str,
-        payload: impl Serialize,
-        row: Option<SeqRow>,
-    ) -> i64 {
+    pub fn publish_egress(&self, sid: &str, payload: impl Serialize, row: Option<SeqRow>) -> i64 {
         let row = row.map_or(Row::None, Row::KeepsSeq);
         self.publish_core(sid, EventKind::EgressDecision, payload, row)
     }

@@ -151,7 +151,10 @@ fn the_frame_id_is_the_seq_a_client_sends_back_as_last_event_id() {
 fn an_empty_payload_is_the_envelope_alone_and_a_non_object_payload_is_left_out() {
     let bare = r#"{"schema":1,"seq":1,"ts":2,"session_id":"s","type":"x"}"#;
     assert_eq!(Envelope::new(1, 2, "s", "x", ()).to_json(), bare);
-    assert_eq!(Envelope::new(1, 2, "s", "x", None::<Counts>).to_json(), bare);
+    assert_eq!(
+        Envelope::new(1, 2, "s", "x", None::<Counts>).to_json(),
+        bare
+    );
     assert_eq!(Envelope::new(1, 2, "s", "x", 5).to_json(), bare);
     assert_eq!(Envelope::new(1, 2, "s", "x", vec![1]).to_json(), bare);
 }

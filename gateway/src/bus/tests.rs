@@ -338,7 +338,10 @@ async fn an_event_is_streamed_and_journaled_as_one_text_with_the_envelope_keys_f
         .await
         .expect("read")
         .1;
-    assert_eq!(stored[0].2, live, "the journal keeps the text the stream carried");
+    assert_eq!(
+        stored[0].2, live,
+        "the journal keeps the text the stream carried"
+    );
     let head = r#"{"schema":1,"seq":1,"ts":"#;
     assert!(live.starts_with(head), "{live}");
     let after_ts = live[head.len()..]

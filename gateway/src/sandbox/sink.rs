@@ -141,7 +141,13 @@ impl EgressSink {
     }
 
     /// [`EgressSink::publish`] of one decision as a record of its own.
-    fn publish_one(&self, session_id: &str, decision: Decision, id: String, row_seq: Option<i64>) -> i64 {
+    fn publish_one(
+        &self,
+        session_id: &str,
+        decision: Decision,
+        id: String,
+        row_seq: Option<i64>,
+    ) -> i64 {
         let record = Record {
             id,
             decision,
