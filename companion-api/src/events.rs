@@ -128,8 +128,9 @@ mod tool_blocks;
 pub use data::*;
 pub use tool_blocks::*;
 
-/// One event of a session stream, with its data. (Egress decisions take the bus's
-/// text fast path and are not built as values.)
+/// One event of a session stream, with its data: the payload the bus serializes in a
+/// `vis_events::Envelope`. (Egress decisions are published by the egress sink with their
+/// own typed payload.)
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Event {
@@ -228,7 +229,8 @@ impl Event {
         self.kind().is_live_only()
     }
 
-    /// The event's members as a JSON object (the bus adds the envelope).
+    /// The event's members as a JSON object (the bus does not use it: it serializes the
+    /// event once, inside its envelope).
     pub fn into_members(self) -> Map<String, Value> {
         match serde_json::to_value(self) {
             Ok(Value::Object(m)) => m,

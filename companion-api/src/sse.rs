@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 /// Quiet time after which a `: ping` comment is written.
@@ -25,27 +25,8 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 pub const SSE_QUEUE_CAP: usize = 1024;
 const PING: &[u8] = b": ping\n\n";
 
-/// Formats one frame: `id: <seq>` (empty for control frames), `event: <type>`, one-line data.
-pub fn format_frame(seq: Option<i64>, event_type: &str, data: &str) -> Bytes {
-    let mut b = BytesMut::with_capacity(data.len() + event_type.len() + 32);
-    b.put_slice(b"id: ");
-    if let Some(s) = seq {
-        b.put_slice(s.to_string().as_bytes());
-    }
-    b.put_slice(b"\nevent: ");
-    b.put_slice(event_type.as_bytes());
-    b.put_slice(b"\ndata: ");
-    b.put_slice(data.as_bytes());
-    b.put_slice(b"\n\n");
-    b.freeze()
-}
-
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+/// The frame format and the clock live in `vis-events`, shared with the event bus.
+pub use vis_events::{format_frame, now_ms};
 
 fn control(value: Value, event_type: &str) -> Bytes {
     format_frame(None, event_type, &value.to_string())

@@ -1,8 +1,9 @@
 //! The event bus: per-session monotonic `seq`, the envelope, fan-out to SSE sinks, and the
 //! durable journal (docs/decisions.md, G2).
 //!
-//! `publish` assigns the seq, formats the frame once and queues the journal write under the
-//! session's lock, so journal order is seq order. The store thread offers the frame to every
+//! `publish` assigns the seq, serializes the event once in its `vis_events::Envelope` (the
+//! text the live frame carries is the text the journal stores) and queues the journal write
+//! under the session's lock, so journal order is seq order. The store thread offers the frame to every
 //! sink once the write is committed (durable before live), without blocking: a full sink is
 //! dropped and its connection killed. A frame whose write failed (a full disk, an I/O error)
 //! reaches no sink: it is recorded as lost, and the engine fails the session's running turn
@@ -14,15 +15,16 @@
 
 use crate::store::{rows, Store};
 use parking_lot::Mutex;
-use serde_json::Value;
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use vis_companion_api::events::{Event, EventKind};
 use vis_companion_api::live::{self, LiveTx, PushError};
-use vis_companion_api::sse::{format_frame, now_ms, SSE_QUEUE_CAP};
+use vis_companion_api::sse::SSE_QUEUE_CAP;
 use vis_companion_api::wire::{JournalEntry, StoredJson, StreamGap};
 use vis_companion_api::{Frame, Ready, Subscription};
+use vis_events::{now_ms, Envelope};
 
 mod lost;
 mod replay;
@@ -129,46 +131,22 @@ impl Bus {
     }
 
     fn publish_value(&self, sid: &str, event: Event, row: Row) -> i64 {
-        let kind = event.kind();
-        self.publish_core(sid, kind, row, |seq| {
-            let mut ev = event.into_members();
-            ev.insert("schema".into(), Value::from(1));
-            ev.insert("seq".into(), Value::from(seq));
-            ev.insert("ts".into(), Value::from(now_ms()));
-            ev.insert("session_id".into(), Value::from(sid));
-            ev.insert("type".into(), Value::from(kind.as_str()));
-            Value::Object(ev).to_string()
-        })
+        self.publish_core(sid, event.kind(), &event, row)
     }
 
-    /// Publishes an `egress.decision` already serialized, with the row that keeps its seq:
-    /// `members` is the text of a JSON object's members after its `{` (closing `}`
-    /// included, e.g. `"a":1}`), and must not contain the envelope's own keys (`schema`,
-    /// `seq`, `ts`, `session_id`, `type`). The hot path of egress decisions: the record is
-    /// serialized once by the caller and no `Value` tree is built.
-    pub fn publish_egress(&self, sid: &str, members: &str, row: Option<SeqRow>) -> i64 {
+    /// Publishes an `egress.decision` whose payload is the egress record, with the row that
+    /// keeps its seq. The payload's members sit beside the envelope's (a member named like
+    /// an envelope key, such as the decision's own `ts`, is left out of the event).
+    pub fn publish_egress(&self, sid: &str, payload: impl Serialize, row: Option<SeqRow>) -> i64 {
         let row = row.map_or(Row::None, Row::KeepsSeq);
-        let kind = EventKind::EgressDecision;
-        self.publish_core(sid, kind, row, |seq| {
-            let (sid, kind) = (Value::from(sid), Value::from(kind.as_str()));
-            let sep = if members.starts_with('}') { "" } else { "," };
-            format!(
-                "{{\"schema\":1,\"seq\":{seq},\"ts\":{},\"session_id\":{sid},\"type\":{kind}{sep}{members}",
-                now_ms()
-            )
-        })
+        self.publish_core(sid, EventKind::EgressDecision, payload, row)
     }
 
-    /// Assigns the seq, builds the event's JSON with `data(seq)` and queues the journal write
-    /// (and `row`) under the session's lock; the store thread hands the frame to the live
-    /// sinks once that write is committed, or records the seq as lost if it is not.
-    fn publish_core(
-        &self,
-        sid: &str,
-        kind: EventKind,
-        row: Row,
-        data: impl FnOnce(i64) -> String,
-    ) -> i64 {
+    /// Assigns the seq, serializes the event once in its [`Envelope`] and queues the
+    /// journal write (and `row`) under the session's lock; the store thread hands the frame
+    /// (the same text the journal stores) to the live sinks once that write is committed, or
+    /// records the seq as lost if it is not.
+    fn publish_core(&self, sid: &str, kind: EventKind, payload: impl Serialize, row: Row) -> i64 {
         let Some(chan) = self.channel(sid) else {
             tracing::warn!(
                 session = sid,
@@ -180,10 +158,11 @@ impl Bus {
         let mut ch = chan.lock();
         ch.seq += 1;
         let seq = ch.seq;
-        let data = data(seq);
+        let envelope = Envelope::new(seq, now_ms(), sid, kind.as_str(), payload);
+        let data = envelope.to_json();
         let frame = Frame {
             seq,
-            bytes: format_frame(Some(seq), kind.as_str(), &data),
+            bytes: envelope.frame(&data),
         };
         let live = chan.clone();
         let stored = !kind.is_live_only();

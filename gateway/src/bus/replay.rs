@@ -6,8 +6,8 @@ use crate::store::{Store, StoreResult};
 use futures::future::BoxFuture;
 use rusqlite::{params, Connection, OptionalExtension};
 use vis_companion_api::replay::{ReplayPage, ReplayRest};
-use vis_companion_api::sse::format_frame;
 use vis_companion_api::Frame;
+use vis_events::format_frame;
 
 /// Most frames in one replay page.
 pub const REPLAY_PAGE_FRAMES: usize = 256;

@@ -83,10 +83,10 @@ async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
         .await
         .expect("session");
     let kept: SeqRow = Box::new(|c, seq| rows::insert_egress(c, "s", seq, "{}"));
-    assert_eq!(bus.publish_egress("s", "}", Some(kept)), 1);
+    assert_eq!(bus.publish_egress("s", (), Some(kept)), 1);
     let failing: SeqRow =
         Box::new(|_, _| Err(crate::store::StoreError::Other("the row failed".into())));
-    assert_eq!(bus.publish_egress("s", "}", Some(failing)), 2);
+    assert_eq!(bus.publish_egress("s", (), Some(failing)), 2);
     let high = store
         .call(|c| Ok(rows::get_session(c, "s")?.map(|r| r.last_seq)))
         .await
@@ -305,4 +305,52 @@ async fn events_trimmed_while_a_client_reads_its_replay_are_announced_as_a_gap()
     assert_eq!(from, after + 1);
     assert!(to > after, "trimmed through {to}");
     assert!(page.frames.iter().all(|f| f.seq > to));
+}
+
+#[tokio::test]
+async fn an_event_is_streamed_and_journaled_as_one_text_with_the_envelope_keys_first() {
+    let (bus, store, _dir) = fixture();
+    bus.open("s\"\n", 0);
+    let mut sub = bus
+        .subscribe("s\"\n", 0, None, CancellationToken::new())
+        .await
+        .expect("subscription");
+    let forked = Event::SessionForked(vis_companion_api::events::Forked {
+        session_id: "s\"\n".into(),
+        fork_session_id: "f".into(),
+        through_turn_id: "t".into(),
+        created_at: 5,
+    });
+    assert_eq!(bus.publish("s\"\n", forked), 1);
+    store.flush().await;
+    let mut frames = Vec::new();
+    let waker = futures::task::noop_waker();
+    let _ = sub
+        .live
+        .poll_drain(&mut Context::from_waker(&waker), &mut |f| frames.push(f));
+    let text = String::from_utf8(frames[0].bytes.to_vec()).expect("utf-8");
+    let live = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("a data line");
+    let stored = store
+        .call(|c| rows::events_between(c, "s\"\n", 0, 10))
+        .await
+        .expect("read")
+        .1;
+    assert_eq!(
+        stored[0].2, live,
+        "the journal keeps the text the stream carried"
+    );
+    let head = r#"{"schema":1,"seq":1,"ts":"#;
+    assert!(live.starts_with(head), "{live}");
+    let after_ts = live[head.len()..]
+        .split_once(',')
+        .map(|(_, rest)| rest)
+        .expect("members after ts");
+    assert_eq!(
+        after_ts,
+        r#""session_id":"s\"\n","type":"session.forked","fork_session_id":"f","through_turn_id":"t","created_at":5}"#,
+        "the stream's session id once, then the payload in its own order"
+    );
 }

@@ -1,14 +1,16 @@
 //! Egress decisions into the session's stream and store (docs/decisions.md, G4): each becomes a
 //! live-only `egress.decision` event and a row served by `GET /v1/sessions/:sid/egress`.
 //!
-//! This runs once per proxied request on the proxy's threads, so the record is serialized
-//! once, straight to text (no `serde_json::Value` tree), and the event and the row are cut
-//! from that text.
+//! This runs once per proxied request on the proxy's threads. The record is a typed payload
+//! (the proxy's [`Decision`] with its id and, for a folded bucket, the counts): the event
+//! serializes it once inside its envelope on the publishing thread (no `serde_json::Value`
+//! tree), and the stored row serializes it once on the store thread.
 
 use crate::bus::{Bus, SeqRow};
 use crate::sandbox::aggregate::{foldable, Buckets, Folded};
 use crate::store::rows;
 use parking_lot::Mutex;
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -23,6 +25,46 @@ pub struct EgressSink {
     buckets: Mutex<Buckets>,
     /// Open flows (tunnels, upgraded connections): proxy flow id → (record id, row seq).
     flows: Mutex<HashMap<u64, (String, i64)>>,
+}
+
+/// The totals of a folded bucket of allowed requests, beside its record's members.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Counts {
+    count: u64,
+    last_ts: u64,
+}
+
+/// One egress record as it is published and stored: the event's payload (the decision's own
+/// `ts` gives way to the envelope's publish time) and the stored row (with the decision's
+/// `ts` and the seq the row is kept under).
+#[derive(Serialize)]
+struct EgressRecord<'a> {
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<i64>,
+    #[serde(flatten)]
+    decision: &'a Decision,
+    #[serde(flatten)]
+    counts: Option<Counts>,
+}
+
+/// What a publication owns: shared by the event (serialized on the publishing thread) and
+/// the row (serialized on the store thread).
+struct Record {
+    id: String,
+    decision: Decision,
+    counts: Option<Counts>,
+}
+
+impl Record {
+    fn payload(&self, seq: Option<i64>) -> EgressRecord<'_> {
+        EgressRecord {
+            id: &self.id,
+            seq,
+            decision: &self.decision,
+            counts: self.counts,
+        }
+    }
 }
 
 /// A v4 UUID from the thread's generator (no `getrandom` system call per record).
@@ -59,50 +101,34 @@ impl EgressSink {
     /// Publishes every bucket that changed since the last flush: the same record id, the
     /// same stored row (under the bucket's first seq), the new totals.
     pub fn flush(&self) {
-        let now_minute = vis_companion_api::sse::now_ms().max(0) as u64 / 60_000;
+        let now_minute = vis_events::now_ms().max(0) as u64 / 60_000;
         let dirty = self.buckets.lock().take_dirty(now_minute);
         for (sid, b) in dirty {
-            let extra = format!(",\"count\":{},\"last_ts\":{}", b.count, b.last_ts);
-            if self.publish(&sid, &b.record(), &extra, &b.id, Some(b.seq)) == 0 {
+            let counts = Counts {
+                count: b.count,
+                last_ts: b.last_ts,
+            };
+            let record = Record {
+                id: b.id.clone(),
+                decision: b.record(),
+                counts: Some(counts),
+            };
+            if self.publish(&sid, record, Some(b.seq)) == 0 {
                 self.buckets.lock().forget(&sid);
             }
         }
     }
 
-    /// Serializes `d` once, to text, with `extra` members appended, and publishes it as
-    /// the live event and the stored row. `row_seq`: the row already stored for this
-    /// record id (an update); `None` stores a new row under the event's seq. Returns the
-    /// event's seq (0 when the session has no channel).
-    fn publish(
-        &self,
-        session_id: &str,
-        d: &Decision,
-        extra: &str,
-        id: &str,
-        row_seq: Option<i64>,
-    ) -> i64 {
-        let Ok(mut json) = serde_json::to_string(d) else {
-            return 0;
-        };
-        if !extra.is_empty() && json.ends_with('}') {
-            json.pop();
-            json.push_str(extra);
-            json.push('}');
-        }
-        let ts_member = format!("{{\"ts\":{},", d.ts);
-        // `json` is `{"ts":…,"decision":…,…}`. The row keeps every member and adds `id` and
-        // `seq`; the event drops `ts` (the envelope's `ts` is the publish time) and adds `id`.
-        let Some(rest) = json.strip_prefix(ts_member.as_str()) else {
-            // `ts` is the record's first field (`the_record_serializes_ts_first…` holds it).
-            tracing::error!("an egress record did not start with its ts; not recorded");
-            return 0;
-        };
-        let members = format!("\"id\":\"{id}\",{rest}");
-        let (sid, id) = (session_id.to_string(), id.to_string());
+    /// Publishes `record` as the live event and the stored row. `row_seq`: the row already
+    /// stored for this record id (an update); `None` stores a new row under the event's seq.
+    /// Returns the event's seq (0 when the session has no channel).
+    fn publish(&self, session_id: &str, record: Record, row_seq: Option<i64>) -> i64 {
+        let record = Arc::new(record);
+        let (sid, stored) = (session_id.to_string(), record.clone());
         let row: SeqRow = Box::new(move |c, seq| {
-            let all = &json[1..];
             let kept = row_seq.unwrap_or(seq);
-            let data = format!("{{\"id\":\"{id}\",\"seq\":{kept},{all}");
+            let data = serde_json::to_string(&stored.payload(Some(kept)))
+                .map_err(|e| crate::store::StoreError::Other(format!("egress record: {e}")))?;
             rows::insert_egress(c, &sid, kept, &data)?;
             if kept != seq {
                 // the row keeps its first seq; the session's high-water still moves on
@@ -110,7 +136,24 @@ impl EgressSink {
             }
             Ok(())
         });
-        self.bus.publish_egress(session_id, &members, Some(row))
+        self.bus
+            .publish_egress(session_id, record.payload(None), Some(row))
+    }
+
+    /// [`EgressSink::publish`] of one decision as a record of its own.
+    fn publish_one(
+        &self,
+        session_id: &str,
+        decision: Decision,
+        id: String,
+        row_seq: Option<i64>,
+    ) -> i64 {
+        let record = Record {
+            id,
+            decision,
+            counts: None,
+        };
+        self.publish(session_id, record, row_seq)
     }
 }
 
@@ -122,20 +165,20 @@ impl DecisionSink for EgressSink {
         }
         match decision.state {
             Some(FlowState::Open) => {
-                let id = new_id();
-                let seq = self.publish(session_id, &decision, "", &id, None);
+                let (id, flow) = (new_id(), decision.flow);
+                let seq = self.publish_one(session_id, decision, id.clone(), None);
                 if seq > 0 {
-                    self.flows.lock().insert(decision.flow, (id, seq));
+                    self.flows.lock().insert(flow, (id, seq));
                 }
             }
             Some(FlowState::Closed) => {
                 let open = self.flows.lock().remove(&decision.flow);
                 match open {
                     Some((id, seq)) => {
-                        self.publish(session_id, &decision, "", &id, Some(seq));
+                        self.publish_one(session_id, decision, id, Some(seq));
                     }
                     None => {
-                        self.publish(session_id, &decision, "", &new_id(), None);
+                        self.publish_one(session_id, decision, new_id(), None);
                     }
                 }
             }
@@ -145,13 +188,20 @@ impl DecisionSink for EgressSink {
                     Folded::Added => {}
                     Folded::Single(d) => {
                         drop(buckets);
-                        self.publish(session_id, &d, "", &new_id(), None);
+                        self.publish_one(session_id, d, new_id(), None);
                     }
                     Folded::New(first, key) => {
                         // the folded record is shown as soon as it starts
-                        let id = new_id();
-                        let extra = format!(",\"count\":1,\"last_ts\":{}", first.ts);
-                        let seq = self.publish(session_id, &first, &extra, &id, None);
+                        let record = Record {
+                            id: new_id(),
+                            counts: Some(Counts {
+                                count: 1,
+                                last_ts: first.ts,
+                            }),
+                            decision: first,
+                        };
+                        let (id, first) = (record.id.clone(), record.decision.clone());
+                        let seq = self.publish(session_id, record, None);
                         if seq > 0 {
                             buckets.started(session_id, key, id, seq, first);
                         }
@@ -159,7 +209,7 @@ impl DecisionSink for EgressSink {
                 }
             }
             None => {
-                self.publish(session_id, &decision, "", &new_id(), None);
+                self.publish_one(session_id, decision, new_id(), None);
             }
         }
     }
@@ -200,12 +250,6 @@ mod tests {
             would_deny: None,
             command: None,
         }
-    }
-
-    #[test]
-    fn the_record_serializes_ts_first_so_the_fast_path_applies() {
-        let json = serde_json::to_string(&decision()).expect("json");
-        assert!(json.starts_with("{\"ts\":1700000000123,"), "{json}");
     }
 
     #[tokio::test]
@@ -294,7 +338,7 @@ mod tests {
         let bus = Arc::new(Bus::new(store.clone(), 100));
         bus.open("s", 0);
         let sink = EgressSink::new(bus.clone());
-        let t0 = (vis_companion_api::sse::now_ms() as u64 / 60_000) * 60_000;
+        let t0 = (vis_events::now_ms() as u64 / 60_000) * 60_000;
         let single = crate::sandbox::aggregate::KEEP_SINGLE as u64;
         for i in 0..1000 + single {
             sink.record("s", allowed(t0 + i, None, 0, 3));
