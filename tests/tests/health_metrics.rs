@@ -6,16 +6,6 @@ use common::*;
 use reqwest::Method;
 use serde_json::Value;
 
-async fn metrics_text(gw: &Gateway) -> String {
-    gw.req(Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
@@ -75,7 +65,7 @@ async fn metrics_count_turns_failures_and_running_state() {
     sse.collect_until("context.updated", WAIT).await;
     gw.submit(&sid, "c").await;
     sse.collect_until("content.block.delta", WAIT).await;
-    let m = metrics_text(&gw).await;
+    let m = gw.metrics_text().await;
     assert_eq!(metric(&m, "vis_turns_total"), Some(3.0), "{m}");
     assert_eq!(metric(&m, "vis_turns_failed_total"), Some(1.0), "{m}");
     assert_eq!(metric(&m, "vis_turns_running"), Some(1.0), "{m}");
@@ -118,7 +108,7 @@ async fn metrics_print_every_documented_series() {
     let mut sse = gw.events(&sid, -1).await;
     gw.submit(&sid, "/help").await;
     sse.collect_until("context.updated", WAIT).await;
-    let m = metrics_text(&gw).await;
+    let m = gw.metrics_text().await;
     for s in [
         "vis_turns_total",
         "vis_turns_failed_total",

@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use reqwest::Method;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -54,16 +53,6 @@ async fn some_egress(gw: &Gateway, sid: &str, origin: &Origin) {
     }
 }
 
-async fn metrics_text(gw: &Gateway) -> String {
-    gw.req(Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 fn value(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -110,7 +99,7 @@ async fn metrics_explain_every_series_and_count_egress_decisions_bytes_and_filte
     let gw = start().await;
     let sid = gw.create_session_at(&gw.dirs.root()).await;
     some_egress(&gw, &sid, &origin).await;
-    let m = metrics_text(&gw).await;
+    let m = gw.metrics_text().await;
     let lines: Vec<&str> = m.lines().collect();
     for (i, l) in lines.iter().enumerate() {
         if let Some(name) = l.strip_prefix("# TYPE ").and_then(|r| r.split(' ').next()) {

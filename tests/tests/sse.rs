@@ -611,22 +611,6 @@ async fn a_repeated_sid_is_subscribed_once_and_last_event_id_applies_to_a_lone_v
     assert!(first > 4, "{v}");
 }
 
-/// The `vis_gateway_sse_clients` gauge.
-async fn sse_clients(gw: &Gateway) -> f64 {
-    let m = gw
-        .req(reqwest::Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    m.lines()
-        .find_map(|l| l.strip_prefix("vis_gateway_sse_clients "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_client_process_dies_is_closed_with_its_connection() {
     let gw = Gateway::start(Opts::default()).await;
@@ -647,7 +631,7 @@ async fn a_stream_whose_client_process_dies_is_closed_with_its_connection() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + WAIT;
-    while sse_clients(&gw).await < 1.0 {
+    while gw.metric("vis_gateway_sse_clients").await.unwrap_or(-1.0) < 1.0 {
         assert!(
             Instant::now() < deadline,
             "the stream never opened (client: {:?})",
@@ -658,7 +642,7 @@ async fn a_stream_whose_client_process_dies_is_closed_with_its_connection() {
     child.kill().unwrap();
     child.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while sse_clients(&gw).await != 0.0 {
+    while gw.metric("vis_gateway_sse_clients").await.unwrap_or(-1.0) != 0.0 {
         assert!(
             Instant::now() < deadline,
             "the stream outlived its client's connection"

@@ -263,20 +263,6 @@ fn error_code(terminal: &Value) -> String {
         .to_string()
 }
 
-async fn metric(gw: &Gateway, name: &str) -> f64 {
-    let text = gw
-        .req(reqwest::Method::GET, "/metrics")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Starts the long turn, waits for its first deltas, fills the disk and reads for 1.5 s.
 /// Returns the turn id and every frame seen (before and during the fault).
 async fn turn_into_a_full_disk(t: &OnTmpfs, gw: &Gateway, sid: &str) -> (String, Sse, Vec<Event>) {
@@ -323,7 +309,7 @@ async fn on_a_full_disk_clients_see_only_stored_frames_and_the_turn_fails_once_t
     assert_eq!(failed.data["turn_id"], tid.as_str());
     assert_eq!(error_code(&failed.data), "storage_error", "{}", failed.data);
     assert!(
-        metric(&gw, "vis_events_lost_total").await > 0.0,
+        gw.metric("vis_events_lost_total").await.unwrap_or(0.0) > 0.0,
         "the disk really was full: some events were lost"
     );
     assert!(
@@ -488,7 +474,7 @@ async fn every_session_that_loses_events_on_a_full_disk_learns_it() {
         assert_all_stored(seen, &journal(&gw, sid).await);
     }
     assert!(
-        metric(&gw, "vis_events_lost_total").await > 0.0,
+        gw.metric("vis_events_lost_total").await.unwrap_or(0.0) > 0.0,
         "the disk really was full: some events were lost"
     );
 }

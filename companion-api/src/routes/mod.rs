@@ -15,7 +15,7 @@ mod speech;
 mod turns;
 mod workspace;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiResult};
 use crate::AppState;
 use axum::Router;
 use std::collections::HashMap;
@@ -39,6 +39,22 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::not_found_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)
+}
+
+/// A 400 `invalid-request` with `message`.
+pub fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid-request", message)
+}
+
+/// The body as an object, or a 400 naming what was expected.
+pub fn object(
+    body: &crate::body::JsonBody,
+    what: &str,
+) -> ApiResult<serde_json::Map<String, serde_json::Value>> {
+    match &body.0 {
+        serde_json::Value::Object(m) => Ok(m.clone()),
+        _ => Err(invalid(format!("the body must be a JSON object {what}"))),
+    }
 }
 
 /// Parses an optional integer query parameter; `Err(())` when present but not an integer.

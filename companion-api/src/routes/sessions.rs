@@ -3,6 +3,7 @@
 
 use super::path::Path;
 use super::{int_param, Q};
+use super::{invalid, object};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::records::{ForkRequest, ModelPref, SessionPatch};
@@ -172,18 +173,6 @@ pub async fn slashes(
     Path(sid): Path<String>,
 ) -> ApiResult<Json<SlashPalette>> {
     Ok(Json(st.areas.sessions.slashes(&sid).await?))
-}
-
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid-request", message)
-}
-
-/// The body as an object, or a 400 naming what was expected.
-fn object(body: &JsonBody, what: &str) -> ApiResult<serde_json::Map<String, Value>> {
-    match &body.0 {
-        Value::Object(m) => Ok(m.clone()),
-        _ => Err(invalid(format!("the body must be a JSON object {what}"))),
-    }
 }
 
 /// Longest accepted session title, in characters.

@@ -4,6 +4,7 @@
 use super::path::Path;
 use super::sessions::MAX_QUERY_CHARS;
 use super::Q;
+use super::{invalid, object};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
@@ -31,18 +32,6 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{sid}/suggest", get(suggest))
         .route("/v1/fs", get(folders))
         .route("/v1/fs/actions/mkdir", post(mkdir))
-}
-
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid-request", message)
-}
-
-/// The body as an object, or a 400 naming what was expected.
-fn object(body: &JsonBody, what: &str) -> ApiResult<serde_json::Map<String, Value>> {
-    match &body.0 {
-        Value::Object(m) => Ok(m.clone()),
-        _ => Err(invalid(format!("the body must be a JSON object {what}"))),
-    }
 }
 
 pub async fn suggest(

@@ -339,6 +339,25 @@ impl Gateway {
     }
 
     /// A request with the Companion's protocol headers (and the token when auth is on).
+    /// The `/metrics` answer as text.
+    pub async fn metrics_text(&self) -> String {
+        self.req(Method::GET, "/metrics")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// One unlabelled series of `/metrics`, if present.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics_text()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
     pub fn req(&self, method: Method, path: &str) -> RequestBuilder {
         let mut b = self
             .http

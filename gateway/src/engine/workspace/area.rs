@@ -5,6 +5,7 @@
 
 use super::{api_error, draft_item, Workspaces};
 use crate::drafts::service::Target;
+use crate::drafts::Draft;
 use async_trait::async_trait;
 use std::path::Path;
 use vis_companion_api::records::{BrowseEntry, FileSuggestion, WorkspaceChange, WorkspaceDraft};
@@ -26,6 +27,18 @@ impl Workspaces {
         Ok(())
     }
 
+    /// The drafts of the session's repository and the id of the one the session is in.
+    async fn listed(&self, sid: &str) -> ApiResult<(Vec<Draft>, Option<String>)> {
+        let trunk = self.trunk(sid).await?;
+        let current = self.drafts.current(sid).map(|d| d.workspace_id);
+        let list = self
+            .drafts
+            .list(Path::new(&trunk))
+            .await
+            .map_err(api_error)?;
+        Ok((list, current))
+    }
+
     /// Parks the session's current draft, if any (the routes switch without a separate step).
     async fn park(&self, sid: &str) -> ApiResult<()> {
         if self.drafts.current(sid).is_some() {
@@ -39,13 +52,7 @@ impl Workspaces {
 impl WorkspaceApi for Workspaces {
     /// The drafts of the session's repository (`GET …/workspace/drafts`).
     async fn drafts(&self, sid: &str) -> ApiResult<Vec<WorkspaceDraft>> {
-        let trunk = self.trunk(sid).await?;
-        let current = self.drafts.current(sid).map(|d| d.workspace_id);
-        let list = self
-            .drafts
-            .list(Path::new(&trunk))
-            .await
-            .map_err(api_error)?;
+        let (list, current) = self.listed(sid).await?;
         Ok(list
             .iter()
             .map(|d| draft_item(d, current.as_deref()))
@@ -119,14 +126,8 @@ impl WorkspaceApi for Workspaces {
     }
 
     async fn draft_sizes(&self, sid: &str) -> ApiResult<DraftSizes> {
-        let trunk = self.trunk(sid).await?;
-        let current = self.drafts.current(sid).map(|d| d.workspace_id);
-        let list = self
-            .drafts
-            .list(Path::new(&trunk))
-            .await
-            .map_err(api_error)?;
-        let measured = tokio::task::spawn_blocking(move || {
+        let (list, current) = self.listed(sid).await?;
+        let mut drafts = tokio::task::spawn_blocking(move || {
             list.into_iter()
                 .map(|d| {
                     let (bytes, files) = size_on_disk(&d.dir);
@@ -142,7 +143,6 @@ impl WorkspaceApi for Workspaces {
         })
         .await
         .map_err(|e| ApiError::engine(e.to_string()))?;
-        let mut drafts = measured;
         drafts.sort_by_key(|d| std::cmp::Reverse(d.bytes));
         let total_bytes = drafts.iter().map(|d| d.bytes).sum();
         Ok(DraftSizes {
