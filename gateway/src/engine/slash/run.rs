@@ -4,7 +4,7 @@
 
 use super::table::parse;
 use super::SlashCommands;
-use crate::engine::lifecycle::Terminal;
+use crate::engine::turn_machine::Terminal;
 use crate::engine::turn::prose_block;
 use serde_json::{json, Value};
 use std::path::Path;
