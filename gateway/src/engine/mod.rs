@@ -49,7 +49,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-pub use turn_machine::{Running, SessionState};
+use turn::Turn;
+pub use turn_machine::SessionState;
 
 /// The largest turn request the advertised attachment caps allow: 8 files of 25 MiB, base64
 /// encoded (4/3), plus 1 MiB for the rest of the body.

@@ -442,7 +442,10 @@ impl HumanInput {
     /// Why a waiting door's worker went away: the session was deleted (`undeliverable`),
     /// or its call was abandoned (turn cancelled: `cancelled`).
     fn gone_reason(&self, sid: &str) -> &'static str {
-        let loaded = self.shells.as_ref().is_some_and(|c| c.sessions.loaded(sid).is_some());
+        let loaded = self
+            .shells
+            .as_ref()
+            .is_some_and(|c| c.sessions.loaded(sid).is_some());
         if loaded {
             "cancelled"
         } else {

@@ -97,7 +97,8 @@ impl SessionState {
                 Status::Failed
             }
             Terminal::Cancelled => {
-                t.content.push(json!({"id": format!("{}:notice", t.tid), "type": "notice",
+                t.content
+                    .push(json!({"id": format!("{}:notice", t.tid), "type": "notice",
                     "code": "turn_cancelled", "message": "The turn was cancelled."}));
                 Status::Cancelled
             }
@@ -111,7 +112,10 @@ impl SessionState {
             tokens_in: t.tokens.input,
             tokens_out: t.tokens.output,
         }));
-        fx.push(Effect::PublishTerminal(terminal_event(&t), Box::new(t.clone())));
+        fx.push(Effect::PublishTerminal(
+            terminal_event(&t),
+            Box::new(t.clone()),
+        ));
         fx.push(Effect::Publish(Event::ContextUpdated(ContextUpdated {
             turn_id: t.tid.clone(),
             utilization: t.utilization,
@@ -155,11 +159,13 @@ impl SessionState {
                         self.keys.remove(k);
                     }
                     fx.push(Effect::DeleteTurn(q.tid.clone()));
-                    fx.push(Effect::Publish(Event::TurnQueuedDeleted(TurnQueuedDeleted {
-                        turn_id: q.tid,
-                        request: Some(q.request),
-                        reason: Some("cancelled".into()),
-                    })));
+                    fx.push(Effect::Publish(Event::TurnQueuedDeleted(
+                        TurnQueuedDeleted {
+                            turn_id: q.tid,
+                            request: Some(q.request),
+                            reason: Some("cancelled".into()),
+                        },
+                    )));
                 }
                 self.row.cancel_floor = Some(floor);
                 if !self.row.queue_paused {

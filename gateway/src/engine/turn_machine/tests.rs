@@ -91,7 +91,10 @@ fn a_turn_submitted_to_an_idle_session_starts_at_once_and_titles_the_session() {
             "spawn t1"
         ]
     );
-    assert_eq!(s.record.status, vis_companion_api::wire::TurnStatus::Streaming);
+    assert_eq!(
+        s.record.status,
+        vis_companion_api::wire::TurnStatus::Streaming
+    );
     let r = st.running.as_ref().expect("running");
     assert_eq!(r.turn.started_at, Some(100));
     assert_eq!(st.row.turn_count, 1);
@@ -177,7 +180,7 @@ fn the_settled_record_carries_what_the_worker_produced() {
         p.model = Some("m".into());
     }
     let fx = st.finish("t1", completed(), 4_000, false);
-    assert_eq!(names(&fx)[0], "publish content_block.completed");
+    assert_eq!(names(&fx)[0], "publish content.block.completed");
     let settled = fx.iter().find_map(|e| match e {
         Effect::PublishTerminal(_, t) => Some(t.clone()),
         _ => None,
@@ -187,8 +190,14 @@ fn the_settled_record_carries_what_the_worker_produced() {
     assert_eq!(t.duration_ms, Some(3_000));
     assert_eq!(t.utilization, Some(0.25));
     assert_eq!(t.model.as_deref(), Some("m"));
-    assert!(fx.iter().any(|e| matches!(e, Effect::Count(Count::Settled {
-        duration_ms: 3_000, tokens_in: 1_200, tokens_out: 300 }))));
+    assert!(fx.iter().any(|e| matches!(
+        e,
+        Effect::Count(Count::Settled {
+            duration_ms: 3_000,
+            tokens_in: 1_200,
+            tokens_out: 300
+        })
+    )));
     assert_eq!(st.row.last_status, "idle");
 }
 
@@ -263,7 +272,10 @@ fn a_cancel_sweeps_the_turns_queued_before_it_and_keeps_the_later_ones() {
     assert!(n.contains(&"publish turn.queued.deleted".to_string()));
     assert!(n.contains(&"spawn t3".to_string()));
     assert_eq!(st.row.cancel_floor, Some(30));
-    assert!(!st.keys.contains_key("k2"), "a swept turn's key can be used again");
+    assert!(
+        !st.keys.contains_key("k2"),
+        "a swept turn's key can be used again"
+    );
     assert!(st.keys.contains_key("k3"));
 }
 
@@ -273,13 +285,19 @@ fn a_second_cancel_keeps_the_first_cancel_time() {
     st.submit(turn("t1", "go"), 10);
     st.cancel("t1", 30).expect("runs");
     st.cancel("t1", 90).expect("still runs");
-    assert_eq!(st.running.as_ref().and_then(|r| r.turn.cancelling_at), Some(30));
+    assert_eq!(
+        st.running.as_ref().and_then(|r| r.turn.cancelling_at),
+        Some(30)
+    );
 }
 
 #[test]
 fn cancelling_a_turn_that_is_not_running_says_where_it_is() {
     let mut st = busy();
-    assert_eq!(st.cancel("t2", 50).err(), Some(Elsewhere::Here(Status::Queued)));
+    assert_eq!(
+        st.cancel("t2", 50).err(),
+        Some(Elsewhere::Here(Status::Queued))
+    );
     assert_eq!(st.cancel("gone", 50).err(), Some(Elsewhere::Stored));
     assert!(!st.running.as_ref().expect("t1").cancel.is_cancelled());
 }
@@ -293,7 +311,10 @@ fn cancel_current_needs_the_running_turns_own_key() {
     );
     st.submit(keyed("t1", "k1"), 10);
     let not_owner = TurnError::NotOwner { tid: "t1".into() };
-    assert_eq!(st.cancel_current(Some("k2"), 20).err(), Some(not_owner.clone()));
+    assert_eq!(
+        st.cancel_current(Some("k2"), 20).err(),
+        Some(not_owner.clone())
+    );
     assert_eq!(st.cancel_current(None, 20).err(), Some(not_owner));
     let (tid, fx) = st.cancel_current(Some("k1"), 20).expect("owner");
     assert_eq!(tid, "t1");
@@ -305,7 +326,9 @@ fn a_stopping_gateway_lands_the_turn_and_leaves_the_queue_for_the_next_start() {
     let mut st = busy();
     let fx = st.finish("t1", Terminal::Cancelled, 50, true);
     assert!(has(&fx, "terminal turn.cancelled t1"));
-    assert!(!names(&fx).iter().any(|n| n.starts_with("delete-turn") || n.starts_with("spawn")));
+    assert!(!names(&fx)
+        .iter()
+        .any(|n| n.starts_with("delete-turn") || n.starts_with("spawn")));
     assert_eq!(st.queue.len(), 2);
     assert_eq!(st.row.cancel_floor, None);
     assert_eq!(st.row.last_status, "idle");
@@ -319,7 +342,10 @@ fn a_new_turn_on_an_idle_session_with_a_stored_backlog_queues_behind_it() {
     let s = st.submit(turn("t4", "new"), 60);
     assert_eq!(s.record.id, "t4");
     assert_eq!(s.record.status, vis_companion_api::wire::TurnStatus::Queued);
-    assert!(has(&s.effects, "spawn t2"), "the backlog's head starts first");
+    assert!(
+        has(&s.effects, "spawn t2"),
+        "the backlog's head starts first"
+    );
     assert_eq!(st.queue.back().map(|q| q.tid.as_str()), Some("t4"));
 }
 
@@ -343,18 +369,36 @@ fn a_turn_found_running_after_a_crash_fails_interrupted_and_closes_its_open_bloc
     let mut queued = turn("t2", "next");
     queued.queued_at = Some(20);
     st.queue.push_back(queued);
-    let fx = st.settle_stored(stored, vec!["t1:b1".into(), "t1:b2".into()], Terminal::interrupted(), 99, false);
+    let fx = st.settle_stored(
+        stored,
+        vec!["t1:b1".into(), "t1:b2".into()],
+        Terminal::interrupted(),
+        99,
+        false,
+    );
     let n = names(&fx);
-    assert_eq!(&n[..2], ["publish content_block.completed", "publish content_block.completed"]);
+    assert_eq!(
+        &n[..2],
+        [
+            "publish content.block.completed",
+            "publish content.block.completed"
+        ]
+    );
     assert!(n.contains(&"terminal turn.failed t1".to_string()));
-    assert!(n.contains(&"publish queue.paused".to_string()), "what was queued waits for the user");
+    assert!(
+        n.contains(&"publish queue.paused".to_string()),
+        "what was queued waits for the user"
+    );
     let t = fx.iter().find_map(|e| match e {
         Effect::PublishTerminal(_, t) => Some(t.clone()),
         _ => None,
     });
     let t = t.expect("terminal");
     assert_eq!(t.status, Status::Failed);
-    assert_eq!(t.content.last().and_then(|b| b["code"].as_str()), Some("interrupted"));
+    assert_eq!(
+        t.content.last().and_then(|b| b["code"].as_str()),
+        Some("interrupted")
+    );
     assert!(st.running.is_none());
 }
 
@@ -376,8 +420,14 @@ fn a_queued_turns_request_can_be_edited_but_not_blanked() {
     let ok = st.edit("t2", Some("changed".into())).expect("not blank");
     let (rec, fx) = ok.expect("queued");
     assert_eq!(rec.request, "changed");
-    assert_eq!(names(&fx), ["save-turn t2 queued", "publish turn.queued.updated"]);
-    assert_eq!(st.edit("t2", Some("  ".into())).err(), Some(TurnError::BlankEdit));
+    assert_eq!(
+        names(&fx),
+        ["save-turn t2 queued", "publish turn.queued.updated"]
+    );
+    assert_eq!(
+        st.edit("t2", Some("  ".into())).err(),
+        Some(TurnError::BlankEdit)
+    );
     assert_eq!(st.edit("t2", None).err(), Some(TurnError::BlankEdit));
     match st.edit("t1", Some("x".into())) {
         Ok(Err(Elsewhere::Here(Status::Streaming))) => {}
@@ -391,9 +441,15 @@ fn deleting_a_queued_turn_frees_its_key() {
     st.submit(keyed("t1", "k1"), 10);
     st.submit(keyed("t2", "k2"), 20);
     let fx = st.delete_queued("t2").expect("queued");
-    assert_eq!(names(&fx), ["delete-turn t2", "publish turn.queued.deleted"]);
+    assert_eq!(
+        names(&fx),
+        ["delete-turn t2", "publish turn.queued.deleted"]
+    );
     assert!(st.queue.is_empty());
     assert!(!st.keys.contains_key("k2"));
-    assert_eq!(st.delete_queued("t1").err(), Some(Elsewhere::Here(Status::Streaming)));
+    assert_eq!(
+        st.delete_queued("t1").err(),
+        Some(Elsewhere::Here(Status::Streaming))
+    );
     assert_eq!(st.delete_queued("t9").err(), Some(Elsewhere::Stored));
 }
