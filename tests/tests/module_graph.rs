@@ -258,3 +258,45 @@ fn the_subsystems_of_the_gateway_import_each_other_without_a_cycle() {
     let found = cycles(&g);
     assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
 }
+
+#[test]
+fn the_turns_state_machine_does_no_io_and_reads_no_clock() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/src");
+    let mut files = BTreeMap::new();
+    modules(&src, &src.join("engine/turn_machine"), &mut files);
+    assert!(
+        files.len() >= 2,
+        "the machine's files were not found: {:?}",
+        files.keys()
+    );
+    // What a transition may not reach: the bus, the store's thread, the sandbox, the
+    // extension host, the shell, the runtime, a clock, a random id.
+    let forbidden = [
+        "crate::bus",
+        "crate::sandbox",
+        "crate::extensions",
+        "crate::store::Store",
+        "lifecycle",
+        "tokio::spawn",
+        "tokio::time",
+        "Instant::now",
+        "SystemTime",
+        "now_ms",
+        "uuid::",
+        ".submit(",
+        ".publish(",
+    ];
+    let mut found = Vec::new();
+    for (m, code) in &files {
+        for f in forbidden {
+            if code.contains(f) {
+                found.push(format!("{}: {f}", m.join("/")));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the state machine reaches out:\n{}",
+        found.join("\n")
+    );
+}

@@ -174,3 +174,9 @@ impl Sessions {
         self.bus.close(sid);
     }
 }
+
+impl crate::human_input::Roster for Sessions {
+    fn is_loaded(&self, sid: &str) -> bool {
+        self.loaded(sid).is_some()
+    }
+}

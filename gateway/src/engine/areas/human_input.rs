@@ -26,8 +26,8 @@ fn live_view_not_found(vid: &str) -> ApiError {
 }
 
 /// Human-input errors as API errors (`id`: the request or view id of the route).
-fn hi_error(e: crate::engine::human_input::HiError, id: &str) -> ApiError {
-    use crate::engine::human_input::HiError;
+fn hi_error(e: crate::human_input::HiError, id: &str) -> ApiError {
+    use crate::human_input::HiError;
     match e {
         HiError::RequestNotFound => human_input_not_found(id),
         HiError::ViewNotFound => live_view_not_found(id),

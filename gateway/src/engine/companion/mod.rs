@@ -17,7 +17,7 @@ pub mod search;
 pub mod settings;
 pub mod usage;
 
-use crate::engine::configuration::Configuration;
+use crate::configuration::Configuration;
 use crate::engine::sessions::Sessions;
 use crate::store::Store;
 use sha2::{Digest, Sha256};

@@ -4,7 +4,7 @@
 //! and the model a turn runs on (the session's pin, the router default, the fallback).
 
 use super::store_err;
-use crate::engine::configuration::Configuration;
+use crate::configuration::Configuration;
 use crate::store::rows::SessionRow;
 use crate::store::Store;
 use parking_lot::RwLock;

@@ -3,9 +3,9 @@
 //! mode switch and the suggested additions. `crate::learn` does the work; this adapter finds
 //! the session's project and reaches the human-input forms.
 
-use crate::engine::human_input::HumanInput;
 use crate::engine::Gateway;
 use crate::extensions::{DoorWorker, HumanDoors, SessionCtx};
+use crate::human_input::HumanInput;
 use crate::learn::rows::Scope;
 use crate::learn::Learn;
 use crate::learn::{parse_mode, LearnError};
@@ -20,7 +20,7 @@ use vis_companion_api::{ApiError, ApiResult};
 pub struct LearnRoutes(pub Arc<Gateway>);
 
 /// The configuration job as learn mode's view of the projects.
-pub struct ConfigurationProjects(pub Arc<crate::engine::configuration::Configuration>);
+pub struct ConfigurationProjects(pub Arc<crate::configuration::Configuration>);
 
 #[async_trait]
 impl crate::learn::Projects for ConfigurationProjects {

@@ -11,10 +11,10 @@ mod run;
 mod sandboxed;
 mod table;
 
-use super::configuration::Configuration;
 use super::sessions::Sessions;
 use super::workspace::Workspaces;
 use crate::bus::Bus;
+use crate::configuration::Configuration;
 use crate::extensions::ExtensionHost;
 use crate::sandbox::Sandbox;
 use std::sync::{Arc, OnceLock};
@@ -43,7 +43,7 @@ pub struct SlashCommands {
     sandbox: OnceLock<Arc<Sandbox>>,
     /// Learn mode (`/net`) and the review form it opens.
     learn: Arc<crate::learn::Learn>,
-    human: Arc<super::human_input::HumanInput>,
+    human: Arc<crate::human_input::HumanInput>,
 }
 
 impl SlashCommands {
@@ -54,7 +54,7 @@ impl SlashCommands {
         workspaces: Arc<Workspaces>,
         configuration: Arc<Configuration>,
         learn: Arc<crate::learn::Learn>,
-        human: Arc<super::human_input::HumanInput>,
+        human: Arc<crate::human_input::HumanInput>,
     ) -> SlashCommands {
         SlashCommands {
             sessions,

@@ -12,14 +12,14 @@ mod hooks;
 mod model;
 mod slash;
 
-use super::configuration::Configuration;
-use super::human_input::{Answer, HumanInput, Question};
 use super::sessions::Sessions;
 use crate::bus::Bus;
+use crate::configuration::Configuration;
 use crate::drafts::service::Drafts;
 use crate::drafts::service::{Applied, Target};
 use crate::drafts::{Draft, DraftError};
 use crate::extensions::{ExtensionHost, SessionCtx};
+use crate::human_input::{Answer, HumanInput, Question};
 use crate::model_sandbox::Sandboxes;
 use hooks::SessionHooks;
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! The `/v1/providers…` and `/v1/provider-presets` answers over the gateway, and the one
 //! place that publishes provider changes to connected clients (the router rebuild is the
-//! configuration job's, `engine/configuration.rs`). `list`, `edit` and `auth` hold the
+//! configuration job's, `configuration.rs`). `list`, `edit` and `auth` hold the
 //! listing, the changes to the saved file, and the sign-in flows (`api-key`, and an
 //! extension's `auth_fn` run as a device-style flow).
 

@@ -3,7 +3,6 @@
 
 use super::tree::*;
 use super::{HiError, HumanInput, LIVENESS_POLL};
-use crate::engine::now_ms;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
 use parking_lot::Mutex;
@@ -13,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use vis_companion_api::events::{Event, LiveClose, LiveOpen, LivePatch, LivePatchOps};
+use vis_companion_api::sse::now_ms;
 use vis_companion_api::wire::{LiveFocused, LiveInterrupted, LiveLog, LiveViews};
 
 /// Closed live views kept per session (their logs stay readable).

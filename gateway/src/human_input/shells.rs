@@ -2,7 +2,6 @@
 //! children of the session, run to completion or in the background (logs, wait, send, stop).
 
 use super::HumanInput;
-use crate::engine::now_ms;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
 use parking_lot::Mutex;
@@ -12,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
+use vis_companion_api::sse::now_ms;
 
 /// Combined output kept per shell child.
 const SHELL_OUT_CAP: usize = 8 * 1024 * 1024;

@@ -27,10 +27,8 @@ mod tests;
 mod tree;
 mod validate;
 
-use super::configuration::Configuration;
-use super::now_ms;
-use super::sessions::Sessions;
 use crate::bus::Bus;
+use crate::configuration::Configuration;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
 pub use confirm::{Answer, Question};
@@ -45,6 +43,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use validate::{field_name, field_type, flatten_fields, is_blank, validate};
 use vis_companion_api::events::{Event, HumanInputClose, HumanInputRequest};
+use vis_companion_api::sse::now_ms;
 use vis_companion_api::wire::{HumanInputCancelled, HumanInputList, HumanInputSubmitted};
 
 /// Default form timeout.
@@ -120,7 +119,12 @@ pub struct ShellContext {
     /// Each project's configuration, re-read at each spawn.
     pub configuration: Arc<Configuration>,
     /// The loaded sessions (a door whose session is gone is `undeliverable`).
-    pub sessions: Arc<Sessions>,
+    pub sessions: Arc<dyn Roster>,
+}
+
+/// Which sessions the gateway has loaded.
+pub trait Roster: Send + Sync {
+    fn is_loaded(&self, sid: &str) -> bool;
 }
 
 impl HumanInput {
@@ -445,7 +449,7 @@ impl HumanInput {
         let loaded = self
             .shells
             .as_ref()
-            .is_some_and(|c| c.sessions.loaded(sid).is_some());
+            .is_some_and(|c| c.sessions.is_loaded(sid));
         if loaded {
             "cancelled"
         } else {
