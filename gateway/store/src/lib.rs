@@ -30,6 +30,5 @@ pub use journal::{Appending, Journal, JournalOptions};
 pub use leases::Leases;
 pub use pg::PgOptions;
 pub use types::{
-    Appended, CommitSink, Committed, EgressRecord, Event, Home, Keep, Lease, NodeId, Range,
-    Writer,
+    Appended, CommitSink, Committed, EgressRecord, Event, Home, Keep, Lease, NodeId, Range, Writer,
 };

@@ -8,7 +8,7 @@
 
 mod follow;
 
-pub use follow::{Followed, Follower};
+pub use follow::{FollowStats, Followed, Follower, IDLE_CHECK};
 
 use crate::types::{CommitSink, Committed};
 use crate::{Journal, StoreError, StoreResult};
@@ -79,7 +79,12 @@ impl Nats {
 
     /// Replays `sid` from the journal after `after_seq`, then follows it live (see
     /// [`Follower`]).
-    pub async fn follow(&self, journal: Journal, sid: &str, after_seq: i64) -> StoreResult<Follower> {
+    pub async fn follow(
+        &self,
+        journal: Journal,
+        sid: &str,
+        after_seq: i64,
+    ) -> StoreResult<Follower> {
         follow::start(self, journal, sid, after_seq).await
     }
 

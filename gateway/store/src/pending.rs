@@ -29,9 +29,8 @@ impl Pending {
     ) -> (Pending, oneshot::Receiver<StoreResult<Appended>>) {
         let ts = vis_events::now_ms();
         let (sid_owned, kind_owned) = (sid.to_string(), kind.to_string());
-        let render: Render = Box::new(move |seq| {
-            Envelope::new(seq, ts, &sid_owned, &kind_owned, payload).to_json()
-        });
+        let render: Render =
+            Box::new(move |seq| Envelope::new(seq, ts, &sid_owned, &kind_owned, payload).to_json());
         let (tx, rx) = oneshot::channel();
         let pending = Pending {
             sid: sid.to_string(),
@@ -89,7 +88,9 @@ impl Stamped {
                         },
                     };
                     if sink.try_send(committed).is_err() {
-                        tracing::warn!("event publisher full or gone; followers refill from the journal");
+                        tracing::warn!(
+                            "event publisher full or gone; followers refill from the journal"
+                        );
                     }
                 }
                 let _ = self.reply.send(Ok(Appended {

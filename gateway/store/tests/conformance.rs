@@ -51,10 +51,16 @@ async fn consecutive_seqs(db: &Db) {
         let v: Value = serde_json::from_str(&e.data).expect("the stored text is JSON");
         assert_eq!(e.seq, i as i64 + 1);
         assert_eq!(e.kind, "note");
-        assert_eq!(v["seq"], e.seq, "the envelope carries the seq the store assigned");
+        assert_eq!(
+            v["seq"], e.seq,
+            "the envelope carries the seq the store assigned"
+        );
         assert_eq!(v["session_id"], "s1");
         assert_eq!(v["type"], "note");
-        assert_eq!(v["n"], i as i64, "the payload's members sit beside the envelope's");
+        assert_eq!(
+            v["n"], i as i64,
+            "the payload's members sit beside the envelope's"
+        );
     }
     assert_eq!(j.high_water("s1").await.expect("high water"), Some(20));
     assert_eq!(j.high_water("nope").await.expect("high water"), None);
@@ -70,8 +76,14 @@ async fn range_limits(db: &Db) {
             .expect("append");
     }
     let seqs = |r: vis_store::Range| r.events.iter().map(|e| e.seq).collect::<Vec<_>>();
-    assert_eq!(seqs(j.range("s1", 5, 3).await.expect("range")), vec![6, 7, 8]);
-    assert_eq!(seqs(j.range("s1", 8, 100).await.expect("range")), vec![9, 10]);
+    assert_eq!(
+        seqs(j.range("s1", 5, 3).await.expect("range")),
+        vec![6, 7, 8]
+    );
+    assert_eq!(
+        seqs(j.range("s1", 8, 100).await.expect("range")),
+        vec![9, 10]
+    );
     assert!(seqs(j.range("s1", 10, 100).await.expect("range")).is_empty());
     assert!(seqs(j.range("other", 0, 100).await.expect("range")).is_empty());
 }
@@ -90,10 +102,22 @@ async fn live_only_and_egress(db: &Db) {
     ];
     let mut seqs = Vec::new();
     for keep in keeps {
-        seqs.push(j.append(&w, "s1", "x", json!({}), keep).await.expect("append").seq);
+        seqs.push(
+            j.append(&w, "s1", "x", json!({}), keep)
+                .await
+                .expect("append")
+                .seq,
+        );
     }
     assert_eq!(seqs, vec![1, 2, 3, 4]);
-    let stored: Vec<i64> = j.range("s1", 0, 10).await.expect("range").events.iter().map(|e| e.seq).collect();
+    let stored: Vec<i64> = j
+        .range("s1", 0, 10)
+        .await
+        .expect("range")
+        .events
+        .iter()
+        .map(|e| e.seq)
+        .collect();
     assert_eq!(stored, vec![1, 4], "only journal events are replayable");
     assert_eq!(j.high_water("s1").await.expect("high water"), Some(4));
     assert_eq!(
@@ -101,7 +125,11 @@ async fn live_only_and_egress(db: &Db) {
         vec![(3, record)],
         "the egress row keeps its event's seq"
     );
-    assert!(j.egress_page("s1", Some(3), 10).await.expect("egress").is_empty());
+    assert!(j
+        .egress_page("s1", Some(3), 10)
+        .await
+        .expect("egress")
+        .is_empty());
 }
 
 async fn two_writers(db: &Db) {
@@ -121,13 +149,26 @@ async fn two_writers(db: &Db) {
             out
         })
     };
-    let (a, b) = (burst(one.clone(), w.clone(), "one"), burst(two.clone(), w, "two"));
+    let (a, b) = (
+        burst(one.clone(), w.clone(), "one"),
+        burst(two.clone(), w, "two"),
+    );
     let (a, b) = (a.await.expect("task"), b.await.expect("task"));
-    assert!(a.windows(2).all(|p| p[0] < p[1]), "one writer's seqs rise in call order");
-    assert!(b.windows(2).all(|p| p[0] < p[1]), "one writer's seqs rise in call order");
+    assert!(
+        a.windows(2).all(|p| p[0] < p[1]),
+        "one writer's seqs rise in call order"
+    );
+    assert!(
+        b.windows(2).all(|p| p[0] < p[1]),
+        "one writer's seqs rise in call order"
+    );
     let mut all: Vec<i64> = a.into_iter().chain(b).collect();
     all.sort_unstable();
-    assert_eq!(all, (1..=600).collect::<Vec<_>>(), "no seq handed out twice, none skipped");
+    assert_eq!(
+        all,
+        (1..=600).collect::<Vec<_>>(),
+        "no seq handed out twice, none skipped"
+    );
     let stored = two.range("s1", 0, 1000).await.expect("range").events;
     assert_eq!(stored.len(), 600);
     assert_eq!(two.high_water("s1").await.expect("high water"), Some(600));
@@ -143,7 +184,10 @@ async fn refused_in_batch(db: &Db) {
     let pending: Vec<_> = (0..40)
         .map(|n| {
             let sid = if n % 2 == 0 { "mine" } else { "theirs" };
-            (sid, j.append(&a, sid, "x", json!({ "n": n }), Keep::Journal))
+            (
+                sid,
+                j.append(&a, sid, "x", json!({ "n": n }), Keep::Journal),
+            )
         })
         .collect();
     let mut mine = Vec::new();
@@ -159,27 +203,45 @@ async fn refused_in_batch(db: &Db) {
     }
     assert_eq!(mine, (1..=20).collect::<Vec<_>>());
     assert_eq!(j.high_water("theirs").await.expect("high water"), Some(0));
-    assert!(j.range("theirs", 0, 10).await.expect("range").events.is_empty());
+    assert!(j
+        .range("theirs", 0, 10)
+        .await
+        .expect("range")
+        .events
+        .is_empty());
 }
 
 async fn unknown_session(db: &Db) {
     let j = db.journal().await;
     let w = node(&j, "a", LONG).await.writer();
     let out = j.append(&w, "ghost", "x", json!({}), Keep::Journal).await;
-    assert!(matches!(&out, Err(StoreError::UnknownSession(s)) if s == "ghost"), "{out:?}");
+    assert!(
+        matches!(&out, Err(StoreError::UnknownSession(s)) if s == "ghost"),
+        "{out:?}"
+    );
 }
 
 async fn takeover_fences(db: &Db) {
     let j = db.journal().await;
     let lost = node(&j, "a", Duration::from_millis(300)).await;
     let survivor = node(&j, "b", LONG).await;
-    j.create_session(&lost.writer(), "s1").await.expect("session");
-    let first = j.append(&lost.writer(), "s1", "x", json!({}), Keep::Journal).await;
+    j.create_session(&lost.writer(), "s1")
+        .await
+        .expect("session");
+    let first = j
+        .append(&lost.writer(), "s1", "x", json!({}), Keep::Journal)
+        .await;
     assert_eq!(first.expect("the home node writes").seq, 1);
     until_expired(&j, "a").await;
-    let taken = j.leases().take_over(&survivor, &lost.node).await.expect("take over");
+    let taken = j
+        .leases()
+        .take_over(&survivor, &lost.node)
+        .await
+        .expect("take over");
     assert_eq!(taken, Some(vec!["s1".to_string()]));
-    let late = j.append(&lost.writer(), "s1", "x", json!({}), Keep::Journal).await;
+    let late = j
+        .append(&lost.writer(), "s1", "x", json!({}), Keep::Journal)
+        .await;
     match late {
         Err(StoreError::Fenced { home, .. }) => assert_eq!(
             home,
@@ -190,26 +252,52 @@ async fn takeover_fences(db: &Db) {
         ),
         other => panic!("the lost node wrote: {other:?}"),
     }
-    let next = j.append(&survivor.writer(), "s1", "turn.interrupted", json!({}), Keep::Journal).await;
-    assert_eq!(next.expect("the survivor writes").seq, 2, "no seq lost or reused");
+    let next = j
+        .append(
+            &survivor.writer(),
+            "s1",
+            "turn.interrupted",
+            json!({}),
+            Keep::Journal,
+        )
+        .await;
+    assert_eq!(
+        next.expect("the survivor writes").seq,
+        2,
+        "no seq lost or reused"
+    );
     let renewed = j.leases().renew(&lost, LONG).await;
-    assert!(matches!(renewed, Err(StoreError::LeaseLost { .. })), "{renewed:?}");
+    assert!(
+        matches!(renewed, Err(StoreError::LeaseLost { .. })),
+        "{renewed:?}"
+    );
     // The lost node comes back: a new lease, but the session is no longer its own.
     let back = node(&j, "a", LONG).await;
-    assert!(back.epoch > lost.epoch + 1, "the takeover moved the epoch on");
-    let again = j.append(&back.writer(), "s1", "x", json!({}), Keep::Journal).await;
+    assert!(
+        back.epoch > lost.epoch + 1,
+        "the takeover moved the epoch on"
+    );
+    let again = j
+        .append(&back.writer(), "s1", "x", json!({}), Keep::Journal)
+        .await;
     assert!(matches!(again, Err(StoreError::Fenced { .. })), "{again:?}");
 }
 
 async fn restart_adopts(db: &Db) {
     let j = db.journal().await;
     let before = node(&j, "a", LONG).await;
-    j.create_session(&before.writer(), "s1").await.expect("session");
+    j.create_session(&before.writer(), "s1")
+        .await
+        .expect("session");
     let after = node(&j, "a", LONG).await;
     assert_eq!(after.epoch, before.epoch + 1);
-    let stale = j.append(&before.writer(), "s1", "x", json!({}), Keep::Journal).await;
+    let stale = j
+        .append(&before.writer(), "s1", "x", json!({}), Keep::Journal)
+        .await;
     assert!(matches!(stale, Err(StoreError::Fenced { .. })), "{stale:?}");
-    let fresh = j.append(&after.writer(), "s1", "x", json!({}), Keep::Journal).await;
+    let fresh = j
+        .append(&after.writer(), "s1", "x", json!({}), Keep::Journal)
+        .await;
     assert_eq!(fresh.expect("the new incarnation writes").seq, 1);
 }
 
@@ -218,24 +306,43 @@ async fn takeover_of_live_node(db: &Db) {
     let a = node(&j, "a", LONG).await;
     let b = node(&j, "b", LONG).await;
     j.create_session(&a.writer(), "s1").await.expect("session");
-    assert_eq!(j.leases().take_over(&b, &a.node).await.expect("take over"), None);
+    assert_eq!(
+        j.leases().take_over(&b, &a.node).await.expect("take over"),
+        None
+    );
     let home = j.home("s1").await.expect("home").expect("a session");
     assert_eq!(home.node, Some(NodeId::new("a")));
-    j.leases().renew(&a, LONG).await.expect("the live node keeps its lease");
+    j.leases()
+        .renew(&a, LONG)
+        .await
+        .expect("the live node keeps its lease");
 }
 
 async fn lease_expiry(db: &Db) {
     let j = db.journal().await;
     let ttl = Duration::from_millis(400);
     let lease = node(&j, "a", ttl).await;
-    let renewed = j.leases().renew(&lease, ttl).await.expect("a heartbeat in time");
+    let renewed = j
+        .leases()
+        .renew(&lease, ttl)
+        .await
+        .expect("a heartbeat in time");
     assert!(renewed.expires_at_ms >= lease.expires_at_ms);
     let live = j.leases().live().await.expect("live leases");
     assert!(live.iter().any(|l| l.node == lease.node));
     until_expired(&j, "a").await;
-    assert!(!j.leases().live().await.expect("live").iter().any(|l| l.node == lease.node));
+    assert!(!j
+        .leases()
+        .live()
+        .await
+        .expect("live")
+        .iter()
+        .any(|l| l.node == lease.node));
     let late = j.leases().renew(&lease, ttl).await;
-    assert!(matches!(late, Err(StoreError::LeaseLost { .. })), "{late:?}");
+    assert!(
+        matches!(late, Err(StoreError::LeaseLost { .. })),
+        "{late:?}"
+    );
 }
 
 async fn retention(db: &Db) {
@@ -254,7 +361,14 @@ async fn retention(db: &Db) {
         p.await.expect("append");
     }
     let range = j.range("s1", 0, 1000).await.expect("range");
-    assert!(range.trimmed_through >= 100 - 32 - 2, "{}", range.trimmed_through);
-    assert_eq!(range.events.first().map(|e| e.seq), Some(range.trimmed_through + 1));
+    assert!(
+        range.trimmed_through >= 100 - 32 - 2,
+        "{}",
+        range.trimmed_through
+    );
+    assert_eq!(
+        range.events.first().map(|e| e.seq),
+        Some(range.trimmed_through + 1)
+    );
     assert_eq!(range.events.last().map(|e| e.seq), Some(100));
 }

@@ -15,6 +15,8 @@ use crate::types::Event;
 use crate::{Journal, StoreError, StoreResult};
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use futures::StreamExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -32,13 +34,32 @@ pub enum Followed {
     Event(Event),
     /// Retention removed the journal's events `from..=to` before they were read (the
     /// stream's `stream.gap`).
-    Gap { from: i64, to: i64 },
+    Gap {
+        from: i64,
+        to: i64,
+    },
+}
+
+/// How a follower's events reached it so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FollowStats {
+    /// Read from the journal (the replay, holes, a quiet session's check).
+    pub from_journal: u64,
+    /// Taken from the live stream.
+    pub live: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    from_journal: AtomicU64,
+    live: AtomicU64,
 }
 
 /// A session followed from the journal and then live. Dropping it stops the following.
 pub struct Follower {
     rx: mpsc::Receiver<StoreResult<Followed>>,
     task: JoinHandle<()>,
+    counts: Arc<Counts>,
 }
 
 impl Follower {
@@ -46,6 +67,13 @@ impl Follower {
     /// error was handed out.
     pub async fn next(&mut self) -> Option<StoreResult<Followed>> {
         self.rx.recv().await
+    }
+
+    pub fn stats(&self) -> FollowStats {
+        FollowStats {
+            from_journal: self.counts.from_journal.load(Ordering::Relaxed),
+            live: self.counts.live.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -75,14 +103,16 @@ pub(super) async fn start(
         .map_err(nats_error)?;
     let live = consumer.messages().await.map_err(nats_error)?;
     let (tx, rx) = mpsc::channel(QUEUE);
+    let counts = Arc::new(Counts::default());
     let join = Join {
         journal,
         sid: sid.to_string(),
         last: after,
         tx,
+        counts: counts.clone(),
     };
     let task = tokio::spawn(join.run(live));
-    Ok(Follower { rx, task })
+    Ok(Follower { rx, task, counts })
 }
 
 struct Join {
@@ -91,6 +121,7 @@ struct Join {
     /// The last seq handed out (or known to hold nothing the journal keeps).
     last: i64,
     tx: mpsc::Sender<StoreResult<Followed>>,
+    counts: Arc<Counts>,
 }
 
 /// Why following stops: the reader went, or the journal failed (handed to the reader).
@@ -131,7 +162,10 @@ impl Join {
                     tracing::warn!(session = self.sid, error = %e, "live events interrupted; following the journal");
                 }
                 Some(None) => {
-                    tracing::warn!(session = self.sid, "live events ended; following the journal");
+                    tracing::warn!(
+                        session = self.sid,
+                        "live events ended; following the journal"
+                    );
                     live = None;
                 }
             }
@@ -161,6 +195,7 @@ impl Join {
             for e in range.events {
                 if e.seq > self.last {
                     self.last = e.seq;
+                    self.counts.from_journal.fetch_add(1, Ordering::Relaxed);
                     self.emit(Followed::Event(e)).await?;
                 }
             }
@@ -193,6 +228,7 @@ impl Join {
             return Ok(());
         }
         self.last = seq;
+        self.counts.live.fetch_add(1, Ordering::Relaxed);
         self.emit(Followed::Event(Event {
             seq,
             kind,

@@ -76,4 +76,3 @@ pub async fn apply(client: &mut Client, schema: Option<&str>) -> StoreResult<()>
     tx.commit().await?;
     Ok(())
 }
-

@@ -94,7 +94,10 @@ async fn claim(tx: &Transaction<'_>, groups: Groups) -> StoreResult<Vec<Stamped>
     let claims = futures::future::join_all(groups.iter().map(|((sid, w), ps)| {
         let k = ps.len() as i64;
         let st = &st;
-        async move { tx.query_opt(st, &[sid, &w.node.as_str(), &w.epoch, &k]).await }
+        async move {
+            tx.query_opt(st, &[sid, &w.node.as_str(), &w.epoch, &k])
+                .await
+        }
     }))
     .await;
     if let Some(e) = claims.iter().find_map(|c| c.as_ref().err()) {

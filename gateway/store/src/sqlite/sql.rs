@@ -144,15 +144,16 @@ fn refusal(c: &Connection, sid: &str) -> StoreError {
 }
 
 pub fn home(c: &Connection, sid: &str) -> StoreResult<Option<Home>> {
-    Ok(c
-        .prepare_cached("SELECT home_node, home_epoch FROM sessions WHERE id = ?1")?
-        .query_row([sid], |r| {
-            Ok(Home {
-                node: r.get::<_, Option<String>>(0)?.map(NodeId),
-                epoch: r.get(1)?,
+    Ok(
+        c.prepare_cached("SELECT home_node, home_epoch FROM sessions WHERE id = ?1")?
+            .query_row([sid], |r| {
+                Ok(Home {
+                    node: r.get::<_, Option<String>>(0)?.map(NodeId),
+                    epoch: r.get(1)?,
+                })
             })
-        })
-        .optional()?)
+            .optional()?,
+    )
 }
 
 /// Creates the session homed on `writer` unless it exists; answers its home either way.
@@ -166,10 +167,11 @@ pub fn create_session(c: &Connection, writer: &Writer, sid: &str) -> StoreResult
 }
 
 pub fn high_water(c: &Connection, sid: &str) -> StoreResult<Option<i64>> {
-    Ok(c
-        .prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")?
-        .query_row([sid], |r| r.get(0))
-        .optional()?)
+    Ok(
+        c.prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")?
+            .query_row([sid], |r| r.get(0))
+            .optional()?,
+    )
 }
 
 pub fn range(c: &Connection, sid: &str, after: i64, limit: usize) -> StoreResult<Range> {
@@ -274,7 +276,9 @@ pub fn take_over(
         .prepare_cached(&format!(
             "SELECT 1 FROM leases WHERE node = ?1 AND epoch = ?2 AND expires_at > {NOW}"
         ))?
-        .query_row(params![survivor.node.as_str(), survivor.epoch], |r| r.get(0))
+        .query_row(params![survivor.node.as_str(), survivor.epoch], |r| {
+            r.get(0)
+        })
         .optional()?;
     if alive.is_none() {
         return Err(StoreError::LeaseLost {

@@ -1,9 +1,10 @@
 //! Fixtures: a fresh database per test on either engine (a SQLite file in a private folder,
 //! or a PostgreSQL schema of its own, dropped afterwards) and a JetStream stream of its own.
 //!
-//! PostgreSQL and NATS are the machine's servers (127.0.0.1:5432, 127.0.0.1:4222; override
-//! with `VIS_TEST_DATABASE_URL` / `VIS_TEST_NATS_URL`). When one is unreachable a test that
-//! needs it fails if `CI` is set, and otherwise prints why it is skipped and returns.
+//! PostgreSQL and NATS are the machine's servers (127.0.0.1:5432, 127.0.0.1:4222; other
+//! loopback addresses with `VIS_TEST_PG_ADDR` / `VIS_TEST_NATS_ADDR`). When one is
+//! unreachable a test that needs it fails if `CI` is set, and otherwise prints why it is
+//! skipped and returns.
 
 #![allow(dead_code)]
 
@@ -13,21 +14,29 @@ use std::path::PathBuf;
 use std::time::Duration;
 use vis_store::{Journal, JournalOptions, Lease, NodeId, PgOptions};
 
-pub const PG_ADDR: &str = "127.0.0.1:5432";
-pub const NATS_ADDR: &str = "127.0.0.1:4222";
+pub fn pg_addr() -> String {
+    std::env::var("VIS_TEST_PG_ADDR").unwrap_or_else(|_| "127.0.0.1:5432".into())
+}
+
+pub fn nats_addr() -> String {
+    std::env::var("VIS_TEST_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".into())
+}
 
 pub fn pg_url() -> String {
-    std::env::var("VIS_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| format!("postgres://postgres@{PG_ADDR}/test"))
+    format!("postgres://postgres@{}/test", pg_addr())
 }
 
 pub fn nats_url() -> String {
-    std::env::var("VIS_TEST_NATS_URL").unwrap_or_else(|_| format!("nats://{NATS_ADDR}"))
+    format!("nats://{}", nats_addr())
 }
 
 /// Whether `what` answers at `addr`; with `CI` set, an absent server fails the test.
 pub fn reachable(what: &str, addr: &str) -> bool {
     let sock: SocketAddr = addr.parse().expect("a socket address");
+    assert!(
+        sock.ip().is_loopback(),
+        "tests dial loopback only, not {addr}"
+    );
     if TcpStream::connect_timeout(&sock, Duration::from_secs(2)).is_ok() {
         return true;
     }
@@ -77,7 +86,7 @@ impl Db {
                     schema: None,
                 })
             }
-            Kind::Postgres => reachable("PostgreSQL", PG_ADDR).then(|| Db {
+            Kind::Postgres => reachable("PostgreSQL", &pg_addr()).then(|| Db {
                 kind,
                 path: None,
                 dir: None,
@@ -119,7 +128,8 @@ impl Drop for Db {
                 .build()
                 .expect("runtime");
             rt.block_on(async {
-                let Ok((client, conn)) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await
+                let Ok((client, conn)) =
+                    tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await
                 else {
                     return;
                 };
@@ -137,7 +147,11 @@ impl Drop for Db {
 pub async fn node(journal: &Journal, id: &str, ttl: Duration) -> Lease {
     journal
         .leases()
-        .acquire(&NodeId::new(id), &format!("127.0.0.1:{}", 7000 + id.len()), ttl)
+        .acquire(
+            &NodeId::new(id),
+            &format!("127.0.0.1:{}", 7000 + id.len()),
+            ttl,
+        )
         .await
         .expect("acquire a lease")
 }
