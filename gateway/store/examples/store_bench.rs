@@ -130,7 +130,9 @@ async fn main() {
     let (mut sqlite_rates, mut pg_rates) = (Vec::new(), Vec::new());
     for round in 1..=rounds {
         let path = dir.join(format!("round{round}.sqlite"));
-        let sqlite = Journal::open_sqlite(&path, JournalOptions::default()).expect("SQLite");
+        let sqlite = Journal::open_sqlite(&path, JournalOptions::default())
+            .await
+            .expect("SQLite");
         let (secs, size) = run(&sqlite, &setup, "sqlite").await;
         let rate = setup.events as f64 / secs;
         sqlite_rates.push(rate);

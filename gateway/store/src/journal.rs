@@ -74,10 +74,11 @@ macro_rules! on_engine {
 pub(crate) use on_engine;
 
 impl Journal {
-    /// The embedded engine on the database file at `path`.
-    pub fn open_sqlite(path: &Path, opts: JournalOptions) -> StoreResult<Journal> {
+    /// The embedded engine on the database file at `path` (opened and migrated on the
+    /// engine's own thread).
+    pub async fn open_sqlite(path: &Path, opts: JournalOptions) -> StoreResult<Journal> {
         Ok(Journal {
-            inner: Inner::Sqlite(Sqlite::open(path, opts.retain, opts.commits)?),
+            inner: Inner::Sqlite(Sqlite::open(path, opts.retain, opts.commits).await?),
         })
     }
 

@@ -28,21 +28,28 @@ pub(crate) struct Sqlite {
 }
 
 impl Sqlite {
-    /// Opens (creating if needed) the database, applies the migrations and starts the thread.
-    pub fn open(path: &Path, retain: i64, sink: Option<CommitSink>) -> StoreResult<Sqlite> {
-        let conn = Connection::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        sql::migrate(&conn)?;
+    /// Starts the thread, which opens (creating if needed) the database and applies the
+    /// migrations before it takes jobs; answers once that is done.
+    pub async fn open(path: &Path, retain: i64, sink: Option<CommitSink>) -> StoreResult<Sqlite> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let path = path.to_path_buf();
         std::thread::Builder::new()
             .name("vis-store-sqlite".into())
-            .spawn(move || run(conn, rx, retain.max(1), sink))
+            .spawn(move || match connect(&path) {
+                Ok(conn) => {
+                    let _ = ready_tx.send(Ok(()));
+                    run(conn, rx, retain.max(1), sink);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
             .map_err(|e| StoreError::Database {
                 engine: crate::Engine::Sqlite,
                 message: format!("cannot start the store thread: {e}"),
             })?;
+        ready_rx.await.map_err(|_| StoreError::Gone)??;
         Ok(Sqlite { tx })
     }
 
@@ -66,6 +73,15 @@ impl Sqlite {
             .map_err(|_| StoreError::Gone)?;
         orx.await.map_err(|_| StoreError::Gone)?
     }
+}
+
+fn connect(path: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    sql::migrate(&conn)?;
+    Ok(conn)
 }
 
 fn exec(c: &Connection, sql: &str) -> rusqlite::Result<usize> {

@@ -51,34 +51,31 @@ pub async fn high_water(c: &Client, sid: &str) -> StoreResult<Option<i64>> {
     Ok(c.query_opt(&st, &[&sid]).await?.map(|r| r.get(0)))
 }
 
+/// One statement, so the trimmed mark and the events come from one snapshot: an event the
+/// range lacks below the mark is one retention removed, never one skipped.
 pub async fn range(c: &Client, sid: &str, after: i64, limit: usize) -> StoreResult<Range> {
-    let trimmed = c
-        .prepare_cached("SELECT trimmed_through FROM sessions WHERE id = $1")
-        .await?;
-    let events = c
+    let st = c
         .prepare_cached(
-            "SELECT seq, type, data FROM events WHERE sid = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            "SELECT s.trimmed_through, e.seq, e.type, e.data FROM sessions s \
+             LEFT JOIN events e ON e.sid = s.id AND e.seq > $2 WHERE s.id = $1 ORDER BY e.seq LIMIT $3",
         )
         .await?;
-    let limit = limit as i64;
-    // Both in one round trip (pipelined); the trimmed mark is read first, so an event the
-    // range lacks below it is one retention removed, not one still to come.
-    let (t, rows) = futures::future::join(
-        c.query_opt(&trimmed, &[&sid]),
-        c.query(&events, &[&sid, &after, &limit]),
-    )
-    .await;
-    Ok(Range {
-        trimmed_through: t?.map_or(0, |r| r.get(0)),
-        events: rows?
-            .iter()
-            .map(|r| Event {
-                seq: r.get(0),
-                kind: r.get(1),
-                data: r.get(2),
-            })
-            .collect(),
-    })
+    let rows = c
+        .query(&st, &[&sid, &after, &(limit.max(1) as i64)])
+        .await?;
+    let mut range = Range::default();
+    for r in rows {
+        range.trimmed_through = r.get(0);
+        if let Some(seq) = r.get::<_, Option<i64>>(1) {
+            range.events.push(Event {
+                seq,
+                kind: r.get(2),
+                data: r.get(3),
+            });
+        }
+    }
+    range.events.truncate(limit);
+    Ok(range)
 }
 
 pub async fn egress_page(
@@ -128,8 +125,11 @@ pub async fn acquire(
         )
         .await?;
     let lease = lease_from(&row);
+    // Rows are locked in byte order of their ids, as the writer locks them (it claims a
+    // batch's sessions sorted as Rust strings): no deadlock with a batch.
     tx.execute(
-        "UPDATE sessions SET home_epoch = $2 WHERE home_node = $1",
+        "UPDATE sessions SET home_epoch = $2 WHERE id IN \
+         (SELECT id FROM sessions WHERE home_node = $1 ORDER BY id COLLATE \"C\" FOR UPDATE)",
         &[&node.as_str(), &lease.epoch],
     )
     .await?;
@@ -202,7 +202,8 @@ pub async fn take_over(
     }
     let rows = tx
         .query(
-            "UPDATE sessions SET home_node = $1, home_epoch = $2 WHERE home_node = $3 RETURNING id",
+            "UPDATE sessions SET home_node = $1, home_epoch = $2 WHERE id IN \
+             (SELECT id FROM sessions WHERE home_node = $3 ORDER BY id COLLATE \"C\" FOR UPDATE) RETURNING id",
             &[&survivor.node.as_str(), &survivor.epoch, &dead.as_str()],
         )
         .await?;

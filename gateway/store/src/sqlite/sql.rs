@@ -174,28 +174,27 @@ pub fn high_water(c: &Connection, sid: &str) -> StoreResult<Option<i64>> {
     )
 }
 
+/// One statement, so the trimmed mark and the events come from one snapshot: an event the
+/// range lacks below the mark is one retention removed, never one skipped.
 pub fn range(c: &Connection, sid: &str, after: i64, limit: usize) -> StoreResult<Range> {
-    let trimmed_through: i64 = c
-        .prepare_cached("SELECT trimmed_through FROM sessions WHERE id = ?1")?
-        .query_row([sid], |r| r.get(0))
-        .optional()?
-        .unwrap_or(0);
     let mut st = c.prepare_cached(
-        "SELECT seq, type, data FROM events WHERE sid = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        "SELECT s.trimmed_through, e.seq, e.type, e.data FROM sessions s \
+         LEFT JOIN events e ON e.sid = s.id AND e.seq > ?2 WHERE s.id = ?1 ORDER BY e.seq LIMIT ?3",
     )?;
-    let events = st
-        .query_map(params![sid, after, limit as i64], |r| {
-            Ok(Event {
-                seq: r.get(0)?,
-                kind: r.get(1)?,
-                data: r.get(2)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Range {
-        trimmed_through,
-        events,
-    })
+    let mut rows = st.query(params![sid, after, limit.max(1) as i64])?;
+    let mut range = Range::default();
+    while let Some(r) = rows.next()? {
+        range.trimmed_through = r.get(0)?;
+        if let Some(seq) = r.get::<_, Option<i64>>(1)? {
+            range.events.push(Event {
+                seq,
+                kind: r.get(2)?,
+                data: r.get(3)?,
+            });
+        }
+    }
+    range.events.truncate(limit);
+    Ok(range)
 }
 
 pub fn egress_page(

@@ -103,7 +103,7 @@ impl Db {
 
     pub async fn journal_with(&self, opts: JournalOptions) -> Journal {
         match (&self.path, self.pg_options()) {
-            (Some(path), _) => Journal::open_sqlite(path, opts).expect("open SQLite"),
+            (Some(path), _) => Journal::open_sqlite(path, opts).await.expect("open SQLite"),
             (None, Some(pg)) => Journal::open_postgres(&pg, opts)
                 .await
                 .expect("open PostgreSQL"),
@@ -121,8 +121,9 @@ impl Drop for Db {
         let Some(schema) = self.schema.take() else {
             return;
         };
-        // Dropped from inside a test's runtime: the schema goes on a thread of its own.
-        let _ = std::thread::spawn(move || {
+        // Dropped from inside a test's runtime: the schema goes on a thread of its own, and
+        // this worker is handed over to the runtime while it waits.
+        let drop_schema = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -138,8 +139,8 @@ impl Drop for Db {
                     .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
                     .await;
             });
-        })
-        .join();
+        });
+        tokio::task::block_in_place(|| drop_schema.join().ok());
     }
 }
 
