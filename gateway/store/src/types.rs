@@ -96,6 +96,10 @@ pub enum Keep {
     LiveOnly,
     /// An egress row under the event's seq; the event itself is live-only.
     Egress(EgressRecord),
+    /// The egress row stored under the earlier seq `row` is replaced by `record` (a long
+    /// flow's row completed in place: it keeps its first seq); the event itself is
+    /// live-only and takes a seq of its own, so the high-water still advances.
+    EgressUpdate { row: i64, record: EgressRecord },
 }
 
 /// A committed append: its seq and the envelope JSON the journal stores.

@@ -14,6 +14,7 @@ on_both_engines! {
     appended_events_get_consecutive_seqs_and_read_back_in_order => consecutive_seqs;
     a_range_read_starts_after_the_seq_and_stops_at_the_limit => range_limits;
     live_only_and_egress_events_take_a_seq_without_a_journal_row => live_only_and_egress;
+    a_completed_flow_replaces_its_egress_row_in_place_and_still_advances_the_high_water => egress_update;
     appends_from_two_writers_at_once_never_reuse_a_seq => two_writers;
     a_refused_append_leaves_the_other_appends_of_its_batch_alone => refused_in_batch;
     an_append_to_an_unknown_session_is_refused => unknown_session;
@@ -130,6 +131,45 @@ async fn live_only_and_egress(db: &Db) {
         .await
         .expect("egress")
         .is_empty());
+}
+
+async fn egress_update(db: &Db) {
+    let j = db.journal().await;
+    let w = node(&j, "a", LONG).await.writer();
+    j.create_session(&w, "s1").await.expect("session");
+    let rec = |state: &str, bytes: i64| {
+        EgressRecord::new(&json!({ "id": "f1", "state": state, "bytes": bytes })).expect("record")
+    };
+    let open = j.append(
+        &w,
+        "s1",
+        "egress.decision",
+        json!({}),
+        Keep::Egress(rec("open", 0)),
+    );
+    let open = open.await.expect("opened").seq;
+    // Queued together, so on PostgreSQL both updates land in one batch: the last one wins.
+    let mid = Keep::EgressUpdate {
+        row: open,
+        record: rec("open", 10),
+    };
+    let end = Keep::EgressUpdate {
+        row: open,
+        record: rec("closed", 99),
+    };
+    let first = j.append(&w, "s1", "egress.decision", json!({}), mid);
+    let second = j.append(&w, "s1", "egress.decision", json!({}), end);
+    assert_eq!(first.await.expect("update").seq, open + 1);
+    assert_eq!(second.await.expect("update").seq, open + 2);
+    assert_eq!(
+        j.egress_page("s1", None, 10).await.expect("egress"),
+        vec![(open, rec("closed", 99))],
+        "one row, at its first seq, holding the last record"
+    );
+    assert_eq!(
+        j.high_water("s1").await.expect("high water"),
+        Some(open + 2)
+    );
 }
 
 async fn two_writers(db: &Db) {

@@ -133,6 +133,8 @@ async fn claim(tx: &Transaction<'_>, groups: Groups) -> StoreResult<Vec<Stamped>
 async fn insert(tx: &Transaction<'_>, stamped: &[Stamped], retain: i64) -> StoreResult<()> {
     let (mut sids, mut seqs, mut kinds, mut datas) = (vec![], vec![], vec![], vec![]);
     let (mut e_sids, mut e_seqs, mut e_datas) = (vec![], vec![], vec![]);
+    // Rows completed in place; the last record of the batch for a row wins.
+    let mut updates: BTreeMap<(&str, i64), &str> = BTreeMap::new();
     // Per session: the last journal seq of the batch and whether it crossed a trim step.
     let step = (retain / 16).max(1);
     let mut trims: BTreeMap<&str, i64> = BTreeMap::new();
@@ -153,6 +155,9 @@ async fn insert(tx: &Transaction<'_>, stamped: &[Stamped], retain: i64) -> Store
                 e_seqs.push(s.seq);
                 e_datas.push(record.as_str());
             }
+            Keep::EgressUpdate { row, record } => {
+                updates.insert((s.sid.as_str(), *row), record.as_str());
+            }
         }
     }
     if !sids.is_empty() {
@@ -168,6 +173,21 @@ async fn insert(tx: &Transaction<'_>, stamped: &[Stamped], retain: i64) -> Store
             "INSERT INTO egress (sid, seq, data) \
              SELECT * FROM unnest($1::text[], $2::int8[], $3::text[])",
             &[&e_sids, &e_seqs, &e_datas],
+        )
+        .await?;
+    }
+    if !updates.is_empty() {
+        let (mut u_sids, mut u_seqs, mut u_datas) = (vec![], vec![], vec![]);
+        for ((sid, seq), data) in updates {
+            u_sids.push(sid);
+            u_seqs.push(seq);
+            u_datas.push(data);
+        }
+        tx.execute(
+            "UPDATE egress e SET data = u.data \
+             FROM unnest($1::text[], $2::int8[], $3::text[]) AS u(sid, seq, data) \
+             WHERE e.sid = u.sid AND e.seq = u.seq",
+            &[&u_sids, &u_seqs, &u_datas],
         )
         .await?;
     }

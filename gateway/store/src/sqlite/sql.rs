@@ -127,6 +127,10 @@ fn keep_rows(c: &Connection, s: &Stamped, trimmed: i64, retain: i64) -> rusqlite
             c.prepare_cached("INSERT INTO egress (sid, seq, data) VALUES (?1, ?2, ?3)")?
                 .execute(params![s.sid, s.seq, record.as_str()])?;
         }
+        Keep::EgressUpdate { row, record } => {
+            c.prepare_cached("UPDATE egress SET data = ?3 WHERE sid = ?1 AND seq = ?2")?
+                .execute(params![s.sid, row, record.as_str()])?;
+        }
     }
     Ok(())
 }
