@@ -11,10 +11,12 @@ use vis_store::{Journal, JournalOptions, Keep, Writer};
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// A PostgreSQL schema and a JetStream stream of this test's own (removed afterwards).
+/// A PostgreSQL schema and a JetStream stream of this test's own (both removed when it is
+/// dropped, also when the test fails).
 struct Cluster {
     db: Db,
     nats: Nats,
+    stream: String,
 }
 
 impl Cluster {
@@ -24,14 +26,11 @@ impl Cluster {
             return None;
         }
         let s = suffix();
-        let nats = Nats::connect(
-            &nats_url(),
-            &format!("VIS_TEST_{s}"),
-            &format!("vis-test-{s}.events"),
-        )
-        .await
-        .expect("connect to NATS and make the stream");
-        Some(Cluster { db, nats })
+        let stream = format!("VIS_TEST_{s}");
+        let nats = Nats::connect(&nats_url(), &stream, &format!("vis-test-{s}.events"))
+            .await
+            .expect("connect to NATS and make the stream");
+        Some(Cluster { db, nats, stream })
     }
 
     /// A node's journal handle; `publish` hands its commits to NATS.
@@ -41,9 +40,26 @@ impl Cluster {
             .journal_with(JournalOptions { retain, commits })
             .await
     }
+}
 
-    async fn close(self) {
-        self.nats.delete_stream().await.expect("delete the stream");
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let stream = self.stream.clone();
+        // On a thread of its own (this one belongs to the test's runtime).
+        let remove = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(client) = async_nats::connect(nats_url()).await {
+                    let _ = async_nats::jetstream::new(client)
+                        .delete_stream(&stream)
+                        .await;
+                }
+            });
+        });
+        tokio::task::block_in_place(|| remove.join().ok());
     }
 }
 
@@ -99,6 +115,12 @@ async fn events_appended_on_one_node_are_followed_on_another_in_order_with_no_ga
         .follow(b.clone(), "s1", 0)
         .await
         .expect("follow");
+    let mut all = take_through(&mut from_start, 20).await;
+    assert_eq!(
+        from_start.stats().from_journal,
+        20,
+        "what was written before it followed came from the journal"
+    );
     let writer = {
         let (a, w) = (a.clone(), w.clone());
         tokio::spawn(async move {
@@ -118,19 +140,15 @@ async fn events_appended_on_one_node_are_followed_on_another_in_order_with_no_ga
         .await
         .expect("follow");
     writer.await.expect("writer");
-    let all = take_through(&mut from_start, 400).await;
+    all.extend(take_through(&mut from_start, 400).await);
     assert_eq!(seqs(&all), (1..=400).collect::<Vec<_>>());
     let tail = take_through(&mut mid_stream, 400).await;
     assert_eq!(seqs(&tail), (101..=400).collect::<Vec<_>>());
     let stats = from_start.stats();
     assert_eq!(stats.from_journal + stats.live, 400);
     assert!(
-        stats.from_journal >= 20,
-        "the first 20 were replayed: {stats:?}"
-    );
-    assert!(
-        stats.live >= 200,
-        "most came live from the stream: {stats:?}"
+        stats.live > 0,
+        "events came live from the stream: {stats:?}"
     );
     // What was followed is what the journal stores, byte for byte.
     let stored = b.range("s1", 0, 1000).await.expect("range").events;
@@ -142,7 +160,6 @@ async fn events_appended_on_one_node_are_followed_on_another_in_order_with_no_ga
         })
         .collect();
     assert_eq!(followed, stored);
-    cluster.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,23 +174,25 @@ async fn a_follower_gets_from_the_journal_the_events_that_were_never_published()
     let w = node(&publishing, "a", LONG).await.writer();
     publishing.create_session(&w, "s1").await.expect("session");
     let mut f = cluster.nats.follow(reader, "s1", 0).await.expect("follow");
-    append_n(&publishing, &w, "s1", 1, 5).await;
+    append_n(&publishing, &w, "s1", 1, 1).await;
+    assert_eq!(seqs(&take_through(&mut f, 1).await), vec![1]);
+    // Caught up: what follows is live, but for the five whose publishing "failed".
+    append_n(&publishing, &w, "s1", 2, 4).await;
     append_n(&silent, &w, "s1", 6, 5).await;
     append_n(&publishing, &w, "s1", 11, 5).await;
     assert_eq!(
         seqs(&take_through(&mut f, 15).await),
-        (1..=15).collect::<Vec<_>>()
+        (2..=15).collect::<Vec<_>>()
     );
     let stats = f.stats();
     assert!(
-        stats.from_journal >= 5,
+        stats.from_journal >= 6,
         "the hole was refilled from the journal: {stats:?}"
     );
-    assert!(stats.live >= 1, "{stats:?}");
+    assert!(stats.live > 0, "{stats:?}");
     // Unpublished events at the tail, with nothing after them: the idle check finds them.
     append_n(&silent, &w, "s1", 16, 3).await;
     assert_eq!(seqs(&take_through(&mut f, 18).await), vec![16, 17, 18]);
-    cluster.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,5 +221,4 @@ async fn a_follower_behind_the_journal_s_retention_is_told_the_gap_first() {
     );
     let rest = take_through(&mut f, 100).await;
     assert_eq!(seqs(&rest), (trimmed + 1..=100).collect::<Vec<_>>());
-    cluster.close().await;
 }
