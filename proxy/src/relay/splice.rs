@@ -258,6 +258,16 @@ mod tests {
     }
 
     #[test]
+    fn an_emptied_pipe_is_lent_again() {
+        let fd = |l: &Lent| l.pipe.as_ref().map(|p| p.r.as_fd().as_raw_fd());
+        let first = Lent::take().expect("a pipe");
+        let used = fd(&first);
+        drop(first);
+        let again = Lent::take().expect("a pipe");
+        assert_eq!(fd(&again), used);
+    }
+
+    #[test]
     fn the_pool_keeps_a_bounded_number_of_pipes() {
         let lent: Vec<Lent> = (0..POOL_MAX + 3)
             .map(|_| Lent::take().expect("a pipe"))
