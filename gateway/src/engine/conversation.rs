@@ -3,8 +3,8 @@
 //! exchange kept when it settles. Turns kept before exchanges were stored replay as their
 //! request and answer.
 
-use super::lifecycle::Terminal;
 use super::turn::{Status, Turn};
+use super::turn_machine::Terminal;
 use crate::agent::context::{Context, Ending, Exchange};
 use crate::agent::memory::{self, TranscriptRecord};
 use crate::store::Store;

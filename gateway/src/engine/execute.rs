@@ -2,8 +2,8 @@
 //! model and its provider, gather the tools and the history, run the model loop under the
 //! silence watchdog, and hand its outcome to `finish` (`lifecycle.rs`).
 
-use super::lifecycle::{Launch, Terminal};
 use super::runner::{self, Outcome, RunCtx};
+use super::turn_machine::{Launch, Terminal};
 use super::Gateway;
 use crate::agent::budget::Budgets;
 use crate::agent::window::Budget;

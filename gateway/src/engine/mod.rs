@@ -31,6 +31,7 @@ mod slash;
 mod storage;
 mod tool_call;
 pub mod turn;
+mod turn_machine;
 mod turn_tools;
 mod views;
 pub mod workspace;
@@ -43,14 +44,13 @@ use crate::store::rows::{self, SessionRow};
 use crate::store::Store;
 use configuration::Configuration;
 use parking_lot::Mutex;
-use runner::Progress;
-use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use turn::Turn;
+pub use turn_machine::SessionState;
 
 /// The largest turn request the advertised attachment caps allow: 8 files of 25 MiB, base64
 /// encoded (4/3), plus 1 MiB for the rest of the body.
@@ -58,22 +58,6 @@ pub const MAX_TURN_BODY_BYTES: usize = 8 * 26_214_400 / 3 * 4 + (1 << 20);
 
 pub fn now_ms() -> i64 {
     vis_companion_api::sse::now_ms()
-}
-
-/// The running turn of a session.
-pub struct Running {
-    pub turn: Turn,
-    pub cancel: CancellationToken,
-    pub started_seq: i64,
-    pub progress: Arc<Mutex<Progress>>,
-}
-
-pub struct SessionState {
-    pub row: SessionRow,
-    pub running: Option<Running>,
-    pub queue: VecDeque<Turn>,
-    /// idempotency key → turn id, for every turn of the session.
-    pub keys: HashMap<String, String>,
 }
 
 #[derive(Default)]
@@ -149,9 +133,20 @@ impl Gateway {
                 .map(|c| c.environment)
                 .unwrap_or_default()
         });
-        // The host serves its ask/live/shell doors through `human_input`, which reaches the
-        // gateway through a weak reference bound right after the `Arc<Gateway>` exists.
-        let human_input = human_input::HumanInput::new(bus.clone());
+        let sessions = Arc::new(sessions::Sessions::new(
+            store.clone(),
+            bus.clone(),
+            max_ord + 1,
+        ));
+        // The host serves its ask/live/shell doors through `human_input`.
+        let human_input = human_input::HumanInput::new(
+            bus.clone(),
+            Some(human_input::ShellContext {
+                default_root: default_root.clone(),
+                configuration: configuration.clone(),
+                sessions: sessions.clone(),
+            }),
+        );
         let presentations = Arc::new(presentation::Presentations::default());
         let extensions = ExtensionHost::new(
             host_cfg,
@@ -163,11 +158,6 @@ impl Gateway {
             human_input.clone(),
         );
         let home_dir_for_mcp = home.dir.clone();
-        let sessions = Arc::new(sessions::Sessions::new(
-            store.clone(),
-            bus.clone(),
-            max_ord + 1,
-        ));
         let companion =
             companion::Companion::new(store.clone(), sessions.clone(), configuration.clone());
         let egress = egress::EgressLog::new(store.clone());
@@ -233,7 +223,6 @@ impl Gateway {
             workspaces,
             learn,
         });
-        gw.human_input.bind(&gw);
         gw.watch_storage();
         Ok(gw)
     }
@@ -256,6 +245,7 @@ impl Gateway {
         self.configuration
             .attach_sandbox_routes(sandbox.routes.clone());
         self.learn.install_sandbox(sandbox.clone()).await;
+        self.human_input.install_sandbox(sandbox.clone());
         let port = sandbox.port();
         let _ = self.sandbox.set(sandbox);
         Ok(port)

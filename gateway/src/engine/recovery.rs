@@ -1,14 +1,11 @@
 //! Restart recovery: a turn still stored as running when the gateway starts failed with the
 //! process, and so did the forms and live views its tools had open.
 
-use super::lifecycle::Terminal;
-use super::runner::Progress;
 use super::turn::Turn;
-use super::{Gateway, Running};
-use parking_lot::Mutex;
+use super::turn_machine::Terminal;
+use super::{now_ms, Gateway};
 use serde_json::json;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 use vis_companion_api::events::{Event, HumanInputClose, LiveClose};
 
 impl Gateway {
@@ -33,27 +30,7 @@ impl Gateway {
                 .await
                 .unwrap_or_default();
             self.close_dangling_human_input(&t.sid).await;
-            let launch = {
-                let mut st = shared.lock();
-                let run = Running {
-                    turn: t.clone(),
-                    cancel: CancellationToken::new(),
-                    started_seq: 0,
-                    progress: Arc::new(Mutex::new(Progress {
-                        iterations: t.iterations.clone(),
-                        open_blocks,
-                        ..Default::default()
-                    })),
-                };
-                let terminal = Terminal::Failed {
-                    code: "interrupted".into(),
-                    message: "the gateway stopped while this turn was running".into(),
-                };
-                self.land(&mut st, run, terminal)
-            };
-            if let Some(l) = launch {
-                self.spawn(l);
-            }
+            self.settle_stored(&shared, t, open_blocks, Terminal::interrupted());
             n += 1;
         }
         Ok(n)
@@ -83,9 +60,8 @@ impl Gateway {
             let Ok(shared) = self.sessions.get(&sid).await else {
                 continue;
             };
-            let launch = self.drain_locked(&mut shared.lock(), false);
-            if let Some(l) = launch {
-                self.spawn(l);
+            let now = now_ms();
+            if self.transition(&shared, |st| st.drain(now)).is_some() {
                 n += 1;
             }
         }

@@ -106,12 +106,10 @@ impl Sessions {
             return Ok(s.clone());
         }
         self.bus.open(sid, row.last_seq);
-        let st = Arc::new(Mutex::new(SessionState {
-            row,
-            running: None,
-            queue,
-            keys,
-        }));
+        let mut state = SessionState::new(row);
+        state.queue = queue;
+        state.keys = keys;
+        let st = Arc::new(Mutex::new(state));
         map.insert(sid.to_string(), st.clone());
         Ok(st)
     }

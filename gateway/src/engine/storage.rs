@@ -12,17 +12,15 @@
 //! so a turn that ended between a loss and the watcher's next look fails `storage_error`
 //! instead of ending `turn.completed` with holes.
 
-use super::lifecycle::Terminal;
-use super::runner::Progress;
-use super::turn::{Status, Turn};
-use super::{Gateway, Running};
+use super::turn::Turn;
+use super::turn_machine::Terminal;
+use super::{now_ms, Gateway};
 use crate::bus::Lost;
 use crate::store::rows;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// First and longest wait between two attempts to write after a fault.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -221,18 +219,13 @@ impl Gateway {
             });
             tids
         };
-        let shared = self.sessions.loaded(sid);
-        for tid in &stopped {
-            let Some(shared) = &shared else { break };
-            let launch = {
-                let mut st = shared.lock();
-                match st.running.take_if(|r| &r.turn.tid == tid) {
-                    Some(run) => self.land(&mut st, run, storage_error(lost)),
-                    None => None,
-                }
-            };
-            if let Some(l) = launch {
-                self.spawn(l);
+        if let Some(shared) = self.sessions.loaded(sid) {
+            let stopping = self.shutdown.is_stopping();
+            for tid in &stopped {
+                let terminal = storage_error(lost);
+                self.transition(&shared, |st| {
+                    ((), st.finish(tid, terminal, now_ms(), stopping))
+                });
             }
         }
         let done: HashSet<&String> = stopped.iter().collect();
@@ -258,32 +251,7 @@ impl Gateway {
         let Ok(shared) = self.sessions.get(sid).await else {
             return;
         };
-        let launch = {
-            let mut st = shared.lock();
-            if st.running.as_ref().is_some_and(|r| r.turn.tid == tid) {
-                return; // running again? then it is not the turn that was landed
-            }
-            let run = Running {
-                turn: Turn {
-                    status: Status::Streaming,
-                    ..turn.clone()
-                },
-                cancel: CancellationToken::new(),
-                started_seq: 0,
-                progress: Arc::new(Mutex::new(Progress {
-                    iterations: turn.iterations.clone(),
-                    ..Default::default()
-                })),
-            };
-            let launch = self.land(&mut st, run, storage_error(lost));
-            if st.running.is_some() {
-                st.row.last_status = "running".into();
-            }
-            launch
-        };
-        if let Some(l) = launch {
-            self.spawn(l);
-        }
+        self.settle_stored(&shared, turn, Vec::new(), storage_error(lost));
     }
 
     /// A turn record as a store write, for writing it in one transaction with an event (the

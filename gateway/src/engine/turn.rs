@@ -157,6 +157,41 @@ fn size_label(n: usize) -> String {
 }
 
 impl Turn {
+    /// A turn just submitted (status `Queued`); its one id serves every surface (submit
+    /// answer, events, transcript, trace, forks).
+    pub fn new(tid: String, sid: &str, ord: i64, request: String, now: i64) -> Turn {
+        Turn {
+            engine_turn_id: tid.clone(),
+            tid,
+            sid: sid.to_string(),
+            ord,
+            status: Status::Queued,
+            request,
+            display_request: None,
+            idempotency_key: None,
+            model: None,
+            reasoning_default: None,
+            extra_body: None,
+            created_at: now,
+            queued_at: None,
+            started_at: None,
+            completed_at: None,
+            cancelling_at: None,
+            attachments: vec![],
+            content: vec![],
+            error: None,
+            iterations: vec![],
+            provider: None,
+            tokens: Default::default(),
+            duration_ms: None,
+            utilization: None,
+            is_slash: false,
+            context_tokens: None,
+            context_window: None,
+            compactions: 0,
+        }
+    }
+
     /// The turn record as the routes answer it (inline base64 attachments left out).
     pub fn record(&self) -> TurnRecord {
         let outcome = self.status.is_terminal().then(|| {

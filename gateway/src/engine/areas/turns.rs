@@ -104,3 +104,23 @@ impl TurnsApi for TurnEngine {
             .await
     }
 }
+
+/// The turn engine's refusals on the wire (one place for the turns area).
+impl From<crate::engine::turn_machine::TurnError> for ApiError {
+    fn from(e: crate::engine::turn_machine::TurnError) -> ApiError {
+        use crate::engine::turn_machine::TurnError as E;
+        let message = e.to_string();
+        match e {
+            E::BlankRequest => ApiError::bad_request("invalid-request", message),
+            E::BlankEdit => ApiError::conflict("invalid-request", message),
+            E::NoRunningTurn => ApiError::conflict("no-running-turn", message),
+            E::NotOwner { tid } => ApiError::conflict("not-owner", message).with("turn_id", tid),
+            E::NotRunning { tid, status } => ApiError::conflict("not-running", message)
+                .with("turn_id", tid)
+                .with("turn_status", status),
+            E::NotQueued { tid, status } => ApiError::conflict("not-queued", message)
+                .with("turn_id", tid)
+                .with("turn_status", status),
+        }
+    }
+}

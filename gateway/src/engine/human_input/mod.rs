@@ -27,7 +27,9 @@ mod tests;
 mod tree;
 mod validate;
 
-use super::{now_ms, Gateway};
+use super::configuration::Configuration;
+use super::now_ms;
+use super::sessions::Sessions;
 use crate::bus::Bus;
 use crate::extensions::client::DoorError;
 use crate::extensions::{DoorWorker, SessionCtx};
@@ -37,6 +39,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use shells::Proc;
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -102,30 +105,38 @@ struct Session {
 /// [`HumanDoors`]: crate::extensions::HumanDoors
 pub struct HumanInput {
     bus: Arc<Bus>,
-    /// Bound after the `Arc<Gateway>` exists ([`HumanInput::bind`]); the shells need it.
-    gw: OnceLock<Weak<Gateway>>,
+    /// What the extension shells run with (`None`: shells are refused).
+    shells: Option<ShellContext>,
+    /// The egress proxy and child runner, installed once it runs.
+    sandbox: OnceLock<Arc<crate::sandbox::Sandbox>>,
     sessions: Mutex<HashMap<String, Session>>,
     me: Weak<HumanInput>,
 }
 
+/// What the extension shells need of the rest of the gateway.
+pub struct ShellContext {
+    /// The folder a shell without a session works in.
+    pub default_root: PathBuf,
+    /// Each project's configuration, re-read at each spawn.
+    pub configuration: Arc<Configuration>,
+    /// The loaded sessions (a door whose session is gone is `undeliverable`).
+    pub sessions: Arc<Sessions>,
+}
+
 impl HumanInput {
-    pub fn new(bus: Arc<Bus>) -> Arc<HumanInput> {
+    pub fn new(bus: Arc<Bus>, shells: Option<ShellContext>) -> Arc<HumanInput> {
         Arc::new_cyclic(|me| HumanInput {
             bus,
-            gw: OnceLock::new(),
+            shells,
+            sandbox: OnceLock::new(),
             sessions: Mutex::new(HashMap::new()),
             me: me.clone(),
         })
     }
 
-    /// Late binding: the extension host (which holds this object) is built inside
-    /// `Gateway::new`, before the `Arc<Gateway>` exists.
-    pub fn bind(&self, gw: &Arc<Gateway>) {
-        let _ = self.gw.set(Arc::downgrade(gw));
-    }
-
-    fn gateway(&self) -> Option<Arc<Gateway>> {
-        self.gw.get().and_then(Weak::upgrade)
+    /// The sandbox, once the gateway started it: shells get the session's proxy environment.
+    pub fn install_sandbox(&self, sandbox: Arc<crate::sandbox::Sandbox>) {
+        let _ = self.sandbox.set(sandbox);
     }
 
     fn with<T>(&self, sid: &str, f: impl FnOnce(&mut Session) -> T) -> T {
@@ -431,9 +442,14 @@ impl HumanInput {
     /// Why a waiting door's worker went away: the session was deleted (`undeliverable`),
     /// or its call was abandoned (turn cancelled: `cancelled`).
     fn gone_reason(&self, sid: &str) -> &'static str {
-        match self.gateway() {
-            Some(gw) if gw.sessions.all().iter().any(|(k, _)| k == sid) => "cancelled",
-            _ => "undeliverable",
+        let loaded = self
+            .shells
+            .as_ref()
+            .is_some_and(|c| c.sessions.loaded(sid).is_some());
+        if loaded {
+            "cancelled"
+        } else {
+            "undeliverable"
         }
     }
 

@@ -214,7 +214,8 @@ impl HumanInput {
             ));
         }
         let gw = self
-            .gateway()
+            .shells
+            .as_ref()
             .ok_or_else(|| DoorError::new("the gateway is shutting down"))?;
         let command = command_line(&opts)?;
         let root = session
@@ -269,7 +270,7 @@ impl HumanInput {
                         format!("{door} refused: the configuration is invalid: {e}"),
                     )
                 })?;
-                let sandbox = gw.sandbox.get().cloned().ok_or_else(|| {
+                let sandbox = self.sandbox.get().cloned().ok_or_else(|| {
                     DoorError::new(format!("{door}: the session sandbox is not running"))
                 })?;
                 if is_jailed {
@@ -305,7 +306,7 @@ impl HumanInput {
             _ => timeout_secs,
         };
         let spawned = spawn_proc(&command, &cwd, &env, &jail, timeout_secs, stdin.as_deref());
-        if let (Some(pid), Some(sandbox)) = (spawn_token, gw.sandbox.get().cloned()) {
+        if let (Some(pid), Some(sandbox)) = (spawn_token, self.sandbox.get().cloned()) {
             let done = spawned.as_ref().ok().map(|p| p.done.clone());
             tokio::spawn(async move {
                 if let Some(mut done) = done {

@@ -36,7 +36,7 @@ fn fixture() -> (Arc<HumanInput>, Arc<Bus>, tempfile::TempDir) {
     let (store, dir) = crate::store::test_support::temp_store("hi");
     let bus = Arc::new(Bus::new(store, 1000));
     bus.open("s", 0);
-    (HumanInput::new(bus.clone()), bus, dir)
+    (HumanInput::new(bus.clone(), None), bus, dir)
 }
 
 fn session() -> SessionCtx {
