@@ -36,9 +36,18 @@ pub fn is_h2c_preface(head: &[u8]) -> bool {
 
 /// Peek (without consuming) the first byte, with the first-byte timeout.
 pub async fn detect(stream: &TcpStream, timeout: Duration) -> io::Result<Protocol> {
+    detect_byte(stream, timeout).await.map(|(p, _)| p)
+}
+
+/// [`detect`], also returning the first byte itself (`None` at EOF): an HTTP connection
+/// whose first byte is not `P` cannot start with the h2c preface, and needs no second peek.
+pub async fn detect_byte(
+    stream: &TcpStream,
+    timeout: Duration,
+) -> io::Result<(Protocol, Option<u8>)> {
     let mut b = [0u8; 1];
     match tokio::time::timeout(timeout, stream.peek(&mut b)).await {
-        Ok(Ok(n)) => Ok(classify(&b[..n])),
+        Ok(Ok(n)) => Ok((classify(&b[..n]), b[..n].first().copied())),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "no first byte")),
     }

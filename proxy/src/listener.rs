@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::admission::Admission;
-use crate::detect::{detect, Protocol};
+use crate::detect::{detect, detect_byte, Protocol};
 use crate::io_threads::IoThreads;
 use crate::state::{ConnGuard, Shared};
 
@@ -125,14 +125,20 @@ pub(crate) const BUSY_503: &str = "HTTP/1.1 503 Service Unavailable\r\nContent-T
 
 async fn handle(mut stream: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
     let _ = stream.set_nodelay(true);
-    let first = detect(&stream, shared.cfg.first_byte_timeout).await;
-    if matches!(first, Ok(Protocol::Socks5 | Protocol::Http)) {
+    let first = detect_byte(&stream, shared.cfg.first_byte_timeout).await;
+    if matches!(first, Ok((Protocol::Socks5 | Protocol::Http, _))) {
         conn.spoke();
     }
     match first {
-        Ok(Protocol::Socks5) => crate::lanes::socks5::serve(stream, shared, conn).await,
-        Ok(Protocol::Http) => {
-            if starts_like_h2c(&stream, shared.cfg.head_timeout).await {
+        // boxed: SOCKS5's flow is large, and every connection's task would otherwise be
+        // that size (tokio copies a task's future when it starts and when it ends)
+        Ok((Protocol::Socks5, _)) => {
+            Box::pin(crate::lanes::socks5::serve(stream, shared, conn)).await
+        }
+        Ok((Protocol::Http, byte)) => {
+            // only a connection starting with `P` can be the h2c preface: no second peek
+            // (a system call) for the others
+            if byte == Some(b'P') && starts_like_h2c(&stream, shared.cfg.head_timeout).await {
                 let body = format!("{}\n", crate::deny::reason::MALFORMED);
                 let resp = format!(
                     "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -144,7 +150,7 @@ async fn handle(mut stream: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
             }
             crate::lanes::http::serve(stream, shared, conn).await
         }
-        Ok(Protocol::Socks4) | Ok(Protocol::Eof) | Err(_) => {
+        Ok((Protocol::Socks4 | Protocol::Eof, _)) | Err(_) => {
             let _ = stream.shutdown().await;
         }
     }

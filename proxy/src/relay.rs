@@ -5,9 +5,9 @@
 //! * [`relay`] — any `AsyncRead + AsyncWrite` pair (TLS streams, upgraded
 //!   HTTP connections, tests): a user-space copy through 64 KiB buffers,
 //!   flushing only when the reading side has nothing more for now.
-//! * [`relay_tcp`] — TCP on both sides (opaque CONNECT, SOCKS5): on Linux the
-//!   bytes move socket → pipe → socket with `splice(2)` and never enter user
-//!   space; elsewhere it is [`relay`].
+//! * [`relay_tcp`] — TCP on both sides (opaque CONNECT, SOCKS5): on Linux a
+//!   direction's first 64 KiB are copied, the rest moves socket → pipe → socket
+//!   with `splice(2)` and never enters user space; elsewhere it is [`relay`].
 
 use std::io;
 use std::pin::Pin;
@@ -140,9 +140,9 @@ where
 }
 
 /// [`relay`] for TCP on both sides; `prefix` holds client bytes already read
-/// (e.g. behind a CONNECT head) and is sent upstream first. On Linux the
-/// payload is moved with `splice(2)`; elsewhere, or if a pipe cannot be made,
-/// through the copy relay.
+/// (e.g. behind a CONNECT head) and is sent upstream first. On Linux each direction copies
+/// its first bytes and moves the rest with `splice(2)` (`relay/splice.rs`); elsewhere this
+/// is the copy relay.
 pub async fn relay_tcp(
     client: TcpStream,
     prefix: &[u8],
@@ -156,153 +156,13 @@ pub async fn relay_tcp(
         up.fetch_add(prefix.len() as u64, Ordering::Relaxed);
     }
     #[cfg(target_os = "linux")]
-    {
-        if let (Ok(p1), Ok(p2)) = (splice::Pipe::new(), splice::Pipe::new()) {
-            let activity = Activity::new();
-            let c2u = splice::one_way(&client, &upstream, p1, up, &activity);
-            let u2c = splice::one_way(&upstream, &client, p2, down, &activity);
-            return drive(c2u, u2c, idle, &activity).await;
-        }
-    }
-    relay(client, upstream, idle, up, down).await
+    return splice::relay(client, upstream, idle, up, down).await;
+    #[cfg(not(target_os = "linux"))]
+    return relay(client, upstream, idle, up, down).await;
 }
 
 #[cfg(target_os = "linux")]
-mod splice {
-    //! socket → pipe → socket with `splice(2)`, readiness from tokio.
-    //!
-    //! Each direction fills its pipe only when the pipe is empty and drains
-    //! it completely before reading again. That keeps `EAGAIN` unambiguous:
-    //! from an empty pipe it can only mean "the socket has no data", into a
-    //! socket only "the socket buffer is full" — so tokio's readiness is
-    //! cleared only when the socket really is not ready.
-
-    use std::io;
-    use std::os::fd::{AsFd, AsRawFd, RawFd};
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    use tokio::io::Interest;
-    use tokio::net::TcpStream;
-
-    use super::Activity;
-
-    /// Bytes asked for per `splice` call (the pipe is grown towards this).
-    const CHUNK: usize = 256 * 1024;
-    const SPLICE_F_MOVE: u32 = 1;
-    const SPLICE_F_NONBLOCK: u32 = 2;
-    /// `F_LINUX_SPECIFIC_BASE + 7`, the same on every Linux architecture.
-    const F_SETPIPE_SZ: i32 = 1031;
-
-    // The C library is linked anyway; declaring the two calls here keeps the
-    // crate free of a `libc`/`nix` dependency.
-    extern "C" {
-        fn splice(
-            fd_in: i32,
-            off_in: *mut i64,
-            fd_out: i32,
-            off_out: *mut i64,
-            len: usize,
-            flags: u32,
-        ) -> isize;
-        fn fcntl(fd: i32, cmd: i32, ...) -> i32;
-    }
-
-    pub(super) struct Pipe {
-        r: std::io::PipeReader,
-        w: std::io::PipeWriter,
-        cap: usize,
-    }
-
-    impl Pipe {
-        pub(super) fn new() -> io::Result<Pipe> {
-            // close-on-exec; the descriptors stay blocking, every splice
-            // passes SPLICE_F_NONBLOCK for the pipe side.
-            let (r, w) = std::io::pipe()?;
-            // A bigger pipe means fewer syscalls; keep the default if refused.
-            // SAFETY: fcntl(F_SETPIPE_SZ, int) on a descriptor we own.
-            let sz = unsafe { fcntl(w.as_fd().as_raw_fd(), F_SETPIPE_SZ, CHUNK as i32) };
-            let cap = if sz > 0 { sz as usize } else { 64 * 1024 };
-            Ok(Pipe { r, w, cap })
-        }
-    }
-
-    fn splice_raw(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-        // SAFETY: both descriptors are open for the duration of the call;
-        // null offsets mean "current position" (required for sockets/pipes).
-        let n = unsafe {
-            splice(
-                from,
-                std::ptr::null_mut(),
-                to,
-                std::ptr::null_mut(),
-                len,
-                SPLICE_F_MOVE | SPLICE_F_NONBLOCK,
-            )
-        };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
-    }
-
-    /// `shutdown(SHUT_WR)` on a borrowed tokio socket.
-    fn shutdown_write(s: &TcpStream) {
-        let sock = socket_ref(s);
-        let _ = sock.shutdown(std::net::Shutdown::Write);
-    }
-
-    fn socket_ref(s: &TcpStream) -> std::mem::ManuallyDrop<std::net::TcpStream> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: the descriptor stays owned by `s` (alive for this borrow);
-        // ManuallyDrop guarantees the std handle never closes it.
-        std::mem::ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(s.as_raw_fd()) })
-    }
-
-    pub(super) async fn one_way(
-        src: &TcpStream,
-        dst: &TcpStream,
-        pipe: Pipe,
-        count: &AtomicU64,
-        activity: &Activity,
-    ) -> io::Result<()> {
-        loop {
-            // Fill: the pipe is empty here.
-            let n = loop {
-                match src.try_io(Interest::READABLE, || {
-                    splice_raw(src.as_raw_fd(), pipe.w.as_fd().as_raw_fd(), pipe.cap)
-                }) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => src.readable().await?,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            };
-            if n == 0 {
-                // EOF from src: propagate the half-close.
-                shutdown_write(dst);
-                return Ok(());
-            }
-            // Drain the pipe completely into dst.
-            let mut left = n;
-            while left > 0 {
-                match dst.try_io(Interest::WRITABLE, || {
-                    splice_raw(pipe.r.as_fd().as_raw_fd(), dst.as_raw_fd(), left)
-                }) {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(m) => {
-                        left -= m;
-                        count.fetch_add(m as u64, Ordering::Relaxed);
-                        activity.touch();
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-    }
-}
+mod splice;
 
 #[cfg(test)]
 mod tests {
@@ -470,6 +330,70 @@ mod tests {
             .all(|(i, b)| *b == pattern(i)));
         assert_eq!(up.load(Ordering::Relaxed), N as u64);
         assert_eq!(down.load(Ordering::Relaxed), N as u64);
+    }
+
+    /// One tunnel carrying `n` bytes each way; checks every byte.
+    async fn tunnel_both_ways(n: usize) {
+        let (client, client_side) = tcp_pair().await;
+        let (upstream_side, origin) = tcp_pair().await;
+        let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
+        let relay = relay_tcp(
+            client_side,
+            &[],
+            upstream_side,
+            Duration::from_secs(5),
+            &up,
+            &down,
+        );
+        async fn pump(s: TcpStream, n: usize, seed: u8) -> Vec<u8> {
+            let (mut r, mut w) = s.into_split();
+            let send = async move {
+                let data: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(seed)).collect();
+                w.write_all(&data).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            let recv = async move {
+                let mut got = Vec::new();
+                r.read_to_end(&mut got).await.unwrap();
+                got
+            };
+            tokio::join!(send, recv).1
+        }
+        let (r, from_origin, from_client) =
+            tokio::join!(relay, pump(client, n, 7), pump(origin, n, 13));
+        r.unwrap();
+        assert!(from_origin
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i as u8).wrapping_mul(13)));
+        assert!(from_client
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i as u8).wrapping_mul(7)));
+        assert_eq!((from_origin.len(), from_client.len()), (n, n));
+        assert_eq!(
+            (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed)),
+            (n as u64, n as u64)
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_short_tunnel_is_copied_and_takes_no_pipe() {
+        let before = splice::pooled();
+        tunnel_both_ways(5_000).await;
+        assert_eq!(splice::pooled(), before, "no pipe was made or taken");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_next_long_tunnel_reuses_the_emptied_pipes_and_gets_only_its_own_bytes() {
+        tunnel_both_ways(3 * 1024 * 1024 + 5).await;
+        let kept = splice::pooled();
+        assert!(kept >= 1, "the emptied pipes went back to the pool");
+        // the next tunnel takes the pooled pipe(s), and its bytes arrive intact and alone
+        tunnel_both_ways(2 * 1024 * 1024 + 9).await;
+        assert!(splice::pooled() >= kept, "and gives them back");
     }
 
     #[tokio::test]
