@@ -260,6 +260,26 @@ fn the_subsystems_of_the_gateway_import_each_other_without_a_cycle() {
 }
 
 #[test]
+fn only_the_binarys_start_reaches_into_the_turn_engine() {
+    // The jobs beside the engine (Companion areas, human input, MCP, drafts, …) are handed
+    // what they need (a session reader, a roster, a configuration), never the engine.
+    let g = graph("gateway", Some(1));
+    let engine = module("engine");
+    let reaching: Vec<String> = g
+        .iter()
+        .filter(|(m, deps)| **m != engine && deps.contains(&engine))
+        .map(|(m, _)| m.join("/"))
+        .collect();
+    assert_eq!(reaching, ["cli"], "subsystems importing the turn engine");
+    for beside in ["companion", "human_input", "records"] {
+        assert!(
+            g.contains_key(&module(beside)),
+            "{beside} is not a subsystem of its own"
+        );
+    }
+}
+
+#[test]
 fn the_turns_state_machine_does_no_io_and_reads_no_clock() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/src");
     let mut files = BTreeMap::new();
@@ -298,5 +318,99 @@ fn the_turns_state_machine_does_no_io_and_reads_no_clock() {
         found.is_empty(),
         "the state machine reaches out:\n{}",
         found.join("\n")
+    );
+}
+
+/// Where the gateway's code may speak HTTP errors: the adapters between the subsystems and the
+/// Companion API (each area's trait implementations and the gateway-side route modules).
+const ADAPTERS: &[&str] = &["engine/areas", "engine/routes", "engine/workspace/area"];
+
+/// The browser's page of an MCP sign-in is an HTTP surface of its own: it may pick a status,
+/// never build a Companion API error.
+const PAGE_SURFACES: &[&str] = &["mcp/oauth/redirect"];
+
+/// Each whole-word use of `word` in `code` (an HTTP client's `reqwest::StatusCode`, which
+/// reads a server's answer, is not one).
+fn uses(code: &str, word: &str) -> usize {
+    code.match_indices(word)
+        .filter(|(at, _)| {
+            let before = code[..*at].chars().last();
+            let after = code[at + word.len()..].chars().next();
+            let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            !ident(before) && !ident(after) && !code[..*at].ends_with("reqwest::")
+        })
+        .count()
+}
+
+/// The modules of the gateway (code only) that name an HTTP status or the Companion API's
+/// error outside where they may.
+fn http_errors_outside_adapters(files: &BTreeMap<Module, String>) -> Vec<String> {
+    let under = |m: &Module, list: &[&str]| {
+        list.iter().any(|p| {
+            let p = module(p);
+            m.starts_with(&p)
+        })
+    };
+    let mut found = Vec::new();
+    for (m, code) in files {
+        if under(m, ADAPTERS) {
+            continue;
+        }
+        for word in ["StatusCode", "ApiError", "ApiResult"] {
+            if word == "StatusCode" && under(m, PAGE_SURFACES) {
+                continue;
+            }
+            let n = uses(code, word);
+            if n > 0 {
+                found.push(format!("{}: {word} ({n}x)", m.join("/")));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_gateway_subsystem_names_an_http_status_or_an_api_error_outside_the_adapters() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/src");
+    let mut files = BTreeMap::new();
+    modules(&src, &src, &mut files);
+    assert!(files.len() > 100, "the crate's modules were not found");
+    for adapter in ADAPTERS.iter().chain(PAGE_SURFACES) {
+        let m = module(adapter);
+        assert!(
+            files.keys().any(|k| k.starts_with(&m)),
+            "the adapter {adapter} is gone: update the list"
+        );
+    }
+    let found = http_errors_outside_adapters(&files);
+    assert!(
+        found.is_empty(),
+        "map the subsystem's own error to the wire in its area's adapter instead:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_http_error_check_sees_a_status_in_a_subsystem_and_not_in_an_adapter_or_an_http_client() {
+    let mut files = BTreeMap::new();
+    let code = "use axum::http::StatusCode;\nfn f() -> vis_companion_api::ApiResult<()> { Ok(()) }";
+    files.insert(module("drafts/service"), code.to_string());
+    files.insert(module("engine/areas/sessions"), code.to_string());
+    files.insert(
+        module("mcp/oauth/redirect"),
+        "use axum::http::StatusCode;".into(),
+    );
+    files.insert(
+        module("mcp/oauth"),
+        "if s != reqwest::StatusCode::OK {}".into(),
+    );
+    files.insert(module("engine/meta"), "fn f() -> MyApiErrorish {}".into());
+    let found = http_errors_outside_adapters(&files);
+    assert_eq!(
+        found,
+        [
+            "drafts/service: StatusCode (1x)",
+            "drafts/service: ApiResult (1x)"
+        ]
     );
 }

@@ -9,7 +9,7 @@ use crate::AppState;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::Json;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Every route of this resource, each path once.
 pub fn routes() -> axum::Router<AppState> {
@@ -50,13 +50,11 @@ pub async fn submit(
     Path((sid, rid)): Path<(String, String)>,
     body: JsonBody,
 ) -> ApiResult<Json<HumanInputSubmitted>> {
-    let Some(Value::Object(values)) = body.0.get("values").cloned() else {
-        return Err(ApiError::bad_request(
-            "bad-request",
-            "values must be an object",
-        ));
-    };
-    Ok(Json(st.areas.human_input.submit(&sid, &rid, values).await?))
+    let b: SubmitValues = super::record(body)
+        .map_err(|_| ApiError::bad_request("bad-request", "values must be an object"))?;
+    Ok(Json(
+        st.areas.human_input.submit(&sid, &rid, b.values).await?,
+    ))
 }
 
 pub async fn cancel(
@@ -110,15 +108,24 @@ pub async fn live_interrupt(
     Path((sid, vid)): Path<(String, String)>,
     body: JsonBody,
 ) -> ApiResult<Json<LiveInterrupted>> {
-    let note = body
-        .0
-        .get("note")
-        .and_then(|n| n.as_str())
-        .map(|n| n.chars().take(500).collect());
+    let b: Interrupt = super::typed_or_default(body, |_| None)?;
+    let note = b.note.map(|n| n.chars().take(500).collect());
     Ok(Json(
         st.areas
             .human_input
             .live_interrupt(&sid, &vid, note)
             .await?,
     ))
+}
+
+/// `POST …/human-input/:request_id/actions/submit`.
+#[derive(serde::Deserialize)]
+struct SubmitValues {
+    values: Map<String, Value>,
+}
+
+/// `POST …/live-views/:view_id/interrupt {note?}`.
+#[derive(Default, serde::Deserialize)]
+struct Interrupt {
+    note: Option<String>,
 }

@@ -11,7 +11,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::Value;
 
 /// Every route of this resource, each path once.
 pub fn routes() -> Router<AppState> {
@@ -90,20 +89,20 @@ pub async fn iteration_save(
     body: JsonBody,
 ) -> ApiResult<Response> {
     let bad = |m: String| ApiError::bad_request("invalid-attachment", m);
-    let filename = match body.0.get("filename") {
-        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 1024 => s.trim().to_string(),
-        _ => return Err(bad("filename must be a non-blank string".into())),
-    };
-    let raw = match body.0.get("base64") {
-        Some(Value::String(s)) => s.as_str(),
-        _ => return Err(bad("base64 must be a string".into())),
-    };
-    let declared = body
-        .0
-        .get("media_type")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let decoded = crate::upload::decode(raw, declared.as_deref())
+    let no_filename = || bad("filename must be a non-blank string".into());
+    let no_base64 = || bad("base64 must be a string".into());
+    let b: SaveRevision = super::record(body).map_err(|e| match e.member.as_deref() {
+        Some("filename") => no_filename(),
+        Some("base64") => no_base64(),
+        _ => bad(format!("invalid body: {}", e.message)),
+    })?;
+    let filename = b
+        .filename
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && s.len() <= 1024)
+        .ok_or_else(no_filename)?;
+    let raw = b.base64.ok_or_else(no_base64)?;
+    let decoded = crate::upload::decode(&raw, b.media_type.as_deref())
         .map_err(|e| bad(format!("the upload is not usable: {e}")))?;
     if decoded.bytes.len() > MAX_REVISION_BYTES {
         return Err(bad(format!(
@@ -120,4 +119,12 @@ pub async fn iteration_save(
     };
     let saved = st.areas.turns.save_revision(&sid, &iid, rev).await?;
     Ok((StatusCode::CREATED, Json(saved)).into_response())
+}
+
+/// `POST …/iterations/:iteration_id/attachments {filename, base64, media_type?}`.
+#[derive(serde::Deserialize)]
+struct SaveRevision {
+    filename: Option<String>,
+    base64: Option<String>,
+    media_type: Option<String>,
 }

@@ -2,6 +2,7 @@
 //! session's mode switch, the suggested additions, and the changes applied.
 
 use super::path::Path;
+use super::typed;
 use super::Q;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
@@ -11,7 +12,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Json;
-use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
 /// Every route of this resource, each path once.
@@ -34,12 +34,6 @@ fn api(st: &AppState) -> ApiResult<Arc<dyn LearnApi>> {
             "learn mode is not available on this gateway",
         )
     })
-}
-
-/// The body as `T`, or a 400 naming the field that is wrong.
-fn typed<T: DeserializeOwned>(body: JsonBody) -> ApiResult<T> {
-    serde_json::from_value(body.0)
-        .map_err(|e| ApiError::bad_request("invalid-request", format!("invalid body: {e}")))
 }
 
 /// `?scope=project` (the session's whole project) or `?scope=session` (the default).

@@ -2,7 +2,7 @@
 //! the environment of a sandbox child (`vis-gateway exec`).
 
 use super::path::Path;
-use super::Q;
+use super::{invalid, Q};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::records::{DeviceInput, RouterPatch, SettingAction};
@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Every route of this resource, each path once.
 pub fn routes() -> Router<AppState> {
@@ -38,11 +38,11 @@ pub async fn patch_router(State(st): State<AppState>, body: JsonBody) -> ApiResu
             "the body must be {provider, model, role?}",
         ));
     }
-    let patch: RouterPatch = serde_json::from_value(body.0.clone()).map_err(|e| {
-        ApiError::bad_request(
-            "invalid-request",
-            format!("provider, model and role must be strings: {e}"),
-        )
+    let patch: RouterPatch = super::record(body).map_err(|e| {
+        invalid(format!(
+            "provider, model and role must be strings: {}",
+            e.message
+        ))
     })?;
     Ok(Json(st.areas.machine.patch_router(patch).await?).into_response())
 }
@@ -56,24 +56,34 @@ pub async fn setting(State(st): State<AppState>, Path(id): Path<String>) -> ApiR
 }
 
 pub async fn set_setting(State(st): State<AppState>, body: JsonBody) -> ApiResult<Response> {
-    let bad = |m: &str| ApiError::bad_request("invalid-request", m.to_string());
-    let id = body
-        .0
-        .get("id")
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| bad("id must be a setting id"))?;
-    let action = match body.0.get("action").and_then(Value::as_str) {
+    const NO_ID: &str = "id must be a setting id";
+    const NO_ACTION: &str = "action must be toggle, cycle or value";
+    const NO_VALUE: &str = "action value needs a string value";
+    let b: SetSetting = super::typed_or_default(body, |member| {
+        let said = match member {
+            "id" => NO_ID,
+            "action" => NO_ACTION,
+            "value" => NO_VALUE,
+            _ => return None,
+        };
+        Some(said.to_string())
+    })?;
+    let id =
+        b.id.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| invalid(NO_ID))?;
+    let action = match b.action.as_deref() {
         Some("toggle") => SettingAction::Toggle,
         Some("cycle") => SettingAction::Cycle,
-        Some("value") => match body.0.get("value") {
-            Some(Value::String(v)) => SettingAction::Value(v.clone()),
-            Some(Value::Bool(b)) => SettingAction::Value(b.to_string()),
-            _ => return Err(bad("action value needs a string value")),
+        Some("value") => match b.value {
+            Some(SettingValue::Text(v)) => SettingAction::Value(v),
+            Some(SettingValue::Flag(f)) => SettingAction::Value(f.to_string()),
+            None => return Err(invalid(NO_VALUE)),
         },
-        _ => return Err(bad("action must be toggle, cycle or value")),
+        _ => return Err(invalid(NO_ACTION)),
     };
-    Ok(Json(st.areas.machine.set_setting(id.trim(), action).await?).into_response())
+    Ok(Json(st.areas.machine.set_setting(id, action).await?).into_response())
 }
 
 pub async fn devices(State(st): State<AppState>) -> ApiResult<Response> {
@@ -87,12 +97,8 @@ pub async fn register_device(State(st): State<AppState>, body: JsonBody) -> ApiR
             "token or grant is required",
         ));
     }
-    let input: DeviceInput = serde_json::from_value(body.0.clone()).map_err(|e| {
-        ApiError::bad_request(
-            "invalid-request",
-            format!("device fields must be strings: {e}"),
-        )
-    })?;
+    let input: DeviceInput = super::record(body)
+        .map_err(|e| invalid(format!("device fields must be strings: {}", e.message)))?;
     Ok(Json(st.areas.machine.register_device(input).await?).into_response())
 }
 
@@ -117,15 +123,11 @@ pub async fn reload_extensions(
     q: Q,
     body: crate::body::JsonBody,
 ) -> ApiResult<Json<ReloadAnswer>> {
+    let b: Reload = super::typed_or_default(body, |_| None)?;
     let root = q
         .get("root")
         .cloned()
-        .or_else(|| {
-            body.0
-                .get("root")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
+        .or(b.root)
         .filter(|r| !r.trim().is_empty());
     Ok(Json(st.areas.machine.reload_extensions(root).await?))
 }
@@ -134,25 +136,49 @@ pub async fn sandbox_env(
     State(st): State<AppState>,
     body: crate::body::JsonBody,
 ) -> ApiResult<Json<SandboxEnv>> {
-    let text = |k: &str| -> ApiResult<Option<String>> {
-        match body.0.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone()).filter(|s| !s.trim().is_empty())),
-            Some(_) => Err(ApiError::bad_request(
-                "invalid-request",
-                format!("{k} must be a string"),
-            )),
-        }
-    };
+    let b: SandboxEnvRequest =
+        super::typed_or_default(body, |member| Some(format!("{member} must be a string")))?;
+    let given = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
     Ok(Json(
         st.areas
             .machine
             .sandbox_env(
-                text("session_id")?,
-                text("root")?,
-                text("title")?,
-                text("command")?,
+                given(b.session_id),
+                given(b.root),
+                given(b.title),
+                given(b.command),
             )
             .await?,
     ))
+}
+
+/// `POST /v1/settings {id, action, value?}`.
+#[derive(Default, serde::Deserialize)]
+struct SetSetting {
+    id: Option<String>,
+    action: Option<String>,
+    value: Option<SettingValue>,
+}
+
+/// A setting's new value: text, or a flag (sent on as `true`/`false`).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum SettingValue {
+    Text(String),
+    Flag(bool),
+}
+
+/// `POST /v1/extensions/reload {root?}`.
+#[derive(Default, serde::Deserialize)]
+struct Reload {
+    root: Option<String>,
+}
+
+/// `POST /v1/sandbox/env {session_id?, root?, title?, command?}`.
+#[derive(Default, serde::Deserialize)]
+struct SandboxEnvRequest {
+    session_id: Option<String>,
+    root: Option<String>,
+    title: Option<String>,
+    command: Option<String>,
 }

@@ -1,6 +1,7 @@
 //! `/v1/mcp/servers…`: MCP servers the user manages from the phone.
 
 use super::path::Path;
+use super::typed;
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::mcp::{McpApi, McpServer, McpServerEdit, McpServers, McpTestResult};
@@ -34,12 +35,6 @@ fn api(st: &AppState) -> ApiResult<Arc<dyn McpApi>> {
             "MCP servers are not available on this gateway",
         )
     })
-}
-
-/// The body as `T`, or a 400 naming the field that is wrong.
-fn typed<T: DeserializeOwned>(body: JsonBody) -> ApiResult<T> {
-    serde_json::from_value(body.0)
-        .map_err(|e| ApiError::bad_request("invalid-request", format!("invalid body: {e}")))
 }
 
 #[derive(Deserialize)]

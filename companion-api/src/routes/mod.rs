@@ -57,6 +57,64 @@ pub fn object(
     }
 }
 
+/// Why a body did not read as its request record: the top-level member at fault (when the
+/// error is inside one) and the parser's message, which names the path (`clean: invalid
+/// type: …`; an error of the whole body names none).
+pub struct BodyError {
+    pub member: Option<String>,
+    pub message: String,
+}
+
+/// The body as the request record `T`.
+pub fn record<T: serde::de::DeserializeOwned>(body: crate::body::JsonBody) -> Result<T, BodyError> {
+    serde_path_to_error::deserialize(body.0).map_err(|e| BodyError {
+        member: match e.path().iter().next() {
+            Some(serde_path_to_error::Segment::Map { key }) => Some(key.clone()),
+            _ => None,
+        },
+        message: e.to_string(),
+    })
+}
+
+/// The body as the request record `T`, or a 400 `invalid-request` naming the field that is
+/// wrong (`invalid body: clean: invalid type: …`).
+pub fn typed<T: serde::de::DeserializeOwned>(body: crate::body::JsonBody) -> ApiResult<T> {
+    typed_saying(body, |_| None)
+}
+
+/// [`typed`] where the route has its own sentence for a member of the wrong type:
+/// `say(member)`, `None` for the general message.
+pub fn typed_saying<T: serde::de::DeserializeOwned>(
+    body: crate::body::JsonBody,
+    say: impl Fn(&str) -> Option<String>,
+) -> ApiResult<T> {
+    record(body).map_err(|e| {
+        let own = e.member.as_deref().and_then(say);
+        invalid(own.unwrap_or_else(|| format!("invalid body: {}", e.message)))
+    })
+}
+
+/// [`typed`] for a body that must be an object (else the 400 of [`object`], naming `what`).
+pub fn typed_object<T: serde::de::DeserializeOwned>(
+    body: crate::body::JsonBody,
+    what: &str,
+) -> ApiResult<T> {
+    let m = object(&body, what)?;
+    typed(crate::body::JsonBody(serde_json::Value::Object(m)))
+}
+
+/// [`typed_saying`] where a body that is not an object (none, `null`) stands for an empty
+/// one: every member left out.
+pub fn typed_or_default<T: serde::de::DeserializeOwned + Default>(
+    body: crate::body::JsonBody,
+    say: impl Fn(&str) -> Option<String>,
+) -> ApiResult<T> {
+    if !body.0.is_object() {
+        return Ok(T::default());
+    }
+    typed_saying(body, say)
+}
+
 /// Parses an optional integer query parameter; `Err(())` when present but not an integer.
 pub fn int_param(q: &HashMap<String, String>, key: &str) -> Result<Option<i64>, ()> {
     match q.get(key).map(|s| s.trim()) {

@@ -40,7 +40,7 @@ fn api(st: &AppState) -> ApiResult<Arc<dyn ProvidersApi>> {
     })
 }
 
-/// The body as `T`, or a 400 naming the field that is wrong.
+/// The body as `T` (a `null` member left out), or a 400 naming the field that is wrong.
 fn typed<T: DeserializeOwned>(body: JsonBody) -> ApiResult<T> {
     // `null` stands for "not given" (the app sends `base_url: undefined`).
     let Value::Object(mut map) = body.0 else {
@@ -50,8 +50,7 @@ fn typed<T: DeserializeOwned>(body: JsonBody) -> ApiResult<T> {
         ));
     };
     map.retain(|_, v| !v.is_null());
-    serde_json::from_value(Value::Object(map))
-        .map_err(|e| ApiError::bad_request("invalid-request", format!("invalid body: {e}")))
+    super::typed(JsonBody(Value::Object(map)))
 }
 
 pub async fn list(State(st): State<AppState>) -> ApiResult<Json<ProviderList>> {

@@ -180,10 +180,16 @@ pub const MAX_TITLE_CHARS: usize = 200;
 
 /// Parses `{title?, is_favorite?}`; any other key is ignored, a wrong type is a 400.
 pub fn parse_patch(m: &serde_json::Map<String, Value>) -> ApiResult<SessionPatch> {
+    let body = JsonBody(Value::Object(m.clone()));
+    let b: PatchSession = super::typed_saying(body, |member| match member {
+        "title" => Some("title must be a string".into()),
+        "is_favorite" => Some("is_favorite must be true or false".into()),
+        _ => None,
+    })?;
     let mut patch = SessionPatch::default();
-    match m.get("title") {
+    match b.title {
         None => {}
-        Some(Value::String(t)) => {
+        Some(t) => {
             let t = t.trim();
             if t.is_empty() {
                 return Err(invalid("title must not be blank"));
@@ -198,13 +204,8 @@ pub fn parse_patch(m: &serde_json::Map<String, Value>) -> ApiResult<SessionPatch
             }
             patch.title = Some(t.to_string());
         }
-        Some(_) => return Err(invalid("title must be a string")),
     }
-    match m.get("is_favorite") {
-        None => {}
-        Some(Value::Bool(b)) => patch.is_favorite = Some(*b),
-        Some(_) => return Err(invalid("is_favorite must be true or false")),
-    }
+    patch.is_favorite = b.is_favorite;
     if patch == SessionPatch::default() {
         return Err(invalid(
             "nothing to change: send title (string) and/or is_favorite (bool)",
@@ -261,14 +262,11 @@ pub async fn set_model(
     body: JsonBody,
 ) -> ApiResult<Response> {
     let m = object(&body, "{provider, model}")?;
-    let text = |k: &str| -> ApiResult<String> {
-        match m.get(k) {
-            None | Some(Value::Null) => Ok(String::new()),
-            Some(Value::String(s)) => Ok(s.trim().to_string()),
-            Some(_) => Err(invalid(format!("{k} must be a string"))),
-        }
-    };
-    let (provider, model) = (text("provider")?, text("model")?);
+    let b: SetModel = super::typed_saying(JsonBody(Value::Object(m)), |member| {
+        Some(format!("{member} must be a string"))
+    })?;
+    let text = |s: Option<String>| s.map(|s| s.trim().to_string()).unwrap_or_default();
+    let (provider, model) = (text(b.provider), text(b.model));
     let pref = match (provider.is_empty(), model.is_empty()) {
         (true, true) => None,
         (true, false) => {
@@ -293,21 +291,20 @@ pub async fn fork(
     Path(sid): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let text = |k: &str| -> ApiResult<Option<String>> {
-        match body.0.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
-            Some(_) => Err(invalid(format!("{k} must be a non-empty string"))),
-        }
-    };
     if !body.0.is_object() && !body.0.is_null() {
         return Err(invalid(
             "the body must be a JSON object {through_turn_id?, draft_label?}",
         ));
     }
+    let not_empty = |member: &str| format!("{member} must be a non-empty string");
+    let b: Fork = super::typed_or_default(body, |member| Some(not_empty(member)))?;
+    let text = |member: &str, s: Option<String>| match s.map(|s| s.trim().to_string()) {
+        Some(s) if s.is_empty() => Err(invalid(not_empty(member))),
+        s => Ok(s),
+    };
     let req = ForkRequest {
-        through_turn_id: text("through_turn_id")?,
-        draft_label: text("draft_label")?,
+        through_turn_id: text("through_turn_id", b.through_turn_id)?,
+        draft_label: text("draft_label", b.draft_label)?,
     };
     let new_sid = st.areas.sessions.fork(&sid, req).await?;
     let soul = st.areas.sessions.get(&new_sid, false).await?;
@@ -328,6 +325,27 @@ pub async fn delete_project(
     } else {
         Ok(StatusCode::NO_CONTENT.into_response())
     }
+}
+
+/// `PATCH /v1/sessions/:session_id {title?, is_favorite?}`.
+#[derive(serde::Deserialize)]
+struct PatchSession {
+    title: Option<String>,
+    is_favorite: Option<bool>,
+}
+
+/// `PATCH …/model {provider, model}`.
+#[derive(serde::Deserialize)]
+struct SetModel {
+    provider: Option<String>,
+    model: Option<String>,
+}
+
+/// `POST …/fork {through_turn_id?, draft_label?}`.
+#[derive(Default, serde::Deserialize)]
+struct Fork {
+    through_turn_id: Option<String>,
+    draft_label: Option<String>,
 }
 
 #[cfg(test)]

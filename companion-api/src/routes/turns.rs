@@ -38,12 +38,7 @@ pub async fn submit(
     Path(sid): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let req: SubmitTurn = match &body.0 {
-        Value::Object(_) => serde_json::from_value(body.0.clone()).map_err(|e| {
-            ApiError::bad_request("invalid-request", format!("malformed turn request: {e}"))
-        })?,
-        _ => SubmitTurn::default(),
-    };
+    let req: SubmitTurn = super::typed_or_default(body, |_| None)?;
     let blank = !matches!(&req.request, Some(Value::String(s)) if !s.trim().is_empty());
     if blank {
         return Err(ApiError::bad_request(
@@ -98,8 +93,8 @@ pub async fn edit(
     Path((sid, tid)): Path<(String, String)>,
     body: JsonBody,
 ) -> ApiResult<Json<TurnRecord>> {
-    let request = body.0.get("request").cloned();
-    Ok(Json(st.areas.turns.edit(&sid, &tid, request).await?))
+    let b: EditTurn = super::typed_or_default(body, |_| None)?;
+    Ok(Json(st.areas.turns.edit(&sid, &tid, b.request).await?))
 }
 
 pub async fn delete(
@@ -123,12 +118,12 @@ pub async fn cancel_current(
     Path(sid): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let key = body
-        .0
-        .get("idempotency_key")
-        .and_then(|v| v.as_str())
-        .map(str::to_string);
-    let tid = st.areas.turns.cancel_current(&sid, key).await?;
+    let b: CancelCurrent = super::typed_or_default(body, |_| None)?;
+    let tid = st
+        .areas
+        .turns
+        .cancel_current(&sid, b.idempotency_key)
+        .await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"status": "cancelling", "turn_id": tid})),
@@ -159,4 +154,16 @@ pub async fn trace(
     Path((sid, tid)): Path<(String, String)>,
 ) -> ApiResult<Json<Trace>> {
     Ok(Json(st.areas.turns.trace(&sid, &tid).await?))
+}
+
+/// `PATCH …/turns/:turn_id {request}` (the engine says what a usable request is).
+#[derive(Default, serde::Deserialize)]
+struct EditTurn {
+    request: Option<Value>,
+}
+
+/// `POST …/cancel-current {idempotency_key}`.
+#[derive(Default, serde::Deserialize)]
+struct CancelCurrent {
+    idempotency_key: Option<String>,
 }

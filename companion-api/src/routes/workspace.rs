@@ -4,7 +4,7 @@
 use super::path::Path;
 use super::sessions::MAX_QUERY_CHARS;
 use super::Q;
-use super::{invalid, object};
+use super::{invalid, typed, typed_object};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// Every route of this resource, each path once.
@@ -68,18 +69,13 @@ pub async fn create_draft(
     Path(sid): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let m = object(&body, "{label, clean?}")?;
-    let label = match m.get("label") {
-        Some(Value::String(s)) => s.clone(),
-        None | Some(Value::Null) => return Err(invalid("label is required")),
-        Some(_) => return Err(invalid("label must be a string")),
-    };
-    let clean = match m.get("clean") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(invalid("clean must be true or false")),
-    };
-    let changed = st.areas.workspace.create_draft(&sid, &label, clean).await?;
+    let b: CreateDraft = typed_object(body, "{label, clean?}")?;
+    let clean = b.clean.unwrap_or(false);
+    let changed = st
+        .areas
+        .workspace
+        .create_draft(&sid, &b.label, clean)
+        .await?;
     Ok((StatusCode::CREATED, Json(changed)).into_response())
 }
 
@@ -89,16 +85,14 @@ pub async fn resume_draft(
     Path(sid): Path<String>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let m = object(&body, "{workspace_id}")?;
-    let id = match m.get("workspace_id") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
-        _ => {
-            return Err(invalid(
-                "workspace_id is required (a draft's id from the list)",
-            ))
-        }
-    };
-    Ok(Json(st.areas.workspace.resume_draft(&sid, &id).await?).into_response())
+    let b: ResumeDraft = typed_object(body, "{workspace_id}")?;
+    let id = b.workspace_id.trim();
+    if id.is_empty() {
+        return Err(invalid(
+            "workspace_id is required (a draft's id from the list)",
+        ));
+    }
+    Ok(Json(st.areas.workspace.resume_draft(&sid, id).await?).into_response())
 }
 
 /// `POST …/workspace/stash {}`.
@@ -115,10 +109,10 @@ pub async fn abandon_draft(
     Path((sid, id)): Path<(String, String)>,
     body: JsonBody,
 ) -> ApiResult<Response> {
-    let reason = match body.0.get("reason") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(invalid("reason must be a string")),
+    // No body (or not an object) is no reason.
+    let reason = match body.0 {
+        Value::Object(_) => typed::<AbandonDraft>(body)?.reason,
+        _ => None,
     };
     Ok(Json(st.areas.workspace.abandon_draft(&sid, &id, reason).await?).into_response())
 }
@@ -131,20 +125,8 @@ pub async fn folders(State(st): State<AppState>, q: Q) -> ApiResult<Response> {
 
 /// `POST /v1/fs/actions/mkdir {path, name}`.
 pub async fn mkdir(State(st): State<AppState>, body: JsonBody) -> ApiResult<Response> {
-    let text = |k: &str| -> ApiResult<String> {
-        match body.0.get(k) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            _ => Err(ApiError::bad_request(
-                "invalid-request",
-                format!("{k} must be a string; send {{path, name}}"),
-            )),
-        }
-    };
-    let made = st
-        .areas
-        .workspace
-        .make_folder(&text("path")?, &text("name")?)
-        .await?;
+    let b: MakeFolder = typed_object(body, "{path, name}")?;
+    let made = st.areas.workspace.make_folder(&b.path, &b.name).await?;
     Ok((StatusCode::CREATED, Json(made)).into_response())
 }
 
@@ -154,4 +136,30 @@ pub async fn draft_sizes(
     Path(sid): Path<String>,
 ) -> ApiResult<Response> {
     Ok(Json(st.areas.workspace.draft_sizes(&sid).await?).into_response())
+}
+
+/// `POST …/workspace/drafts`.
+#[derive(Deserialize)]
+struct CreateDraft {
+    label: String,
+    clean: Option<bool>,
+}
+
+/// `POST …/workspace/resume`.
+#[derive(Deserialize)]
+struct ResumeDraft {
+    workspace_id: String,
+}
+
+/// `DELETE …/workspace/drafts/:workspace_id`.
+#[derive(Deserialize)]
+struct AbandonDraft {
+    reason: Option<String>,
+}
+
+/// `POST /v1/fs/actions/mkdir`.
+#[derive(Deserialize)]
+struct MakeFolder {
+    path: String,
+    name: String,
 }

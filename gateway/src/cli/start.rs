@@ -114,7 +114,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
     for f in &loaded.failures {
         tracing::warn!(file = %f.file.display(), error = %f.error.message, "extension failed to load");
     }
-    let recovered = gw.recover().await?;
+    let recovered = gw.turns().recover().await?;
     if recovered > 0 {
         tracing::warn!(
             turns = recovered,
@@ -140,7 +140,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         };
     let proxy_port = gw.start_sandbox(vec![port]).await?;
     tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");
-    let resumed = gw.resume_backlogs().await?;
+    let resumed = gw.turns().resume_backlogs().await?;
     if resumed > 0 {
         tracing::info!(
             sessions = resumed,

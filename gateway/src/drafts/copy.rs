@@ -270,8 +270,10 @@ mod tests {
         std::fs::write(draft.join("b.txt"), "draft b").unwrap();
         std::fs::write(trunk.path().join("a.txt"), "trunk").unwrap();
         let e = apply(trunk.path(), &draft, &m).unwrap_err();
-        assert_eq!(e.kind, "draft-conflict");
-        assert_eq!(e.files, vec!["a.txt"]);
+        let DraftError::Conflict { files, .. } = e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(files, vec!["a.txt"]);
         assert_eq!(
             std::fs::read_to_string(trunk.path().join("a.txt")).unwrap(),
             "trunk"

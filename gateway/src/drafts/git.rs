@@ -176,10 +176,10 @@ pub async fn create(
     )
     .await?;
     if exists.ok {
-        return Err(DraftError::state(
-            "draft-exists",
-            format!("the branch {branch} already exists in {}", top.display()),
-        ));
+        return Err(DraftError::Exists(format!(
+            "the branch {branch} already exists in {}",
+            top.display()
+        )));
     }
     let baseline = if clean {
         head.clone()
@@ -556,8 +556,7 @@ mod tests {
         let e = land(&d, &top, &p, "m", commit, &refusing)
             .await
             .unwrap_err();
-        assert_eq!(e.kind, "blocked-by-hook");
-        assert_eq!(e.message, "no commits today");
+        assert_eq!(e, DraftError::Blocked("no commits today".into()));
         assert_eq!(sh(&top, &["rev-parse", "HEAD"]), head);
         assert_eq!(
             std::fs::read_to_string(top.join("sub/a.txt")).unwrap(),

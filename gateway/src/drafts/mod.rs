@@ -104,60 +104,74 @@ impl Draft {
     }
 }
 
-/// Why a draft operation was refused or failed. `kind` is the API error code.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DraftError {
-    pub status: u16,
-    pub kind: &'static str,
-    pub message: String,
-    /// Files named by a conflict.
-    pub files: Vec<String>,
+/// Why a draft operation was refused or failed; each variant carries the sentence the user
+/// sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DraftError {
+    /// The label is not a usable branch and folder name.
+    #[error("{0}")]
+    BadLabel(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// The session is on trunk (its real folder) and the step needs a draft.
+    #[error("{0}")]
+    OnTrunk(String),
+    /// The session is already in a draft and the step needs trunk.
+    #[error("{0}")]
+    AlreadyInDraft(String),
+    /// A draft, branch or folder of that name already exists.
+    #[error("{0}")]
+    Exists(String),
+    /// The draft was applied or abandoned.
+    #[error("{0}")]
+    NotActive(String),
+    /// The draft belongs to another repository than the session's.
+    #[error("{0}")]
+    OtherRepo(String),
+    /// Another session is in the draft.
+    #[error("{0}")]
+    InUse(String),
+    /// The draft's changes collide with trunk's (`files`: the files named).
+    #[error("{message}")]
+    Conflict { message: String, files: Vec<String> },
+    /// An op hook refused (`vis.block(reason)`): the reason is what the user sees.
+    #[error("{0}")]
+    Blocked(String),
+    /// The user was asked to approve and did not.
+    #[error("{0}")]
+    Declined(String),
+    /// Drafts are not available for this folder.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A step failed on the way (a file, git, the store).
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl DraftError {
-    fn new(status: u16, kind: &'static str, message: impl Into<String>) -> DraftError {
-        DraftError {
-            status,
-            kind,
-            message: message.into(),
-            files: Vec::new(),
-        }
-    }
     pub fn bad_label(message: impl Into<String>) -> DraftError {
-        Self::new(400, "invalid-draft-label", message)
+        DraftError::BadLabel(message.into())
     }
     pub fn not_found(message: impl Into<String>) -> DraftError {
-        Self::new(404, "draft-not-found", message)
-    }
-    /// The session's workspace is not in a state the operation needs.
-    pub fn state(kind: &'static str, message: impl Into<String>) -> DraftError {
-        Self::new(409, kind, message)
+        DraftError::NotFound(message.into())
     }
     pub fn conflict(message: impl Into<String>, files: Vec<String>) -> DraftError {
-        DraftError {
+        DraftError::Conflict {
+            message: message.into(),
             files,
-            ..Self::new(409, "draft-conflict", message)
         }
     }
-    /// An op hook refused (`vis.block(reason)`): the reason is what the user sees.
     pub fn blocked(reason: impl Into<String>) -> DraftError {
-        Self::new(403, "blocked-by-hook", reason)
+        DraftError::Blocked(reason.into())
     }
-    /// The user was asked to approve and did not.
     pub fn declined(message: impl Into<String>) -> DraftError {
-        Self::new(403, "declined-by-user", message)
+        DraftError::Declined(message.into())
     }
     pub fn unavailable(message: impl Into<String>) -> DraftError {
-        Self::new(409, "drafts-unavailable", message)
+        DraftError::Unavailable(message.into())
     }
     pub fn failed(message: impl Into<String>) -> DraftError {
-        Self::new(500, "draft-failed", message)
-    }
-}
-
-impl std::fmt::Display for DraftError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        DraftError::Failed(message.into())
     }
 }
 
@@ -255,8 +269,8 @@ mod tests {
             ("x.lock", "letters"),
         ] {
             let e = check_label(bad).unwrap_err();
-            assert_eq!(e.status, 400, "{bad}");
-            assert!(e.message.contains(needle), "{bad}: {}", e.message);
+            assert!(matches!(e, super::DraftError::BadLabel(_)), "{bad}");
+            assert!(e.to_string().contains(needle), "{bad}: {e}");
         }
     }
 

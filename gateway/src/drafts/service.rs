@@ -113,20 +113,14 @@ impl Drafts {
     }
 
     fn already_in(d: &Draft) -> DraftError {
-        DraftError::state(
-            "already-in-draft",
-            format!(
-                "already in draft '{}': /draft stash, /draft apply or /draft abandon first",
-                d.label
-            ),
-        )
+        DraftError::AlreadyInDraft(format!(
+            "already in draft '{}': /draft stash, /draft apply or /draft abandon first",
+            d.label
+        ))
     }
 
     fn on_trunk(what: &str) -> DraftError {
-        DraftError::state(
-            "on-trunk",
-            format!("the session is on trunk (its real folder): {what}"),
-        )
+        DraftError::OnTrunk(format!("the session is on trunk (its real folder): {what}"))
     }
 
     fn manifest_path(&self, d: &Draft) -> PathBuf {
@@ -165,10 +159,9 @@ impl Drafts {
         }
         let repo_root = repo.as_ref().map_or(trunk.to_path_buf(), |r| r.top.clone());
         if self.list(trunk).await?.iter().any(|d| d.label == label) {
-            return Err(DraftError::state(
-                "draft-exists",
-                format!("a draft named '{label}' already exists here: /draft resume {label}"),
-            ));
+            return Err(DraftError::Exists(format!(
+                "a draft named '{label}' already exists here: /draft resume {label}"
+            )));
         }
         let name = repo_root
             .file_name()
@@ -177,10 +170,10 @@ impl Drafts {
         let key = hex::encode(Sha256::digest(repo_root.to_string_lossy().as_bytes()));
         let dir = self.dir.join(format!("{name}-{}", &key[..10])).join(&label);
         if tokio::fs::symlink_metadata(&dir).await.is_ok() {
-            return Err(DraftError::state(
-                "draft-exists",
-                format!("the draft folder {} already exists", dir.display()),
-            ));
+            return Err(DraftError::Exists(format!(
+                "the draft folder {} already exists",
+                dir.display()
+            )));
         }
         let root = match repo.as_ref().map(|r| r.prefix.trim_end_matches('/')) {
             Some(prefix) if !prefix.is_empty() => dir.join(prefix),
@@ -401,27 +394,25 @@ impl Drafts {
     /// An active draft of this repository, not inside another session.
     fn check_usable(&self, d: &Draft, sid: &str, repo: &Path) -> Result<(), DraftError> {
         if d.state != DraftState::Active {
-            return Err(DraftError::state(
-                "draft-not-active",
-                format!("draft '{}' was {} and is gone", d.label, d.state.as_str()),
-            ));
+            return Err(DraftError::NotActive(format!(
+                "draft '{}' was {} and is gone",
+                d.label,
+                d.state.as_str()
+            )));
         }
         if d.repo_root != repo {
-            return Err(DraftError::state(
-                "draft-other-repo",
-                format!(
-                    "draft '{}' belongs to {}, not to this session's {}",
-                    d.label,
-                    d.repo_root.display(),
-                    repo.display()
-                ),
-            ));
+            return Err(DraftError::OtherRepo(format!(
+                "draft '{}' belongs to {}, not to this session's {}",
+                d.label,
+                d.repo_root.display(),
+                repo.display()
+            )));
         }
         match &d.session_id {
-            Some(other) if other != sid => Err(DraftError::state(
-                "draft-in-use",
-                format!("draft '{}' is in use by another session", d.label),
-            )),
+            Some(other) if other != sid => Err(DraftError::InUse(format!(
+                "draft '{}' is in use by another session",
+                d.label
+            ))),
             _ => Ok(()),
         }
     }

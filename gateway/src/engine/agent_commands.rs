@@ -4,7 +4,7 @@
 use super::compaction::{self, How};
 use super::run_ctx::{Conversation, RunCtx};
 use super::turn_tools::TurnKit;
-use super::Gateway;
+use super::Turns;
 use crate::agent::budget::Budgets;
 use crate::agent::memory::Trigger;
 use crate::agent::prompt::{self, PromptInputs, SystemPrompt};
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use vis_providers::{ChatMessage, Client};
 
-impl Gateway {
+impl Turns {
     /// The context window of `model` on `client`'s provider.
     pub(super) fn window_of(&self, client: &Client, model: &str, cfg: &Config) -> u64 {
         let pc = client.config();
@@ -61,7 +61,7 @@ impl Gateway {
 
 /// `/prompt` and `/compact` for the slash turn that runs them.
 pub struct ForTurn {
-    pub gw: Arc<Gateway>,
+    pub gw: Arc<Turns>,
     pub sid: String,
     pub tid: String,
     pub trunk: PathBuf,

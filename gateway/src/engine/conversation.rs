@@ -3,10 +3,10 @@
 //! exchange kept when it settles. Turns kept before exchanges were stored replay as their
 //! request and answer.
 
-use super::turn::{Status, Turn};
 use super::turn_machine::Terminal;
 use crate::agent::context::{Context, Ending, Exchange};
 use crate::agent::memory::{self, TranscriptRecord};
+use crate::records::turn::{Status, Turn};
 use crate::store::Store;
 use serde_json::Value;
 use vis_providers::ChatMessage;
@@ -95,7 +95,7 @@ pub fn exchange_of(t: &Turn, kept: Option<TranscriptRecord>) -> Option<Exchange>
         },
         Status::Queued | Status::Streaming => return None,
     };
-    let request = super::companion::attachments::user_message(&t.request, &t.attachments);
+    let request = crate::companion::attachments::user_message(&t.request, &t.attachments);
     let steps = match kept {
         Some(k) => k.steps,
         None => {

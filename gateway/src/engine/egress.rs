@@ -1,9 +1,8 @@
 //! The stored egress decisions of a session, newest first (`GET /v1/sessions/:sid/egress`).
 //! Each row is the decision record as the egress sink serialized it, sent as stored.
 
-use crate::store::{rows, Store};
+use crate::store::{rows, Store, StoreResult};
 use vis_companion_api::wire::{EgressPage, StoredJson};
-use vis_companion_api::{ApiError, ApiResult};
 
 pub struct EgressLog {
     store: Store,
@@ -20,13 +19,12 @@ impl EgressLog {
         sid: &str,
         limit: usize,
         before: Option<i64>,
-    ) -> ApiResult<EgressPage> {
+    ) -> StoreResult<EgressPage> {
         let id = sid.to_string();
         let mut rows = self
             .store
             .call(move |c| rows::egress_page(c, &id, before, limit))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
+            .await?;
         let has_more = rows.len() > limit;
         rows.truncate(limit);
         let next_before = if has_more {

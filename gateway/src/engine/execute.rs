@@ -4,7 +4,7 @@
 
 use super::runner::{self, Outcome, RunCtx};
 use super::turn_machine::{Launch, Terminal};
-use super::Gateway;
+use super::Turns;
 use crate::agent::budget::Budgets;
 use crate::agent::window::Budget;
 use std::sync::atomic::Ordering;
@@ -23,7 +23,7 @@ fn silence_timeout() -> Duration {
     crate::config::env_ms("VIS_TURN_SILENCE_MS", Duration::from_secs(6 * 60))
 }
 
-impl Gateway {
+impl Turns {
     pub(super) fn spawn(self: &Arc<Self>, l: Launch) {
         let gw = self.clone();
         tokio::spawn(async move { gw.work(l).await });
@@ -146,7 +146,7 @@ impl Gateway {
                 message: "no usable AI provider is configured: set OPENAI_API_KEY or ANTHROPIC_API_KEY, or add `providers:` to vis.yml".into(),
             };
         };
-        let request = super::companion::attachments::user_message(&request, &attachments);
+        let request = crate::companion::attachments::user_message(&request, &attachments);
         let context = super::conversation::load(&self.store, &l.sid, &l.tid, request).await;
         let kit = self.turn_tools.for_turn(&l.sid, &trunk).await;
         let conv = runner::Conversation {

@@ -247,7 +247,7 @@ impl vis_proxy::FilterSet for HostFilters {
     }
 }
 
-impl crate::engine::Gateway {
+impl crate::engine::Turns {
     /// A `vis.Provider` of the project's extensions as a turn's provider: used when the
     /// request names it (`<provider id>/<model>`) or when no provider is configured. The
     /// credential comes from its `get_token_fn` (after configuration and environment, which

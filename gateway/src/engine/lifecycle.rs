@@ -2,19 +2,35 @@
 //! session's lock and its effects are carried out in order before the lock is released
 //! (store writes queued, events published), then the workers and cancel backstops start.
 
-use super::turn::{Status, Turn};
 use super::turn_machine::{Count, Effect, Effects, Launch, SessionState, Terminal, TurnError};
-use super::{now_ms, Gateway, Shared};
+use super::{now_ms, Shared, Turns};
+use crate::companion::errors::AttachmentError;
+use crate::records::turn::{Status, Turn};
+use crate::records::{SessionError, SessionResult};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use vis_companion_api::events::{Event, TitleUpdated};
 use vis_companion_api::wire::TurnRecord;
-use vis_companion_api::{ApiResult, SubmitTurn};
+use vis_companion_api::SubmitTurn;
 
 /// How long a cancelled worker gets to land its terminal before the gateway lands it.
 pub(super) const CANCEL_BACKSTOP: Duration = Duration::from_secs(30);
+
+/// Why a request on a session's turns was refused: the state machine's refusal, the session
+/// or turn lookup's failure, or an upload checked at submit. The turns area maps it.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnRequestError {
+    #[error(transparent)]
+    Turn(#[from] TurnError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Attachment(#[from] AttachmentError),
+}
+
+pub type TurnResult<T> = Result<T, TurnRequestError>;
 
 /// What a transition leaves to do once the session's lock is released.
 #[derive(Default)]
@@ -23,7 +39,7 @@ pub(super) struct After {
     backstops: Vec<(String, String)>,
 }
 
-impl Gateway {
+impl Turns {
     /// Runs the transition `f` on the session under its lock, carries out its effects, and
     /// answers what `f` answered.
     pub(super) fn transition<R>(
@@ -122,12 +138,12 @@ impl Gateway {
         self: &Arc<Self>,
         sid: &str,
         req: SubmitTurn,
-    ) -> ApiResult<(bool, TurnRecord)> {
+    ) -> TurnResult<(bool, TurnRecord)> {
         let request = match &req.request {
             Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
             _ => return Err(TurnError::BlankRequest.into()),
         };
-        let attachments = crate::engine::companion::attachments::check(&req)?;
+        let attachments = crate::companion::attachments::check(&req)?;
         let shared = self.sessions.get(sid).await?;
         let key = req.idempotency_key.as_deref();
         let replay = shared.lock().replay(key);
@@ -167,7 +183,7 @@ impl Gateway {
         &self,
         sid: &str,
         r: super::turn_machine::Replay,
-    ) -> ApiResult<(bool, TurnRecord)> {
+    ) -> TurnResult<(bool, TurnRecord)> {
         match r {
             super::turn_machine::Replay::Live(rec) => Ok((true, *rec)),
             super::turn_machine::Replay::Stored(tid) => {
@@ -225,7 +241,7 @@ impl Gateway {
     }
 
     /// The status of a turn that is not running or queued here.
-    pub(super) async fn stored_status(&self, sid: &str, tid: &str) -> ApiResult<Status> {
+    pub(super) async fn stored_status(&self, sid: &str, tid: &str) -> SessionResult<Status> {
         Ok(self.sessions.stored_turn(sid, tid).await?.status)
     }
 }

@@ -3,10 +3,13 @@
 //! session's mutex and publish on the bus; forks create sessions, copy turns and open drafts
 //! through the engine.
 
-use super::companion::{project_id, store_err};
-use crate::engine::turn::{Status, Turn};
-use crate::engine::{now_ms, Gateway};
-use crate::store::rows;
+use super::session_life::SessionLifeError;
+use crate::companion::project_id;
+use crate::drafts::DraftError;
+use crate::engine::{now_ms, Turns};
+use crate::records::turn::{Status, Turn};
+use crate::records::SessionError;
+use crate::store::{rows, StoreError};
 use serde_json::json;
 use std::sync::Arc;
 use vis_companion_api::events::{Event, FavoriteUpdated, Forked, ModelUpdated};
@@ -14,14 +17,61 @@ use vis_companion_api::records::{
     ForkChild, ForkPoint, ForkPoints, ForkRequest, ModelAnswer, ModelPref, ProjectDeleted,
     SessionPatch,
 };
-use vis_companion_api::{ApiError, ApiResult, CreateSession};
+use vis_companion_api::CreateSession;
 
-impl Gateway {
+/// Why a change to a session's metadata, a project or a fork was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("no provider {provider:?} is configured (configured: {})", list_or_none(.configured))]
+    UnknownProvider {
+        provider: String,
+        configured: Vec<String>,
+    },
+    #[error("no project {pid}")]
+    ProjectNotFound { pid: String },
+    #[error("the session has no finished turn to fork")]
+    NothingToFork,
+    #[error("no finished turn {tid} in this session (a fork is cut at one of its own turns)")]
+    UnknownForkTurn { tid: String },
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The fork's draft could not be opened.
+    #[error(transparent)]
+    Draft(#[from] DraftError),
+    /// The fork's new session could not be created.
+    #[error(transparent)]
+    Create(#[from] SessionLifeError),
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+pub type MetaResult<T> = Result<T, MetaError>;
+
+/// A fork checked and ready: the turns it copies (`..end`), the session to create for it
+/// and the draft to open in it.
+struct ForkPlan {
+    source: rows::SessionRow,
+    turns: Vec<Turn>,
+    end: usize,
+    draft_label: Option<String>,
+    /// The new session, created between the two halves of [`Gateway::fork`].
+    session: CreateSession,
+}
+
+impl Turns {
     /// Renames and/or (un)stars a session. Publishes `session.title_updated` (the title
     /// event every client already follows) and `session.favorite_updated {favorite_rank,
     /// is_favorite}`, each also copied to every other open session with the changed
     /// session's id, as titles are.
-    pub async fn patch_session(&self, sid: &str, patch: SessionPatch) -> ApiResult<()> {
+    pub async fn patch_session(&self, sid: &str, patch: SessionPatch) -> MetaResult<()> {
         let shared = self.sessions.get(sid).await?;
         // The next star rank: one past the largest stored or loaded one.
         let next_rank = if patch.is_favorite == Some(true) {
@@ -34,8 +84,7 @@ impl Gateway {
                         |r| r.get(0),
                     )?)
                 })
-                .await
-                .map_err(store_err)?;
+                .await?;
             let loaded = self
                 .sessions
                 .all()
@@ -75,10 +124,7 @@ impl Gateway {
             return Ok(());
         }
         let r = row.clone();
-        self.store
-            .call(move |c| rows::put_session(c, &r))
-            .await
-            .map_err(store_err)?;
+        self.store.call(move |c| rows::put_session(c, &r)).await?;
         if title_changed {
             if let Some(t) = &row.title {
                 self.publish_title(sid, t);
@@ -111,23 +157,13 @@ impl Gateway {
         &self,
         sid: &str,
         pref: Option<ModelPref>,
-    ) -> ApiResult<ModelAnswer> {
+    ) -> MetaResult<ModelAnswer> {
         if let Some(p) = &pref {
             if !self.configuration.has_provider(&p.provider) {
-                let known: Vec<String> = self.configuration.provider_ids();
-                return Err(ApiError::bad_request(
-                    "unknown-provider",
-                    format!(
-                        "no provider {:?} is configured (configured: {})",
-                        p.provider,
-                        if known.is_empty() {
-                            "none".to_string()
-                        } else {
-                            known.join(", ")
-                        }
-                    ),
-                )
-                .with("provider_id", p.provider.clone()));
+                return Err(MetaError::UnknownProvider {
+                    provider: p.provider.clone(),
+                    configured: self.configuration.provider_ids(),
+                });
             }
         }
         let shared = self.sessions.get(sid).await?;
@@ -138,10 +174,7 @@ impl Gateway {
                 .map(|p| json!({"provider": p.provider, "model": p.model}));
             st.row.clone()
         };
-        self.store
-            .call(move |c| rows::put_session(c, &row))
-            .await
-            .map_err(store_err)?;
+        self.store.call(move |c| rows::put_session(c, &row)).await?;
         let (provider, model) = pref
             .as_ref()
             .map(|p| (p.provider.clone(), p.model.clone()))
@@ -158,12 +191,8 @@ impl Gateway {
     }
 
     /// Sessions of the project `pid` (the id derived from its root).
-    async fn project_sessions(&self, pid: &str) -> ApiResult<Vec<String>> {
-        let all = self
-            .store
-            .call(rows::all_sessions)
-            .await
-            .map_err(store_err)?;
+    async fn project_sessions(&self, pid: &str) -> MetaResult<Vec<String>> {
+        let all = self.store.call(rows::all_sessions).await?;
         Ok(all
             .into_iter()
             .filter(|r| project_id(&r.root) == pid)
@@ -177,15 +206,12 @@ impl Gateway {
         self: &Arc<Self>,
         pid: &str,
         recursive: bool,
-    ) -> ApiResult<ProjectDeleted> {
+    ) -> MetaResult<ProjectDeleted> {
         let sids = self.project_sessions(pid).await?;
         if sids.is_empty() {
-            return Err(ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "project-not-found",
-                format!("no project {pid}"),
-            )
-            .with("project_id", pid));
+            return Err(MetaError::ProjectNotFound {
+                pid: pid.to_string(),
+            });
         }
         let mut deleted = Vec::new();
         if recursive {
@@ -202,7 +228,7 @@ impl Gateway {
     }
 
     /// The settled turns of a session, oldest first (where a fork can be cut).
-    pub async fn fork_points(&self, sid: &str) -> ApiResult<ForkPoints> {
+    pub async fn fork_points(&self, sid: &str) -> MetaResult<ForkPoints> {
         let turns = self.sessions.turns(sid).await?;
         let parent = sid.to_string();
         let forks = self
@@ -221,8 +247,7 @@ impl Gateway {
                 }
                 Ok(out)
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         Ok(ForkPoints {
             forks,
             turns: turns
@@ -237,11 +262,20 @@ impl Gateway {
         })
     }
 
-    /// A new session in the same project holding copies of the settled turns up to and
-    /// including `through` (a gateway or engine turn id; all when `None`).
-    pub async fn fork_session(self: &Arc<Self>, sid: &str, req: ForkRequest) -> ApiResult<String> {
+    /// Forks a session: a new session in the same project holding copies of the settled
+    /// turns up to and including `req.through_turn_id` (a gateway or engine turn id; all
+    /// when absent), with its own draft when a label is given. Answers the new session's id.
+    pub async fn fork(self: &Arc<Self>, sid: &str, req: &ForkRequest) -> MetaResult<String> {
+        let plan = self.plan_fork(sid, req).await?;
+        let created = self.create_session(plan.session.clone()).await?;
+        self.finish_fork(sid, plan, created.id).await
+    }
+
+    /// The first half of a fork: checks the request and the parent's settled turns and
+    /// names the new session.
+    async fn plan_fork(&self, sid: &str, req: &ForkRequest) -> MetaResult<ForkPlan> {
         if let Some(l) = &req.draft_label {
-            crate::drafts::check_label(l).map_err(crate::engine::workspace::api_error)?;
+            crate::drafts::check_label(l)?;
         }
         let through = req.through_turn_id.clone();
         let turns: Vec<Turn> = self
@@ -252,10 +286,7 @@ impl Gateway {
             .filter(|t| t.status.is_terminal())
             .collect();
         if turns.is_empty() {
-            return Err(ApiError::conflict(
-                "no-turns",
-                "the session has no finished turn to fork",
-            ));
+            return Err(MetaError::NothingToFork);
         }
         let end = match &through {
             None => turns.len(),
@@ -263,13 +294,7 @@ impl Gateway {
                 turns
                     .iter()
                     .position(|t| &t.tid == id || &t.engine_turn_id == id)
-                    .ok_or_else(|| {
-                        ApiError::conflict(
-                            "unknown-turn",
-                            format!("no finished turn {id} in this session (a fork is cut at one of its own turns)"),
-                        )
-                        .with("turn_id", id.clone())
-                    })?
+                    .ok_or_else(|| MetaError::UnknownForkTurn { tid: id.clone() })?
                     + 1
             }
         };
@@ -278,23 +303,44 @@ impl Gateway {
         let earlier = self
             .store
             .call(move |c| crate::drafts::rows::forks_of(c, &parent))
-            .await
-            .map_err(store_err)?
+            .await?
             .len();
         let title = fork_title(
             source.title.as_deref(),
             earlier + 1,
             (end < turns.len()).then_some(end),
         );
-        let created = self
-            .create_session(CreateSession {
-                channel: Some(source.channel.clone()),
-                title: Some(title.chars().take(200).collect()),
-                root: Some(source.root.clone()),
-                ..Default::default()
-            })
-            .await?;
-        let new_sid = created.id;
+        let session = CreateSession {
+            channel: Some(source.channel.clone()),
+            title: Some(title.chars().take(200).collect()),
+            root: Some(source.root.clone()),
+            ..Default::default()
+        };
+        Ok(ForkPlan {
+            source,
+            turns,
+            end,
+            draft_label: req.draft_label.clone(),
+            session,
+        })
+    }
+
+    /// The second half of a fork, once its session `new_sid` exists: copies the turns and
+    /// the memory, records the fork, opens its draft (the new session is deleted when the
+    /// draft cannot be opened).
+    async fn finish_fork(
+        self: &Arc<Self>,
+        sid: &str,
+        plan: ForkPlan,
+        new_sid: String,
+    ) -> MetaResult<String> {
+        let ForkPlan {
+            source,
+            turns,
+            end,
+            draft_label,
+            session: _,
+        } = plan;
         let shared = self.sessions.get(&new_sid).await?;
         let mut copies = Vec::new();
         let mut memory = Vec::new();
@@ -339,8 +385,7 @@ impl Gateway {
                     crate::drafts::rows::put_fork(c, &row.id, &parent, Some(&through_tid), now)
                 })
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         self.workspaces.publish(
             sid,
             Event::SessionForked(Forked {
@@ -350,10 +395,10 @@ impl Gateway {
                 created_at: now,
             }),
         );
-        if let Some(label) = &req.draft_label {
+        if let Some(label) = &draft_label {
             if let Err(e) = self.workspaces.create(&new_sid, label, false).await {
                 self.delete_session(&new_sid).await;
-                return Err(crate::engine::workspace::api_error(e));
+                return Err(e.into());
             }
         }
         Ok(new_sid)

@@ -1,5 +1,7 @@
-//! The turn engine: sessions, turns, the queue, cancel, restart recovery. It answers the
-//! Companion boundary's area traits (`areas/`, one file per area).
+//! The turn engine ([`Turns`]: sessions, turns, the queue, cancel, restart recovery) and the
+//! gateway's composition ([`Gateway`]: every job built once, the sandbox started, all
+//! stopped). The Companion boundary's area traits are answered over the composition
+//! (`areas/`, one file per area; `routes/` for MCP, learn mode and providers).
 //!
 //! Each loaded session has one `SessionState` behind a mutex that is never held across an
 //! await: state changes, their journal writes and their events happen together under it, so
@@ -9,7 +11,6 @@ mod agent_commands;
 pub mod areas;
 mod coalesce;
 mod compaction;
-pub mod companion;
 mod conversation;
 pub mod egress;
 mod execute;
@@ -28,7 +29,6 @@ pub mod shutdown;
 mod slash;
 mod storage;
 mod tool_call;
-pub mod turn;
 mod turn_machine;
 mod turn_tools;
 mod views;
@@ -40,6 +40,7 @@ use crate::configuration::Configuration;
 use crate::extensions::{ExtensionHost, HostConfig};
 use crate::home::Home;
 use crate::human_input;
+use crate::records::turn::Turn;
 use crate::store::rows::{self, SessionRow};
 use crate::store::Store;
 use parking_lot::Mutex;
@@ -48,7 +49,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use turn::Turn;
 pub use turn_machine::SessionState;
 
 /// The largest turn request the advertised attachment caps allow: 8 files of 25 MiB, base64
@@ -69,7 +69,10 @@ pub struct Counters {
     pub tokens_out: AtomicU64,
 }
 
-pub struct Gateway {
+/// The turn engine: the loaded sessions and their turns (submit, run, land, queue, cancel,
+/// recovery, storage faults, session life and metadata), with a handle to every job a turn
+/// uses. Built by [`Gateway::new`]; its methods are spread over this folder by job.
+pub struct Turns {
     store: Store,
     bus: Arc<Bus>,
     default_root: PathBuf,
@@ -89,8 +92,6 @@ pub struct Gateway {
     counters: Counters,
     /// The stop request and the stopping state.
     shutdown: shutdown::Shutdown,
-    /// The stored egress decisions of each session.
-    egress: egress::EgressLog,
     /// The egress proxy and child runner, once started.
     sandbox: std::sync::OnceLock<Arc<crate::sandbox::Sandbox>>,
     /// Pending `vis.ask` forms, live views, secrets and extension shells.
@@ -103,12 +104,33 @@ pub struct Gateway {
     mcp: Arc<crate::mcp::Mcp>,
     /// Turns stopped because their events could not be stored (`storage.rs`).
     storage: storage::StorageWatch,
-    /// The Companion app's areas beyond the core flow, one object each (`companion/`).
-    companion: companion::Companion,
+    /// The Companion jobs (the turn reads the model to run on from their settings).
+    companion: Arc<crate::companion::Companion>,
     /// Where each session works: trunk or one of its drafts (`workspace/`).
+    workspaces: Arc<workspace::Workspaces>,
+}
+
+/// The gateway: the composition of its jobs. It builds each once ([`Gateway::new`]), starts
+/// the sandbox and stops them; the Companion boundary's areas are answered by the jobs it
+/// holds (`areas/`, `routes/`, `workspace/area.rs`). It has no other behaviour.
+pub struct Gateway {
+    /// The turn engine.
+    turns: Arc<Turns>,
+    store: Store,
+    bus: Arc<Bus>,
+    default_root: PathBuf,
+    configuration: Arc<Configuration>,
+    extensions: ExtensionHost,
+    sessions: Arc<sessions::Sessions>,
+    human_input: Arc<human_input::HumanInput>,
+    mcp: Arc<crate::mcp::Mcp>,
+    /// The Companion app's areas beyond the core flow, one object each (`companion/`).
+    companion: Arc<crate::companion::Companion>,
     workspaces: Arc<workspace::Workspaces>,
     /// Learn mode: proposals, the review and `vis.yml` edits, mode switches (L1).
     learn: Arc<crate::learn::Learn>,
+    /// The stored egress decisions of each session.
+    egress: egress::EgressLog,
 }
 
 pub type Shared = Arc<Mutex<SessionState>>;
@@ -157,8 +179,11 @@ impl Gateway {
             human_input.clone(),
         );
         let home_dir_for_mcp = home.dir.clone();
-        let companion =
-            companion::Companion::new(store.clone(), sessions.clone(), configuration.clone());
+        let companion = Arc::new(crate::companion::Companion::new(
+            store.clone(),
+            sessions.clone(),
+            configuration.clone(),
+        ));
         let egress = egress::EgressLog::new(store.clone());
         let learn = Arc::new(crate::learn::Learn::new(
             store.clone(),
@@ -198,32 +223,44 @@ impl Gateway {
             learn.clone(),
             human_input.clone(),
         );
-        let gw = Arc::new(Gateway {
+        let turns = Arc::new(Turns {
+            store: store.clone(),
+            bus: bus.clone(),
+            default_root: default_root.clone(),
+            configuration: configuration.clone(),
+            extensions: extensions.clone(),
+            slash,
+            turn_tools,
+            sessions: sessions.clone(),
+            permits: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
+            counters: Counters::default(),
+            shutdown: shutdown::Shutdown::default(),
+            sandbox: std::sync::OnceLock::new(),
+            human_input: human_input.clone(),
+            presentations,
+            model_sandboxes,
+            mcp: mcp.clone(),
+            storage: Default::default(),
+            companion: companion.clone(),
+            workspaces: workspaces.clone(),
+        });
+        turns.watch_storage();
+        Ok(Arc::new(Gateway {
+            turns,
             store,
             bus,
             default_root,
             configuration,
             extensions,
-            slash,
-            turn_tools,
             sessions,
-            permits: Arc::new(Semaphore::new(concurrency)),
-            concurrency,
-            counters: Counters::default(),
-            shutdown: shutdown::Shutdown::default(),
-            egress,
-            sandbox: std::sync::OnceLock::new(),
             human_input,
-            presentations,
-            model_sandboxes,
             mcp,
-            storage: Default::default(),
             companion,
             workspaces,
             learn,
-        });
-        gw.watch_storage();
-        Ok(gw)
+            egress,
+        }))
     }
 
     /// Starts the egress proxy (for the gateway's own `ports`, which children may always
@@ -239,14 +276,14 @@ impl Gateway {
         )
         .await?;
         let sandbox = Arc::new(sandbox);
-        self.turn_tools.install_sandbox(sandbox.clone());
-        self.slash.install_sandbox(sandbox.clone());
+        self.turns.turn_tools.install_sandbox(sandbox.clone());
+        self.turns.slash.install_sandbox(sandbox.clone());
         self.configuration
             .attach_sandbox_routes(sandbox.routes.clone());
         self.learn.install_sandbox(sandbox.clone()).await;
         self.human_input.install_sandbox(sandbox.clone());
         let port = sandbox.port();
-        let _ = self.sandbox.set(sandbox);
+        let _ = self.turns.sandbox.set(sandbox);
         Ok(port)
     }
 
@@ -257,9 +294,25 @@ impl Gateway {
 
     /// Cancelled when a stop is requested (a signal, `POST /v1/shutdown`).
     pub fn stop_requested(&self) -> CancellationToken {
-        self.shutdown.requested()
+        self.turns.shutdown.requested()
     }
 
+    /// Cancels every running turn and waits (bounded) for their terminals, then stops the
+    /// Python runtimes and extension workers and flushes the store.
+    pub async fn shutdown(&self, wait: std::time::Duration) {
+        self.turns.stop(wait).await;
+        self.turns.model_sandboxes.stop_all();
+        self.extensions.shutdown().await;
+        self.store.flush().await;
+    }
+
+    /// The turn engine, for the binary's start (recovery at start-up).
+    pub fn turns(&self) -> &Arc<Turns> {
+        &self.turns
+    }
+}
+
+impl Turns {
     /// Persists the session row (queued behind earlier writes).
     pub fn save_row(&self, row: &SessionRow) {
         let row = row.clone();
@@ -285,7 +338,7 @@ impl Gateway {
     }
 
     /// Cancels every running turn and waits (bounded) for their terminals.
-    pub async fn shutdown(&self, wait: std::time::Duration) {
+    async fn stop(&self, wait: std::time::Duration) {
         self.shutdown.begin();
         for (_, s) in self.sessions.all() {
             if let Some(r) = &s.lock().running {
@@ -296,8 +349,5 @@ impl Gateway {
         while self.sessions.running_count() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        self.model_sandboxes.stop_all();
-        self.extensions.shutdown().await;
-        self.store.flush().await;
     }
 }

@@ -3,15 +3,16 @@
 //! the turn's state machine; a turn that is not where the request needs it is looked up in
 //! the store for the refusal's status.
 
+use super::lifecycle::{TurnRequestError, TurnResult};
 use super::turn_machine::{Elsewhere, TurnError};
-use super::{now_ms, Gateway};
+use super::{now_ms, Turns};
+use crate::records::SessionResult;
 use serde_json::Value;
 use std::sync::Arc;
 use vis_companion_api::wire::TurnRecord;
-use vis_companion_api::ApiResult;
 
-impl Gateway {
-    pub async fn cancel(self: &Arc<Self>, sid: &str, tid: &str) -> ApiResult<()> {
+impl Turns {
+    pub async fn cancel(self: &Arc<Self>, sid: &str, tid: &str) -> TurnResult<()> {
         let shared = self.sessions.get(sid).await?;
         let now = now_ms();
         let refused = self.transition(&shared, |st| match st.cancel(tid, now) {
@@ -28,7 +29,7 @@ impl Gateway {
         self: &Arc<Self>,
         sid: &str,
         key: Option<String>,
-    ) -> ApiResult<String> {
+    ) -> TurnResult<String> {
         let shared = self.sessions.get(sid).await?;
         let now = now_ms();
         let answer = self.transition(&shared, |st| match st.cancel_current(key.as_deref(), now) {
@@ -39,7 +40,7 @@ impl Gateway {
     }
 
     /// The freshest record of a turn: running or queued in memory, else the store.
-    pub async fn turn_record(&self, sid: &str, tid: &str) -> ApiResult<TurnRecord> {
+    pub async fn turn_record(&self, sid: &str, tid: &str) -> SessionResult<TurnRecord> {
         Ok(self.sessions.turn(sid, tid).await?.record())
     }
 
@@ -48,7 +49,7 @@ impl Gateway {
         sid: &str,
         tid: &str,
         request: Option<Value>,
-    ) -> ApiResult<TurnRecord> {
+    ) -> TurnResult<TurnRecord> {
         let shared = self.sessions.get(sid).await?;
         let text = match request {
             Some(Value::String(s)) => Some(s),
@@ -65,7 +66,7 @@ impl Gateway {
         }
     }
 
-    pub async fn delete_queued(self: &Arc<Self>, sid: &str, tid: &str) -> ApiResult<()> {
+    pub async fn delete_queued(self: &Arc<Self>, sid: &str, tid: &str) -> TurnResult<()> {
         let shared = self.sessions.get(sid).await?;
         let refused = self.transition(&shared, |st| match st.delete_queued(tid) {
             Ok(fx) => (None, fx),
@@ -77,13 +78,13 @@ impl Gateway {
         }
     }
 
-    pub async fn resume_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<TurnRecord>> {
+    pub async fn resume_queue(self: &Arc<Self>, sid: &str) -> TurnResult<Option<TurnRecord>> {
         let shared = self.sessions.get(sid).await?;
         let now = now_ms();
         Ok(self.transition(&shared, |st| st.resume(now)))
     }
 
-    pub async fn drain_queue(self: &Arc<Self>, sid: &str) -> ApiResult<Option<TurnRecord>> {
+    pub async fn drain_queue(self: &Arc<Self>, sid: &str) -> TurnResult<Option<TurnRecord>> {
         let shared = self.sessions.get(sid).await?;
         let now = now_ms();
         Ok(self.transition(&shared, |st| st.drain(now)))
@@ -97,12 +98,12 @@ impl Gateway {
         tid: &str,
         where_: Elsewhere,
         refusal: Refusal,
-    ) -> vis_companion_api::ApiError {
+    ) -> TurnRequestError {
         let status = match where_ {
             Elsewhere::Here(s) => s,
             Elsewhere::Stored => match self.stored_status(sid, tid).await {
                 Ok(s) => s,
-                Err(e) => return e,
+                Err(e) => return e.into(),
             },
         };
         let (tid, status) = (tid.to_string(), status.as_str().to_string());

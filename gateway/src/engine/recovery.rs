@@ -1,14 +1,14 @@
 //! Restart recovery: a turn still stored as running when the gateway starts failed with the
 //! process, and so did the forms and live views its tools had open.
 
-use super::turn::Turn;
 use super::turn_machine::Terminal;
-use super::{now_ms, Gateway};
+use super::{now_ms, Turns};
+use crate::records::turn::Turn;
 use serde_json::json;
 use std::sync::Arc;
 use vis_companion_api::events::{Event, HumanInputClose, LiveClose};
 
-impl Gateway {
+impl Turns {
     /// Every turn still stored as running gets `turn.failed` (interrupted) (docs/decisions.md, G3).
     pub async fn recover(self: &Arc<Self>) -> anyhow::Result<usize> {
         let records = self
@@ -37,7 +37,7 @@ impl Gateway {
     }
 }
 
-impl Gateway {
+impl Turns {
     /// Turns a graceful stop left queued (no running turn, queue not paused) run where they
     /// left off: each such session drains its oldest queued turn, so nothing submitted after
     /// the start overtakes them. Call once the sandbox runs, before the API serves.
@@ -69,7 +69,7 @@ impl Gateway {
     }
 }
 
-impl Gateway {
+impl Turns {
     /// Forms and live views the journal shows open when the gateway stopped can never be
     /// answered or updated (the extension call that owned them died with the process): each
     /// gets its closing event with reason `interrupted`, so no client keeps showing it.

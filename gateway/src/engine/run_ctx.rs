@@ -2,11 +2,11 @@
 //! compaction): its context (`RunCtx`), what it has produced so far (`Progress`), what the
 //! loop is given (`Conversation`) and how it ended (`Outcome`).
 
-use super::turn::Tokens;
-use super::Gateway;
+use super::Turns;
 use crate::agent::budget::Budgets;
 use crate::agent::context::Context;
 use crate::agent::window::Budget;
+use crate::records::turn::Tokens;
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub enum Outcome {
 }
 
 pub struct RunCtx {
-    pub gw: Arc<Gateway>,
+    pub gw: Arc<Turns>,
     pub sid: String,
     pub tid: String,
     pub root: std::path::PathBuf,

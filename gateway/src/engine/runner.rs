@@ -8,10 +8,10 @@ use super::coalesce::{Coalescer, Out};
 use super::compaction;
 use super::run_ctx::cut;
 pub use super::run_ctx::{Conversation, Outcome, Progress, RunCtx};
-use super::turn::prose_block;
 use crate::agent::budget::LoopGuard;
 use crate::agent::memory::Trigger;
 use crate::agent::window::{self, Budget};
+use crate::records::turn::prose_block;
 use crate::tools::Tool;
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -294,7 +294,7 @@ pub async fn run(
         remember(ctx, &mut conv, assistant);
         let mut stop = None;
         // Files the calls write are found by their modification time.
-        let mark = super::companion::artifacts::mark();
+        let mark = crate::companion::artifacts::mark();
         for (n, call) in calls.iter().enumerate() {
             let (form, out) = super::tool_call::run_tool(ctx, &tools, call, iteration, n).await;
             forms.push(form);

@@ -2,27 +2,50 @@
 //! the row stored), the child environment handed to `vis-gateway exec`, and deletion (the
 //! running turn cancelled, every resource of the session released).
 
-use super::companion::store_err;
-use super::{now_ms, Gateway};
+use super::{now_ms, Turns};
+use crate::records::SessionError;
 use crate::store::rows::{self, SessionRow};
-use axum::http::StatusCode;
+use crate::store::StoreError;
 use vis_companion_api::wire::*;
-use vis_companion_api::{ApiError, ApiResult, CreateSession};
+use vis_companion_api::CreateSession;
 
-impl Gateway {
+/// Why a session could not be created or handed to `vis-gateway exec`.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionLifeError {
+    #[error("root {root} is not a directory")]
+    RootNotADirectory { root: String },
+    /// The folder's `vis.yml` (or the home's) does not load; the message says where and why.
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("the egress proxy is not running")]
+    SandboxUnavailable,
+    /// `jail.enabled` is set and the jail cannot be built here (fail closed).
+    #[error("{0}")]
+    JailUnavailable(String),
+    /// The blocking configuration check did not finish (its thread panicked).
+    #[error("the configuration check failed: {0}")]
+    CheckFailed(String),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub type SessionLifeResult<T> = Result<T, SessionLifeError>;
+
+impl Turns {
     /// A new session in `req.root` (default: the gateway's folder), once the folder and its
     /// configuration check out.
-    pub async fn create_session(&self, req: CreateSession) -> ApiResult<SessionCreated> {
+    pub async fn create_session(&self, req: CreateSession) -> SessionLifeResult<SessionCreated> {
         let g = self;
         let root = match req.root.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
             None => g.default_root.clone(),
             Some(r) => {
                 let p = std::path::PathBuf::from(r);
                 if !p.is_dir() {
-                    return Err(ApiError::bad_request(
-                        "invalid-request",
-                        format!("root {r} is not a directory"),
-                    ));
+                    return Err(SessionLifeError::RootNotADirectory {
+                        root: r.to_string(),
+                    });
                 }
                 p
             }
@@ -30,8 +53,8 @@ impl Gateway {
         let (home, project) = (g.configuration.home().to_path_buf(), root.clone());
         tokio::task::spawn_blocking(move || crate::config::load(&home, &project))
             .await
-            .map_err(|e| ApiError::engine(e.to_string()))?
-            .map_err(|e| ApiError::bad_request("invalid-config", e.to_string()))?;
+            .map_err(|e| SessionLifeError::CheckFailed(e.to_string()))?
+            .map_err(|e| SessionLifeError::InvalidConfig(e.to_string()))?;
         let now = now_ms();
         let row = SessionRow {
             id: uuid::Uuid::new_v4().to_string(),
@@ -49,10 +72,7 @@ impl Gateway {
             ..Default::default()
         };
         let r = row.clone();
-        g.store
-            .call(move |c| rows::put_session(c, &r))
-            .await
-            .map_err(store_err)?;
+        g.store.call(move |c| rows::put_session(c, &r)).await?;
         g.sessions.get(&row.id).await?;
         tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
         Ok(SessionCreated {
@@ -110,14 +130,10 @@ impl Gateway {
         root: Option<String>,
         title: Option<String>,
         command: Option<String>,
-    ) -> ApiResult<SandboxEnv> {
+    ) -> SessionLifeResult<SandboxEnv> {
         let g = self;
         let Some(sandbox) = g.sandbox.get() else {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "sandbox-unavailable",
-                "the egress proxy is not running",
-            ));
+            return Err(SessionLifeError::SandboxUnavailable);
         };
         let sid = match session_id {
             Some(sid) => sid,
@@ -139,14 +155,14 @@ impl Gateway {
             .configuration
             .project(&root)
             .await
-            .map_err(|e| ApiError::bad_request("invalid-config", e))?;
+            .map_err(SessionLifeError::InvalidConfig)?;
         // The project's filters decide the child's first request (also without a turn).
         g.extensions.catalog().ensure_project(Some(&root)).await;
         let env = sandbox.child_env_for(&sid, &root, &cfg, command.as_deref());
         // `jail.enabled: true`: the caller must run `argv_prefix + command` (fail closed).
         let jail = sandbox
             .jail_prefix(&root, &cfg)
-            .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "jail-unavailable", e))?
+            .map_err(SessionLifeError::JailUnavailable)?
             .map(|argv_prefix| JailPrefix { argv_prefix });
         tracing::info!(session = %sid, root = %root.display(), jailed = jail.is_some(), "exec: child environment handed out");
         Ok(SandboxEnv {

@@ -2,9 +2,10 @@
 //! first use (with its queued turns and idempotency keys), the turn order counter, and the
 //! reads of a session's turns with the running and queued ones overlaid.
 
-use super::turn::{self, Turn};
 use super::{SessionState, Shared};
 use crate::bus::Bus;
+use crate::records::turn::{self, Turn};
+use crate::records::{SessionError, SessionResult};
 use crate::store::rows;
 use crate::store::Store;
 use parking_lot::Mutex;
@@ -14,7 +15,6 @@ use std::collections::{HashMap, VecDeque};
 pub const INTERNAL_CHANNEL: &str = "system";
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use vis_companion_api::{ApiError, ApiResult};
 
 pub struct Sessions {
     store: Store,
@@ -70,7 +70,7 @@ impl Sessions {
     }
 
     /// The session's state, loading it from the store on first use (404 when unknown).
-    pub async fn get(&self, sid: &str) -> ApiResult<Shared> {
+    pub async fn get(&self, sid: &str) -> SessionResult<Shared> {
         if let Some(s) = self.map.lock().get(sid) {
             return Ok(s.clone());
         }
@@ -83,10 +83,9 @@ impl Sessions {
                 };
                 Ok(Some((row, rows::turns_of(c, &id)?)))
             })
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
+            .await?;
         let Some((row, records)) = loaded else {
-            return Err(ApiError::session_not_found(sid));
+            return Err(SessionError::not_found(sid));
         };
         let mut keys = HashMap::new();
         let mut queue = VecDeque::new();
@@ -115,19 +114,17 @@ impl Sessions {
     }
 
     /// A turn as stored (404 when the session has no such turn).
-    pub async fn stored_turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
+    pub async fn stored_turn(&self, sid: &str, tid: &str) -> SessionResult<Turn> {
         let (s, t) = (sid.to_string(), tid.to_string());
-        let rec = self
-            .store
-            .call(move |c| rows::turn_of(c, &s, &t))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
+        let rec = self.store.call(move |c| rows::turn_of(c, &s, &t)).await?;
         rec.and_then(|r| serde_json::from_str::<Turn>(&r).ok())
-            .ok_or_else(|| ApiError::turn_not_found(tid))
+            .ok_or_else(|| SessionError::TurnNotFound {
+                tid: tid.to_string(),
+            })
     }
 
     /// The freshest copy of a turn: running or queued in memory, else the store.
-    pub async fn turn(&self, sid: &str, tid: &str) -> ApiResult<Turn> {
+    pub async fn turn(&self, sid: &str, tid: &str) -> SessionResult<Turn> {
         let shared = self.get(sid).await?;
         {
             let st = shared.lock();
@@ -144,14 +141,10 @@ impl Sessions {
     }
 
     /// Every turn of a session, oldest first, with the live overlay.
-    pub async fn turns(&self, sid: &str) -> ApiResult<Vec<Turn>> {
+    pub async fn turns(&self, sid: &str) -> SessionResult<Vec<Turn>> {
         let shared = self.get(sid).await?;
         let id = sid.to_string();
-        let recs = self
-            .store
-            .call(move |c| rows::turns_of(c, &id))
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
+        let recs = self.store.call(move |c| rows::turns_of(c, &id)).await?;
         let mut turns: Vec<Turn> = recs
             .iter()
             .filter_map(|r| serde_json::from_str(r).ok())
@@ -172,6 +165,21 @@ impl Sessions {
     pub fn forget(&self, sid: &str) {
         self.map.lock().remove(sid);
         self.bus.close(sid);
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::records::SessionReader for Sessions {
+    async fn row(&self, sid: &str) -> SessionResult<rows::SessionRow> {
+        Ok(self.get(sid).await?.lock().row.clone())
+    }
+
+    async fn turns(&self, sid: &str) -> SessionResult<Vec<Turn>> {
+        Sessions::turns(self, sid).await
+    }
+
+    async fn turn(&self, sid: &str, tid: &str) -> SessionResult<Turn> {
+        Sessions::turn(self, sid, tid).await
     }
 }
 

@@ -12,10 +12,10 @@
 //! so a turn that ended between a loss and the watcher's next look fails `storage_error`
 //! instead of ending `turn.completed` with holes.
 
-use super::turn::Turn;
 use super::turn_machine::Terminal;
-use super::{now_ms, Gateway};
+use super::{now_ms, Turns};
 use crate::bus::Lost;
+use crate::records::turn::Turn;
 use crate::store::rows;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -61,7 +61,7 @@ fn storage_error(lost: &Lost) -> Terminal {
     }
 }
 
-impl Gateway {
+impl Turns {
     /// Starts the storage watcher (one task per gateway; ends when the gateway is dropped).
     pub fn watch_storage(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);

@@ -1,14 +1,16 @@
 //! Read models: the session record, the session list, turn history and the transcript.
 
-use super::turn::{Status, Turn};
-use super::{now_ms, Gateway, SessionState};
+use super::{now_ms, SessionState, Turns};
+use crate::records::turn::{Status, Turn};
+use crate::records::{SessionError, SessionResult};
 use crate::store::rows::{self, SessionRow};
+use crate::store::StoreResult;
 use serde::Serialize;
 use std::collections::HashMap;
 use vis_companion_api::wire::{
     Overview, ProjectOverview, SessionList, SessionRecord, SessionStatus, Transcript, TranscriptRow,
 };
-use vis_companion_api::{ApiError, ApiResult, SessionListQuery};
+use vis_companion_api::SessionListQuery;
 
 /// Live facts of a loaded session.
 #[derive(Default, Clone)]
@@ -39,7 +41,7 @@ fn transcript_page_max_bytes() -> usize {
         .unwrap_or(2 * 1024 * 1024)
 }
 
-impl Gateway {
+impl Turns {
     pub fn soul(&self, row: &SessionRow, live: &Live) -> SessionRecord {
         let model = self.configuration.pick(None).map(|(_, m)| m);
         let status = if live.running.is_some() {
@@ -60,7 +62,7 @@ impl Gateway {
             modified_at: row.modified_at,
             last_active_at: row.last_active_at,
             turn_count: row.turn_count,
-            project_id: super::companion::project_id(&row.root),
+            project_id: crate::companion::project_id(&row.root),
             project_name: label(&row.root),
             project_position: None,
             favorite_rank: row.favorite_rank,
@@ -73,7 +75,7 @@ impl Gateway {
             running_request: live
                 .running
                 .as_ref()
-                .map(|(_, req, _)| super::turn::preview(req)),
+                .map(|(_, req, _)| crate::records::turn::preview(req)),
             running_started_at: live.running.as_ref().map(|r| r.2),
             first_request: row.first_request.clone(),
             workspace: Some(self.workspaces.view(&row.id, &row.root)),
@@ -89,12 +91,8 @@ impl Gateway {
             .collect()
     }
 
-    pub async fn list_sessions(&self, q: SessionListQuery) -> ApiResult<SessionList> {
-        let rows = self
-            .store
-            .call(rows::all_sessions)
-            .await
-            .map_err(|e| ApiError::engine(e.to_string()))?;
+    pub async fn list_sessions(&self, q: SessionListQuery) -> StoreResult<SessionList> {
+        let rows = self.store.call(rows::all_sessions).await?;
         let live = self.live_map();
         let root_filter = q
             .root
@@ -181,10 +179,10 @@ impl Gateway {
         sid: &str,
         limit: Option<usize>,
         offset: Option<usize>,
-    ) -> ApiResult<Transcript> {
+    ) -> SessionResult<Transcript> {
         let turns = match self.sessions.turns(sid).await {
             Ok(t) => t,
-            Err(e) if e.kind == "session-not-found" => vec![],
+            Err(SessionError::NotFound { .. }) => vec![],
             Err(e) => return Err(e),
         };
         let rows: Vec<TranscriptRow> = turns
@@ -254,7 +252,7 @@ fn overview(rows: &[&SessionRow], live: &HashMap<String, Live>) -> Overview {
             .iter()
             .map(|(root, (n, l, last))| ProjectOverview {
                 root: root.to_string(),
-                project_id: super::companion::project_id(root),
+                project_id: crate::companion::project_id(root),
                 name: label(root),
                 session_count: *n,
                 live_count: *l,

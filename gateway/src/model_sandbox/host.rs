@@ -174,10 +174,14 @@ impl SessionHost {
         drafts
             .call(&self.session.id, func, args)
             .await
-            .map_err(|e| match e.status {
-                403 => CallError::permission(e.message),
-                400 => CallError::new("ValueError", e.message),
-                _ => CallError::new("RuntimeError", e.message),
+            .map_err(|e| {
+                use crate::drafts::DraftError as D;
+                let message = e.to_string();
+                match e {
+                    D::Blocked(_) | D::Declined(_) => CallError::permission(message),
+                    D::BadLabel(_) => CallError::new("ValueError", message),
+                    _ => CallError::new("RuntimeError", message),
+                }
             })
     }
 

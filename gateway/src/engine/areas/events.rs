@@ -1,14 +1,13 @@
 //! The events area of the Companion boundary: the bus's subscriptions and the journal.
 
-use super::TurnEngine;
-use crate::engine::companion::store_err;
+use super::GatewayAreas;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use vis_companion_api::wire::*;
 use vis_companion_api::{ApiError, ApiResult, Cursor, EventsApi, Subscription};
 
 #[async_trait]
-impl EventsApi for TurnEngine {
+impl EventsApi for GatewayAreas {
     async fn subscribe(
         &self,
         sid: &str,
@@ -24,8 +23,7 @@ impl EventsApi for TurnEngine {
         self.0
             .bus
             .try_subscribe(sid, cursor.0, running, kick)
-            .await
-            .map_err(store_err)?
+            .await?
             .ok_or_else(|| ApiError::session_not_found(sid))
     }
 
@@ -57,6 +55,6 @@ impl EventsApi for TurnEngine {
 
     async fn egress(&self, sid: &str, limit: usize, before: Option<i64>) -> ApiResult<EgressPage> {
         self.0.sessions.get(sid).await?;
-        self.0.egress.page(sid, limit, before).await
+        Ok(self.0.egress.page(sid, limit, before).await?)
     }
 }

@@ -1,6 +1,6 @@
 //! The human-input area of the Companion boundary: forms a turn waits on and live views.
 
-use super::TurnEngine;
+use super::GatewayAreas;
 use async_trait::async_trait;
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
@@ -44,7 +44,7 @@ fn hi_error(e: crate::human_input::HiError, id: &str) -> ApiError {
 }
 
 #[async_trait]
-impl HumanInputApi for TurnEngine {
+impl HumanInputApi for GatewayAreas {
     async fn list(&self, sid: &str) -> ApiResult<HumanInputList> {
         self.0.sessions.get(sid).await?;
         Ok(self.0.human_input.list(sid))

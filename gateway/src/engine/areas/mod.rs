@@ -1,27 +1,30 @@
 //! The gateway's side of the Companion boundary: each area's trait, implemented where the
-//! work is. The turn engine ([`TurnEngine`], the gateway seen as a shared handle, since
-//! starting a turn spawns work that outlives the request) answers sessions, turns, events,
-//! human input and the machine, one file per area; the workspace job answers the workspace
+//! work is. [`GatewayAreas`] (the gateway's jobs as a shared handle, since starting a turn
+//! spawns work that outlives the request) answers sessions, turns, events, human input and
+//! the machine, one file per area, calling the turn engine (`Turns`) and the other jobs; the workspace job answers the workspace
 //! area (`workspace/area.rs`); MCP, learn mode and providers answer their own
 //! (`engine/routes/`).
 
 mod events;
 mod human_input;
 mod machine;
+#[cfg(test)]
+mod oneshot_tests;
 mod sessions;
+mod turn_errors;
 mod turns;
 
 use super::Gateway;
 use std::sync::Arc;
-use vis_companion_api::Areas;
+use vis_companion_api::{ApiError, Areas};
 
-/// The gateway as the areas it answers see it: a shared handle.
+/// The gateway's jobs as the areas they answer see them: a shared handle.
 #[derive(Clone)]
-pub struct TurnEngine(pub(super) Arc<Gateway>);
+pub struct GatewayAreas(pub(super) Arc<Gateway>);
 
 /// Every area of the Companion boundary over one gateway.
 pub fn areas(gw: &Arc<Gateway>) -> Areas {
-    let engine = Arc::new(TurnEngine(gw.clone()));
+    let engine = Arc::new(GatewayAreas(gw.clone()));
     Areas {
         sessions: engine.clone(),
         turns: engine.clone(),
@@ -34,5 +37,18 @@ pub fn areas(gw: &Arc<Gateway>) -> Areas {
         providers: Some(Arc::new(super::routes::providers::ProviderRoutes(
             gw.clone(),
         ))),
+    }
+}
+
+/// A store failure on the wire: 507 when the disk is full (the client can tell the user
+/// what happened and that nothing was changed), else 500.
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> ApiError {
+        if e.is_full() {
+            return ApiError::insufficient_storage(format!(
+                "the gateway's disk is full; nothing was changed ({e})"
+            ));
+        }
+        ApiError::engine(e.to_string())
     }
 }

@@ -1,6 +1,7 @@
 //! The turns area of the Companion boundary, on the turn engine.
 
-use super::TurnEngine;
+use super::GatewayAreas;
+use crate::engine::lifecycle::TurnRequestError;
 use async_trait::async_trait;
 use serde_json::Value;
 use vis_companion_api::records::*;
@@ -8,9 +9,9 @@ use vis_companion_api::wire::*;
 use vis_companion_api::{ApiError, ApiResult, SubmitTurn, TurnsApi};
 
 #[async_trait]
-impl TurnsApi for TurnEngine {
+impl TurnsApi for GatewayAreas {
     async fn submit(&self, sid: &str, req: SubmitTurn) -> ApiResult<(bool, TurnRecord)> {
-        self.0.submit(sid, req).await
+        Ok(self.0.turns.submit(sid, req).await?)
     }
 
     async fn list(&self, sid: &str, queued_only: bool) -> ApiResult<TurnList> {
@@ -27,7 +28,7 @@ impl TurnsApi for TurnEngine {
     }
 
     async fn get(&self, sid: &str, tid: &str) -> ApiResult<TurnRecord> {
-        self.0.turn_record(sid, tid).await
+        Ok(self.0.turns.turn_record(sid, tid).await?)
     }
 
     async fn attachments(&self, sid: &str, tid: &str) -> ApiResult<TurnAttachments> {
@@ -38,27 +39,27 @@ impl TurnsApi for TurnEngine {
     }
 
     async fn edit(&self, sid: &str, tid: &str, request: Option<Value>) -> ApiResult<TurnRecord> {
-        self.0.edit(sid, tid, request).await
+        Ok(self.0.turns.edit(sid, tid, request).await?)
     }
 
     async fn delete(&self, sid: &str, tid: &str) -> ApiResult<()> {
-        self.0.delete_queued(sid, tid).await
+        Ok(self.0.turns.delete_queued(sid, tid).await?)
     }
 
     async fn cancel(&self, sid: &str, tid: &str) -> ApiResult<()> {
-        self.0.cancel(sid, tid).await
+        Ok(self.0.turns.cancel(sid, tid).await?)
     }
 
     async fn cancel_current(&self, sid: &str, key: Option<String>) -> ApiResult<String> {
-        self.0.cancel_current(sid, key).await
+        Ok(self.0.turns.cancel_current(sid, key).await?)
     }
 
     async fn resume_queue(&self, sid: &str) -> ApiResult<Option<TurnRecord>> {
-        self.0.resume_queue(sid).await
+        Ok(self.0.turns.resume_queue(sid).await?)
     }
 
     async fn drain_queue(&self, sid: &str) -> ApiResult<Option<TurnRecord>> {
-        self.0.drain_queue(sid).await
+        Ok(self.0.turns.drain_queue(sid).await?)
     }
 
     async fn trace(&self, sid: &str, engine_tid: &str) -> ApiResult<Trace> {
@@ -75,11 +76,11 @@ impl TurnsApi for TurnEngine {
     }
 
     async fn artifacts(&self, sid: &str) -> ApiResult<ArtifactList> {
-        self.0.companion.artifacts().list(sid).await
+        Ok(self.0.companion.artifacts().list(sid).await?)
     }
 
     async fn iteration_attachments(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments> {
-        self.0.companion.artifacts().of_iteration(sid, iid).await
+        Ok(self.0.companion.artifacts().of_iteration(sid, iid).await?)
     }
 
     async fn iteration_attachment_bytes(
@@ -88,7 +89,7 @@ impl TurnsApi for TurnEngine {
         iid: &str,
         index: i64,
     ) -> ApiResult<StoredBytes> {
-        self.0.companion.artifacts().bytes(sid, iid, index).await
+        Ok(self.0.companion.artifacts().bytes(sid, iid, index).await?)
     }
 
     async fn save_revision(
@@ -97,11 +98,23 @@ impl TurnsApi for TurnEngine {
         iid: &str,
         rev: NewRevision,
     ) -> ApiResult<IterationAttachment> {
-        self.0
+        Ok(self
+            .0
             .companion
             .artifacts()
             .save_revision(sid, iid, rev)
-            .await
+            .await?)
+    }
+}
+
+/// A refused request on a session's turns on the wire.
+impl From<TurnRequestError> for ApiError {
+    fn from(e: TurnRequestError) -> ApiError {
+        match e {
+            TurnRequestError::Turn(e) => e.into(),
+            TurnRequestError::Session(e) => e.into(),
+            TurnRequestError::Attachment(e) => e.into(),
+        }
     }
 }
 

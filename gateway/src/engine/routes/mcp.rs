@@ -41,8 +41,22 @@ fn invalid(e: String) -> ApiError {
     ApiError::bad_request("invalid-request", e)
 }
 
+/// A failed sign-in step on the wire.
 fn auth_error(e: AuthFailure) -> ApiError {
-    ApiError::new(e.status(), e.code(), e.to_string())
+    let message = e.to_string();
+    let (status, code) = match e {
+        AuthFailure::BadInput(_) => (StatusCode::BAD_REQUEST, "invalid-request"),
+        AuthFailure::Denied(_) => (StatusCode::BAD_REQUEST, "mcp-auth-denied"),
+        AuthFailure::StateMismatch => (StatusCode::BAD_REQUEST, "mcp-auth-state-mismatch"),
+        AuthFailure::Rejected(_) => (StatusCode::BAD_REQUEST, "mcp-auth-code-rejected"),
+        AuthFailure::UnknownFlow(_) => (StatusCode::NOT_FOUND, "mcp-auth-flow-not-found"),
+        AuthFailure::Finished(_) => (StatusCode::CONFLICT, "mcp-auth-flow-finished"),
+        AuthFailure::NotNeeded(_) => (StatusCode::CONFLICT, "mcp-auth-not-needed"),
+        AuthFailure::Unsupported(_) => (StatusCode::BAD_GATEWAY, "mcp-auth-unsupported"),
+        AuthFailure::Upstream(_) => (StatusCode::BAD_GATEWAY, "mcp-auth-upstream"),
+        AuthFailure::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "engine-error"),
+    };
+    ApiError::new(status, code, message)
 }
 
 impl McpRoutes {
@@ -106,7 +120,7 @@ impl McpRoutes {
 
     /// How the probe session reaches servers (its proxy token, the CA bundle).
     async fn probe_reach(&self) -> ApiResult<Reach> {
-        let sandbox = self.0.sandbox.get().cloned().ok_or_else(|| {
+        let sandbox = self.0.turns.sandbox.get().cloned().ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "sandbox-unavailable",
@@ -134,6 +148,7 @@ impl McpRoutes {
         }
         let created = self
             .0
+            .turns
             .create_session(CreateSession {
                 channel: Some(crate::engine::sessions::INTERNAL_CHANNEL.into()),
                 title: Some("MCP server tests".into()),

@@ -4,8 +4,8 @@
 
 use super::table::parse;
 use super::SlashCommands;
-use crate::engine::turn::prose_block;
 use crate::engine::turn_machine::Terminal;
+use crate::records::turn::prose_block;
 use serde_json::{json, Value};
 use std::path::Path;
 use vis_companion_api::events::{Event, SlashChunk};

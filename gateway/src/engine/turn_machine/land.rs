@@ -4,7 +4,7 @@
 
 use super::{Count, Effect, Effects, Running, SessionState};
 use crate::engine::runner::Progress;
-use crate::engine::turn::{error_block, Status, Turn};
+use crate::records::turn::{error_block, Status, Turn};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;

@@ -16,7 +16,7 @@ mod tests;
 pub use land::Terminal;
 
 use super::runner::Progress;
-use super::turn::{preview, Status, Turn};
+use crate::records::turn::{preview, Status, Turn};
 use crate::store::rows::SessionRow;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};

@@ -2,7 +2,7 @@
 //! effects read back as short names ("save-row", "publish turn.started", "spawn t1", …).
 
 use super::*;
-use crate::engine::turn::{Status, Turn};
+use crate::records::turn::{Status, Turn};
 use vis_companion_api::events::Event;
 
 fn session() -> SessionState {

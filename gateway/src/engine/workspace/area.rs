@@ -1,12 +1,16 @@
 //! The workspace area of the Companion boundary: the draft routes (`…/workspace/drafts`,
 //! `…/resume`, `…/stash`, `…/abandon`), which refuse while a turn runs or waits and switch
 //! without a separate step (the session's current draft is stashed first); `@file`
-//! suggestions; and the folder browser.
+//! suggestions; and the folder browser. The one place where the workspace job's errors and
+//! the draft errors become statuses and bodies.
 
-use super::{api_error, draft_item, Workspaces};
+use super::error::{WorkspaceError, WorkspaceResult};
+use super::{draft_item, Workspaces};
 use crate::drafts::service::Target;
-use crate::drafts::Draft;
+use crate::drafts::{Draft, DraftError};
 use async_trait::async_trait;
+use axum::http::StatusCode;
+use serde_json::json;
 use std::path::Path;
 use vis_companion_api::records::{BrowseEntry, FileSuggestion, WorkspaceChange, WorkspaceDraft};
 use vis_companion_api::{ApiError, ApiResult, DraftSize, DraftSizes, FolderListing, WorkspaceApi};
@@ -14,35 +18,28 @@ use vis_companion_api::{ApiError, ApiResult, DraftSize, DraftSizes, FolderListin
 impl Workspaces {
     /// Refuses a route's workspace change while a turn runs or waits (its tools would
     /// change folders under it).
-    fn ensure_idle(&self, sid: &str) -> ApiResult<()> {
+    fn ensure_idle(&self, sid: &str) -> WorkspaceResult<()> {
         if let Some(s) = self.sessions.loaded(sid) {
             let st = s.lock();
             if st.running.is_some() || !st.queue.is_empty() {
-                return Err(ApiError::conflict(
-                    "session-busy",
-                    "the session has a running or queued turn: change its workspace when it is idle",
-                ));
+                return Err(WorkspaceError::Busy);
             }
         }
         Ok(())
     }
 
     /// The drafts of the session's repository and the id of the one the session is in.
-    async fn listed(&self, sid: &str) -> ApiResult<(Vec<Draft>, Option<String>)> {
+    async fn listed(&self, sid: &str) -> WorkspaceResult<(Vec<Draft>, Option<String>)> {
         let trunk = self.trunk(sid).await?;
         let current = self.drafts.current(sid).map(|d| d.workspace_id);
-        let list = self
-            .drafts
-            .list(Path::new(&trunk))
-            .await
-            .map_err(api_error)?;
+        let list = self.drafts.list(Path::new(&trunk)).await?;
         Ok((list, current))
     }
 
     /// Parks the session's current draft, if any (the routes switch without a separate step).
-    async fn park(&self, sid: &str) -> ApiResult<()> {
+    async fn park(&self, sid: &str) -> WorkspaceResult<()> {
         if self.drafts.current(sid).is_some() {
-            self.stash(sid).await.map_err(api_error)?;
+            self.stash(sid).await?;
         }
         Ok(())
     }
@@ -67,9 +64,9 @@ impl WorkspaceApi for Workspaces {
         clean: bool,
     ) -> ApiResult<WorkspaceChange> {
         self.ensure_idle(sid)?;
-        crate::drafts::check_label(label).map_err(api_error)?;
+        crate::drafts::check_label(label)?;
         self.park(sid).await?;
-        self.create(sid, label, clean).await.map_err(api_error)
+        Ok(self.create(sid, label, clean).await?)
     }
 
     /// Moves the session into a parked draft; already there is not an error
@@ -89,9 +86,7 @@ impl WorkspaceApi for Workspaces {
             });
         }
         self.park(sid).await?;
-        self.resume(sid, Target::Id(id.to_string()))
-            .await
-            .map_err(api_error)
+        Ok(self.resume(sid, Target::Id(id.to_string())).await?)
     }
 
     /// Parks the session's draft; on trunk it is a no-op (`POST …/workspace/stash`).
@@ -104,7 +99,7 @@ impl WorkspaceApi for Workspaces {
                 draft: None,
             });
         }
-        self.stash(sid).await.map_err(api_error)
+        Ok(self.stash(sid).await?)
     }
 
     /// Removes a draft for good (`DELETE …/workspace/drafts/:workspace_id`).
@@ -115,14 +110,12 @@ impl WorkspaceApi for Workspaces {
         reason: Option<String>,
     ) -> ApiResult<WorkspaceChange> {
         self.ensure_idle(sid)?;
-        self.abandon(sid, Some(id), reason.as_deref())
-            .await
-            .map_err(api_error)
+        Ok(self.abandon(sid, Some(id), reason.as_deref()).await?)
     }
 
     async fn suggest_files(&self, sid: &str, q: &str) -> ApiResult<Vec<FileSuggestion>> {
         let root = self.work_root(sid, &self.sessions.get(sid).await?.lock().row.root);
-        self.files.suggest(root, q).await
+        Ok(self.files.suggest(root, q).await?)
     }
 
     async fn draft_sizes(&self, sid: &str) -> ApiResult<DraftSizes> {
@@ -142,7 +135,7 @@ impl WorkspaceApi for Workspaces {
                 .collect::<Vec<_>>()
         })
         .await
-        .map_err(|e| ApiError::engine(e.to_string()))?;
+        .map_err(|e| WorkspaceError::Internal(e.to_string()))?;
         drafts.sort_by_key(|d| std::cmp::Reverse(d.bytes));
         let total_bytes = drafts.iter().map(|d| d.bytes).sum();
         Ok(DraftSizes {
@@ -152,11 +145,64 @@ impl WorkspaceApi for Workspaces {
     }
 
     async fn folders(&self, path: Option<String>) -> ApiResult<FolderListing> {
-        super::folders::list(path).await
+        Ok(super::folders::list(path).await?)
     }
 
     async fn make_folder(&self, path: &str, name: &str) -> ApiResult<BrowseEntry> {
-        super::folders::make(path, name).await
+        Ok(super::folders::make(path, name).await?)
+    }
+}
+
+/// A workspace refusal on the wire.
+impl From<WorkspaceError> for ApiError {
+    fn from(e: WorkspaceError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            WorkspaceError::Busy => ApiError::conflict("session-busy", message),
+            WorkspaceError::Session(e) => e.into(),
+            WorkspaceError::Draft(e) => e.into(),
+            WorkspaceError::Unlistable { .. } | WorkspaceError::BadPath(_) => {
+                ApiError::bad_request("invalid-path", message)
+            }
+            WorkspaceError::BadName { .. } => ApiError::bad_request("invalid-name", message),
+            WorkspaceError::NotADirectory { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "path-not-found", message)
+            }
+            WorkspaceError::AlreadyExists { .. } => ApiError::conflict("already-exists", message),
+            WorkspaceError::MkdirRefused { .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, "mkdir-failed", message)
+            }
+            WorkspaceError::Internal(m) => ApiError::engine(m),
+        }
+    }
+}
+
+/// A draft refusal on the wire (also for the draft a fork opens).
+impl From<DraftError> for ApiError {
+    fn from(e: DraftError) -> ApiError {
+        let message = e.to_string();
+        let (status, kind) = match &e {
+            DraftError::BadLabel(_) => (StatusCode::BAD_REQUEST, "invalid-draft-label"),
+            DraftError::NotFound(_) => (StatusCode::NOT_FOUND, "draft-not-found"),
+            DraftError::OnTrunk(_) => (StatusCode::CONFLICT, "on-trunk"),
+            DraftError::AlreadyInDraft(_) => (StatusCode::CONFLICT, "already-in-draft"),
+            DraftError::Exists(_) => (StatusCode::CONFLICT, "draft-exists"),
+            DraftError::NotActive(_) => (StatusCode::CONFLICT, "draft-not-active"),
+            DraftError::OtherRepo(_) => (StatusCode::CONFLICT, "draft-other-repo"),
+            DraftError::InUse(_) => (StatusCode::CONFLICT, "draft-in-use"),
+            DraftError::Conflict { .. } => (StatusCode::CONFLICT, "draft-conflict"),
+            DraftError::Blocked(_) => (StatusCode::FORBIDDEN, "blocked-by-hook"),
+            DraftError::Declined(_) => (StatusCode::FORBIDDEN, "declined-by-user"),
+            DraftError::Unavailable(_) => (StatusCode::CONFLICT, "drafts-unavailable"),
+            DraftError::Failed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "draft-failed"),
+        };
+        let err = ApiError::new(status, kind, message);
+        match e {
+            DraftError::Conflict { files, .. } if !files.is_empty() => {
+                err.with("files", json!(files))
+            }
+            _ => err,
+        }
     }
 }
 

@@ -7,13 +7,13 @@
 //! for word starts, consecutive runs and the file name, after a 64-bit character-set filter
 //! that rejects most paths without looking at them.
 
+use super::error::{WorkspaceError, WorkspaceResult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use vis_companion_api::records::FileSuggestion;
-use vis_companion_api::{ApiError, ApiResult};
 
 /// An index younger than this is used as is.
 const FRESH: Duration = Duration::from_secs(10);
@@ -321,15 +321,19 @@ pub struct FileSuggestions {
 
 impl FileSuggestions {
     /// The best files for `q` in the workspace folder `root` (none when it is not a folder).
-    pub async fn suggest(&self, root: PathBuf, q: &str) -> ApiResult<Vec<FileSuggestion>> {
+    pub async fn suggest(&self, root: PathBuf, q: &str) -> WorkspaceResult<Vec<FileSuggestion>> {
         if !root.is_dir() {
             return Ok(Vec::new());
         }
-        let index = self.indexes.get(root).await.map_err(ApiError::engine)?;
+        let index = self
+            .indexes
+            .get(root)
+            .await
+            .map_err(WorkspaceError::Internal)?;
         let q = q.to_string();
         tokio::task::spawn_blocking(move || index.query(&q))
             .await
-            .map_err(|e| ApiError::engine(e.to_string()))
+            .map_err(|e| WorkspaceError::Internal(e.to_string()))
     }
 }
 

@@ -2,9 +2,10 @@
 //! sub-folders of the gateway user's home or of any absolute path, and making one. The
 //! filesystem work runs on a blocking thread.
 
+use super::error::{WorkspaceError, WorkspaceResult};
 use std::path::{Component, Path, PathBuf};
 use vis_companion_api::records::BrowseEntry;
-use vis_companion_api::{ApiError, ApiResult, FolderListing};
+use vis_companion_api::FolderListing;
 
 /// Most folders one listing shows.
 const MAX_ENTRIES: usize = 400;
@@ -15,15 +16,17 @@ fn home() -> PathBuf {
 
 /// The sub-folders of `path` (default: home), without dot-folders, sorted, at most
 /// [`MAX_ENTRIES`].
-pub async fn list(path: Option<String>) -> ApiResult<FolderListing> {
+pub async fn list(path: Option<String>) -> WorkspaceResult<FolderListing> {
     let home = home().to_string_lossy().into_owned();
     let path = path.unwrap_or_else(|| home.clone());
     let dir = PathBuf::from(&path);
     let listing = tokio::task::spawn_blocking(move || read_folders(&dir))
         .await
-        .map_err(|e| ApiError::engine(e.to_string()))?;
-    let (entries, is_truncated) = listing
-        .map_err(|e| ApiError::bad_request("invalid-path", format!("cannot list {path}: {e}")))?;
+        .map_err(|e| WorkspaceError::Internal(e.to_string()))?;
+    let (entries, is_truncated) = listing.map_err(|e| WorkspaceError::Unlistable {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
     let parent = Path::new(&path)
         .parent()
         .map(|p| p.to_string_lossy().into_owned());
@@ -63,11 +66,11 @@ fn read_folders(dir: &Path) -> std::io::Result<(Vec<BrowseEntry>, bool)> {
 }
 
 /// Checks a new folder's `path` (absolute or `~…`, no `..`) and `name` (one plain segment).
-pub fn target(path: &str, name: &str) -> ApiResult<PathBuf> {
-    let bad = |kind: &str, m: String| ApiError::bad_request(kind, m);
+pub fn target(path: &str, name: &str) -> WorkspaceResult<PathBuf> {
+    let bad = WorkspaceError::BadPath;
     let path = path.trim();
     if path.is_empty() {
-        return Err(bad("invalid-path", "path is required".into()));
+        return Err(bad("path is required".into()));
     }
     let parent = if path == "~" {
         home()
@@ -77,20 +80,18 @@ pub fn target(path: &str, name: &str) -> ApiResult<PathBuf> {
         PathBuf::from(path)
     };
     if !parent.is_absolute() {
-        return Err(bad(
-            "invalid-path",
-            format!("path must be absolute or start with ~: {path:?}"),
-        ));
+        return Err(bad(format!(
+            "path must be absolute or start with ~: {path:?}"
+        )));
     }
     if path.split('/').any(|seg| seg == "." || seg == "..")
         || parent
             .components()
             .any(|c| matches!(c, Component::ParentDir))
     {
-        return Err(bad(
-            "invalid-path",
-            format!("path must not contain . or .. segments: {path:?}"),
-        ));
+        return Err(bad(format!(
+            "path must not contain . or .. segments: {path:?}"
+        )));
     }
     let name = name.trim();
     let plain = !name.is_empty()
@@ -101,47 +102,37 @@ pub fn target(path: &str, name: &str) -> ApiResult<PathBuf> {
         && !name.chars().any(|c| c.is_control())
         && name.len() <= 255;
     if !plain {
-        return Err(bad(
-            "invalid-name",
-            format!("name must be one folder name (no /, no .., at most 255 bytes): {name:?}"),
-        ));
+        return Err(WorkspaceError::BadName {
+            name: name.to_string(),
+        });
     }
     Ok(parent.join(name))
 }
 
 /// Makes the folder `name` in `path`: 404 when `path` is not a folder, 409 when the folder
 /// exists, 403 when the system refuses.
-pub async fn make(path: &str, name: &str) -> ApiResult<BrowseEntry> {
+pub async fn make(path: &str, name: &str) -> WorkspaceResult<BrowseEntry> {
     let target = target(path, name)?;
     tokio::task::spawn_blocking(move || make_blocking(target))
         .await
-        .map_err(|e| ApiError::engine(e.to_string()))?
+        .map_err(|e| WorkspaceError::Internal(e.to_string()))?
 }
 
-fn make_blocking(target: PathBuf) -> ApiResult<BrowseEntry> {
-    use axum::http::StatusCode;
+fn make_blocking(target: PathBuf) -> WorkspaceResult<BrowseEntry> {
     let parent = target.parent().map(PathBuf::from).unwrap_or_default();
     if !parent.is_dir() {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "path-not-found",
-            format!("{} is not a folder", parent.display()),
-        ));
+        return Err(WorkspaceError::NotADirectory { path: parent });
     }
     match std::fs::create_dir(&target) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(ApiError::conflict(
-                "already-exists",
-                format!("{} already exists", target.display()),
-            ))
+            return Err(WorkspaceError::AlreadyExists { path: target })
         }
         Err(e) => {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "mkdir-failed",
-                format!("cannot create {}: {e}", target.display()),
-            ))
+            return Err(WorkspaceError::MkdirRefused {
+                path: target,
+                reason: e.to_string(),
+            })
         }
     }
     Ok(BrowseEntry {
@@ -170,7 +161,7 @@ mod tests {
             ("relative/dir", "x"),
             ("/tmp/./x", "y"),
         ] {
-            let e = target(path, name).unwrap_err();
+            let e = vis_companion_api::ApiError::from(target(path, name).unwrap_err());
             assert_eq!(e.status.as_u16(), 400, "{path} {name}");
         }
         assert_eq!(target("/tmp", "new").unwrap(), PathBuf::from("/tmp/new"));

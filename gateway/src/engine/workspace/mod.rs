@@ -6,6 +6,7 @@
 //! surfaces over these steps; the extensions' op hooks are called in `hooks.rs` only.
 
 mod area;
+mod error;
 mod files;
 mod folders;
 mod hooks;
@@ -21,13 +22,12 @@ use crate::drafts::{Draft, DraftError};
 use crate::extensions::{ExtensionHost, SessionCtx};
 use crate::human_input::{Answer, HumanInput, Question};
 use crate::model_sandbox::Sandboxes;
+use crate::records::{SessionError, SessionResult};
 use hooks::SessionHooks;
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vis_companion_api::events::{Event, WorkspaceUpdated};
 use vis_companion_api::records::{SessionWorkspace, WorkspaceChange, WorkspaceDraft};
-use vis_companion_api::{ApiError, ApiResult};
 
 /// The sessions' workspaces: which folder each session works in and how it moves between
 /// trunk and its drafts.
@@ -126,7 +126,7 @@ impl Workspaces {
         self.drafts.release(sid).await;
     }
 
-    async fn trunk(&self, sid: &str) -> ApiResult<String> {
+    async fn trunk(&self, sid: &str) -> SessionResult<String> {
         Ok(self.sessions.get(sid).await?.lock().row.root.clone())
     }
 
@@ -164,7 +164,7 @@ impl Workspaces {
         label: &str,
         clean: bool,
     ) -> Result<WorkspaceChange, DraftError> {
-        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let trunk = self.trunk(sid).await.map_err(no_session)?;
         let hooks = self.hooks(sid, &trunk);
         let d = self
             .drafts
@@ -179,7 +179,7 @@ impl Workspaces {
         sid: &str,
         message: Option<&str>,
     ) -> Result<(WorkspaceChange, Applied), DraftError> {
-        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let trunk = self.trunk(sid).await.map_err(no_session)?;
         let hooks = self.hooks(sid, &trunk);
         let mode = self.drafts_config(&trunk).await?.apply.unwrap_or_default();
         let applied = self.drafts.apply(sid, message, mode, &hooks).await?;
@@ -203,12 +203,11 @@ impl Workspaces {
         sid: &str,
         message: Option<&str>,
     ) -> Result<(WorkspaceChange, Applied), DraftError> {
-        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let trunk = self.trunk(sid).await.map_err(no_session)?;
         if self.drafts_config(&trunk).await?.model_may_approve != Some(true) {
             let Some(d) = self.drafts.current(sid) else {
-                return Err(DraftError::state(
-                    "on-trunk",
-                    "the session is on trunk (its real folder): there is no draft to apply",
+                return Err(DraftError::OnTrunk(
+                    "the session is on trunk (its real folder): there is no draft to apply".into(),
                 ));
             };
             let files = self.drafts.changed(&d).await?;
@@ -245,14 +244,14 @@ impl Workspaces {
 
     /// Parks the session's draft and moves the session back to trunk.
     pub async fn stash(&self, sid: &str) -> Result<WorkspaceChange, DraftError> {
-        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let trunk = self.trunk(sid).await.map_err(no_session)?;
         let d = self.drafts.stash(sid).await?;
         Ok(self.changed(sid, &trunk, Action::Stashed, &d))
     }
 
     /// Moves the session into a parked draft.
     pub async fn resume(&self, sid: &str, target: Target) -> Result<WorkspaceChange, DraftError> {
-        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let trunk = self.trunk(sid).await.map_err(no_session)?;
         let d = self.drafts.resume(sid, Path::new(&trunk), target).await?;
         Ok(self.changed(sid, &trunk, Action::Resumed, &d))
     }
@@ -264,7 +263,7 @@ impl Workspaces {
         id: Option<&str>,
         reason: Option<&str>,
     ) -> Result<WorkspaceChange, DraftError> {
-        let trunk = self.trunk(sid).await.map_err(from_api)?;
+        let trunk = self.trunk(sid).await.map_err(no_session)?;
         let hooks = self.hooks(sid, &trunk);
         let d = self
             .drafts
@@ -274,19 +273,9 @@ impl Workspaces {
     }
 }
 
-fn from_api(e: ApiError) -> DraftError {
-    DraftError::not_found(e.message)
-}
-
-/// A draft error as the Companion API answers it.
-pub fn api_error(e: DraftError) -> ApiError {
-    let status = axum::http::StatusCode::from_u16(e.status)
-        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-    let mut err = ApiError::new(status, e.kind, e.message);
-    if !e.files.is_empty() {
-        err = err.with("files", json!(e.files));
-    }
-    err
+/// A draft step on a session that cannot be read: the draft is not found.
+fn no_session(e: SessionError) -> DraftError {
+    DraftError::not_found(e.to_string())
 }
 
 fn label_of(root: &str) -> String {

@@ -117,7 +117,7 @@ impl Tool for DraftTool {
         };
         match self.drafts.call(&ctx.session_id, self.name, &args).await {
             Ok(v) => crate::tools::ToolOutput::ok(v.to_string()),
-            Err(e) => crate::tools::ToolOutput::fail(e.message),
+            Err(e) => crate::tools::ToolOutput::fail(e.to_string()),
         }
     }
 }

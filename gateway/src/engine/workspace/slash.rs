@@ -11,8 +11,8 @@ impl Workspaces {
     pub async fn slash(&self, sid: &str, args: &str) -> Result<String, String> {
         let (sub, rest) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
         let rest = rest.trim();
-        let shown = |e: DraftError| e.message;
-        let trunk = self.trunk(sid).await.map_err(|e| e.message)?;
+        let shown = |e: DraftError| e.to_string();
+        let trunk = self.trunk(sid).await.map_err(|e| e.to_string())?;
         match sub {
             "" | "status" => Ok(self.draft_status(sid, &trunk).await),
             "list" => self.draft_list_text(sid, &trunk).await.map_err(shown),

@@ -6,7 +6,6 @@
 use super::AuthFailure;
 use parking_lot::Mutex;
 use rmcp::transport::auth::{AuthError, AuthorizationManager};
-use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use vis_companion_api::mcp::{McpAuthFlow, McpAuthFlowStatus, McpAuthKind};
 
@@ -208,62 +207,6 @@ fn exchange_failure(e: AuthError) -> AuthFailure {
         }
         other => AuthFailure::Upstream(format!("the token request failed: {other}")),
     }
-}
-
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// Serves `GET /mcp-callback` at the redirect URI until the flow ends or expires.
-pub fn serve_loopback(
-    flow: Arc<Flow>,
-    listener: tokio::net::TcpListener,
-    ttl: std::time::Duration,
-) {
-    use axum::extract::RawQuery;
-    use axum::response::Html;
-    let stop = flow.stop.clone();
-    let handler = move |RawQuery(q): RawQuery| {
-        let flow = flow.clone();
-        async move {
-            let q = q.unwrap_or_default();
-            let r = match parse_input(&format!("?{q}")) {
-                Ok(cb) => flow.finish(cb).await,
-                Err(e) => Err(e),
-            };
-            let server = html_escape(&flow.server);
-            let (status, body) = match r {
-                Ok(()) => (
-                    axum::http::StatusCode::OK,
-                    format!("<h2>Signed in to {server}</h2><p>You can close this tab.</p>"),
-                ),
-                Err(e) => (
-                    e.status(),
-                    format!(
-                        "<h2>Sign-in to {server} failed</h2><p>{}</p>",
-                        html_escape(&e.to_string())
-                    ),
-                ),
-            };
-            let page = format!(
-                "<!doctype html><meta charset=utf-8><title>Vis: MCP sign-in</title>\
-                 <body style=\"font-family:sans-serif;padding:2em\">{body}</body>"
-            );
-            (status, Html(page))
-        }
-    };
-    let app = axum::Router::new().route("/mcp-callback", axum::routing::get(handler));
-    tokio::spawn(async move {
-        let serve =
-            axum::serve(listener, app).with_graceful_shutdown(stop.clone().cancelled_owned());
-        tokio::select! {
-            _ = serve => {}
-            _ = tokio::time::sleep(ttl) => stop.cancel(),
-        }
-    });
 }
 
 #[cfg(test)]

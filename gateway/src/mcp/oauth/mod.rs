@@ -14,6 +14,7 @@
 
 pub mod flow;
 pub mod http;
+mod redirect;
 pub mod store;
 
 use super::reach::Reach;
@@ -32,7 +33,7 @@ pub const FLOW_TTL: Duration = Duration::from_secs(600);
 /// The name the gateway registers under at the authorization server.
 const CLIENT_NAME: &str = "Vis gateway";
 
-/// Why a sign-in step failed; each maps to an HTTP status and an error code.
+/// Why a sign-in step failed (the MCP routes map each to a status and an error code).
 #[derive(Debug, thiserror::Error)]
 pub enum AuthFailure {
     #[error("{0}")]
@@ -55,36 +56,6 @@ pub enum AuthFailure {
     Upstream(String),
     #[error("{0}")]
     Internal(String),
-}
-
-impl AuthFailure {
-    pub fn status(&self) -> axum::http::StatusCode {
-        use axum::http::StatusCode as S;
-        match self {
-            Self::BadInput(_) | Self::Denied(_) | Self::StateMismatch | Self::Rejected(_) => {
-                S::BAD_REQUEST
-            }
-            Self::UnknownFlow(_) => S::NOT_FOUND,
-            Self::Finished(_) | Self::NotNeeded(_) => S::CONFLICT,
-            Self::Unsupported(_) | Self::Upstream(_) => S::BAD_GATEWAY,
-            Self::Internal(_) => S::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::BadInput(_) => "invalid-request",
-            Self::Denied(_) => "mcp-auth-denied",
-            Self::StateMismatch => "mcp-auth-state-mismatch",
-            Self::Rejected(_) => "mcp-auth-code-rejected",
-            Self::UnknownFlow(_) => "mcp-auth-flow-not-found",
-            Self::Finished(_) => "mcp-auth-flow-finished",
-            Self::NotNeeded(_) => "mcp-auth-not-needed",
-            Self::Unsupported(_) => "mcp-auth-unsupported",
-            Self::Upstream(_) => "mcp-auth-upstream",
-            Self::Internal(_) => "engine-error",
-        }
-    }
 }
 
 fn now_ms() -> u64 {
@@ -250,7 +221,7 @@ impl Auth {
             now_ms() + FLOW_TTL.as_millis() as u64,
             manager,
         ));
-        flow::serve_loopback(flow.clone(), listener, FLOW_TTL);
+        redirect::serve(flow.clone(), listener, FLOW_TTL);
         // One sign-in per server at a time: a new start replaces the old one.
         let mut flows = self.flows.lock();
         flows.retain(|_, f| {

@@ -317,6 +317,7 @@ impl ProvidersApi for ProviderRoutes {
                 };
                 let picked = self
                     .0
+                    .turns
                     .extension_provider(&self.0.default_root, Some(&format!("{id}/probe")))
                     .await;
                 let s = match (picked, own) {

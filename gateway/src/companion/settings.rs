@@ -3,10 +3,10 @@
 //! default and fallback picks (`PATCH /v1/router`). Also `GET /v1/router` in the app's shape,
 //! and the model a turn runs on (the session's pin, the router default, the fallback).
 
-use super::store_err;
+use super::errors::SettingsError;
 use crate::configuration::Configuration;
 use crate::store::rows::SessionRow;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use parking_lot::RwLock;
 use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,6 @@ use vis_companion_api::records::{
     ProviderStatus, RouterAnswer, RouterDefaults, RouterPatch, RouterProvider, SettingAction,
     SettingsAnswer, Toggle, ToggleGroup,
 };
-use vis_companion_api::{ApiError, ApiResult};
 use vis_providers::{ChatRequest, Dialect, Level};
 
 const KEY: &str = "companion";
@@ -134,14 +133,11 @@ impl Choices {
     }
 }
 
-fn setting_not_found(id: &str) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::NOT_FOUND,
-        "setting-not-found",
-        format!("no setting {id}"),
-    )
-    .with("setting_id", id)
+fn setting_not_found(id: &str) -> SettingsError {
+    SettingsError::NotFound { id: id.to_string() }
 }
+
+type SettingsResult<T> = Result<T, SettingsError>;
 
 /// The settings and router-defaults job: the stored choices (cached after the first read),
 /// and from them and the provider router the model a turn runs on.
@@ -163,7 +159,7 @@ impl Settings {
     }
 
     /// The stored choices (cached after the first read).
-    pub async fn current(&self) -> ApiResult<Choices> {
+    pub async fn current(&self) -> SettingsResult<Choices> {
         if let Some(s) = self.cached.read().clone() {
             return Ok(s);
         }
@@ -177,8 +173,7 @@ impl Settings {
                 )
                 .optional()?)
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         let s: Choices = stored
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_default();
@@ -186,8 +181,8 @@ impl Settings {
         Ok(s)
     }
 
-    async fn save(&self, s: Choices) -> ApiResult<()> {
-        let text = serde_json::to_string(&s).map_err(|e| ApiError::engine(e.to_string()))?;
+    async fn save(&self, s: Choices) -> SettingsResult<()> {
+        let text = serde_json::to_string(&s).map_err(|e| StoreError::Other(e.to_string()))?;
         self.store
             .call(move |c| {
                 c.execute(
@@ -197,14 +192,13 @@ impl Settings {
                 )?;
                 Ok(())
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         *self.cached.write() = Some(s);
         Ok(())
     }
 
     /// `GET /v1/settings`: every toggle, in one group.
-    pub async fn answer(&self) -> ApiResult<SettingsAnswer> {
+    pub async fn answer(&self) -> SettingsResult<SettingsAnswer> {
         let s = self.current().await?;
         let toggles = ["reasoning_level", "verbosity", "codex_fast_mode"]
             .iter()
@@ -220,7 +214,7 @@ impl Settings {
     }
 
     /// One toggle (404 for an unknown id).
-    pub async fn get(&self, id: &str) -> ApiResult<Toggle> {
+    pub async fn get(&self, id: &str) -> SettingsResult<Toggle> {
         self.current()
             .await?
             .toggle(id)
@@ -228,13 +222,16 @@ impl Settings {
     }
 
     /// Applies an action to a toggle and stores the result.
-    pub async fn set(&self, id: &str, action: SettingAction) -> ApiResult<Toggle> {
+    pub async fn set(&self, id: &str, action: SettingAction) -> SettingsResult<Toggle> {
         let mut s = self.current().await?;
         if s.toggle(id).is_none() {
             return Err(setting_not_found(id));
         }
         s.apply(id, &action)
-            .map_err(|m| ApiError::bad_request("invalid-value", m).with("setting_id", id))?;
+            .map_err(|message| SettingsError::InvalidValue {
+                id: id.to_string(),
+                message,
+            })?;
         self.save(s.clone()).await?;
         s.toggle(id).ok_or_else(|| setting_not_found(id))
     }
@@ -295,7 +292,7 @@ impl Settings {
     }
 
     /// `GET /v1/router`: every configured provider with its default and fallback roles.
-    pub async fn router_status(&self) -> ApiResult<RouterAnswer> {
+    pub async fn router_status(&self) -> SettingsResult<RouterAnswer> {
         let s = self.current().await?;
         let cfg = self.configuration.current();
         let r = self.configuration.router().clone();
@@ -389,7 +386,7 @@ impl Settings {
     }
 
     /// `PATCH /v1/router`: sets the default or the fallback provider and model.
-    pub async fn patch_router(&self, patch: RouterPatch) -> ApiResult<RouterDefaults> {
+    pub async fn patch_router(&self, patch: RouterPatch) -> SettingsResult<RouterDefaults> {
         let role = patch
             .role
             .as_deref()
@@ -397,10 +394,7 @@ impl Settings {
             .trim()
             .to_string();
         if role != "primary" && role != "fallback" {
-            return Err(ApiError::bad_request(
-                "invalid-request",
-                format!("role must be primary or fallback, not {role:?}"),
-            ));
+            return Err(SettingsError::UnknownRole { role });
         }
         let provider = patch.provider.unwrap_or_default().trim().to_string();
         let model = patch.model.unwrap_or_default().trim().to_string();
@@ -408,20 +402,13 @@ impl Settings {
         let known = |p: &str| self.configuration.has_provider(p);
         if provider.is_empty() {
             if role == "primary" {
-                return Err(ApiError::bad_request(
-                    "invalid-request",
-                    "provider is required for the primary role",
-                ));
+                return Err(SettingsError::PrimaryWithoutProvider);
             }
             s.fallback_provider = None;
             s.fallback_model = None;
         } else {
             if !known(&provider) {
-                return Err(ApiError::bad_request(
-                    "unknown-provider",
-                    format!("no provider {provider:?} is configured"),
-                )
-                .with("provider_id", provider));
+                return Err(SettingsError::UnknownProvider { provider });
             }
             let model = (!model.is_empty()).then_some(model);
             if role == "primary" {
@@ -437,10 +424,7 @@ impl Settings {
                     .clone()
                     .or_else(|| self.configuration.default_provider());
                 if primary.as_deref() == Some(provider.as_str()) {
-                    return Err(ApiError::bad_request(
-                        "invalid-request",
-                        "the fallback must be a different provider than the default one",
-                    ));
+                    return Err(SettingsError::FallbackIsPrimary);
                 }
                 s.fallback_provider = Some(provider);
                 s.fallback_model = model;

@@ -4,12 +4,11 @@
 //! One ranked FTS query answers; hits are grouped per session, each session ranked by its
 //! best band (title, request, reply, thinking) and then by bm25.
 
-use super::store_err;
 use crate::store::Store;
+use crate::store::StoreResult;
 use rusqlite::{params, Connection};
 use std::collections::HashMap;
 use vis_companion_api::records::{HitSide, SearchHit, SearchResults, SessionMatch};
-use vis_companion_api::ApiResult;
 
 /// FTS rows read per query (best first).
 const MAX_ROWS: i64 = 400;
@@ -237,15 +236,12 @@ impl Search {
     }
 
     /// Sessions matching `q`, best first (none when `q` has no word).
-    pub async fn sessions(&self, q: &str) -> ApiResult<SearchResults> {
+    pub async fn sessions(&self, q: &str) -> StoreResult<SearchResults> {
         if words(q).is_none() {
             return Ok(SearchResults::default());
         }
         let q = q.to_string();
-        self.store
-            .call(move |c| Ok(search(c, &q)?))
-            .await
-            .map_err(store_err)
+        self.store.call(move |c| Ok(search(c, &q)?)).await
     }
 }
 

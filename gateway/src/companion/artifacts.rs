@@ -6,9 +6,8 @@
 //! same resource. Copies, not links: a later edit in the workspace does not change what a
 //! turn produced.
 
-use super::store_err;
-use crate::engine::now_ms;
-use crate::engine::sessions::Sessions;
+use super::errors::ArtifactError;
+use crate::records::SessionReader;
 use crate::store::Store;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
@@ -17,7 +16,7 @@ use std::time::SystemTime;
 use vis_companion_api::records::{
     ArtifactList, IterationAttachment, IterationAttachments, NewRevision, StoredBytes,
 };
-use vis_companion_api::{ApiError, ApiResult};
+use vis_companion_api::sse::now_ms;
 
 /// Entries walked per scan at most, and the longest a scan may take (a scan that hits either
 /// reports what it found so far).
@@ -173,22 +172,14 @@ pub fn collect(root: &Path, since: SystemTime) -> Vec<NewFile> {
         .collect()
 }
 
-fn not_found(what: String) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::NOT_FOUND,
-        "attachment-not-found",
-        what,
-    )
-}
-
 /// The produced-files job: stores what a turn's tool calls wrote and serves it back.
 pub struct Artifacts {
     store: Store,
-    sessions: Arc<Sessions>,
+    sessions: Arc<dyn SessionReader>,
 }
 
 impl Artifacts {
-    pub fn new(store: Store, sessions: Arc<Sessions>) -> Self {
+    pub fn new(store: Store, sessions: Arc<dyn SessionReader>) -> Self {
         Artifacts { store, sessions }
     }
 
@@ -219,8 +210,8 @@ impl Artifacts {
     }
 
     /// Every file stored for the session, oldest first.
-    pub async fn list(&self, sid: &str) -> ApiResult<ArtifactList> {
-        self.sessions.get(sid).await?;
+    pub async fn list(&self, sid: &str) -> Result<ArtifactList, ArtifactError> {
+        self.sessions.row(sid).await?;
         let s = sid.to_string();
         let artifacts = self
             .store
@@ -233,14 +224,17 @@ impl Artifacts {
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(rows)
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         Ok(ArtifactList { artifacts })
     }
 
     /// The files of one iteration, in index order.
-    pub async fn of_iteration(&self, sid: &str, iid: &str) -> ApiResult<IterationAttachments> {
-        self.sessions.get(sid).await?;
+    pub async fn of_iteration(
+        &self,
+        sid: &str,
+        iid: &str,
+    ) -> Result<IterationAttachments, ArtifactError> {
+        self.sessions.row(sid).await?;
         let (s, i) = (sid.to_string(), iid.to_string());
         let attachments = self
             .store
@@ -252,13 +246,18 @@ impl Artifacts {
                 Ok(rows)
             })
             .await
-            .map_err(store_err)?;
+            ?;
         Ok(IterationAttachments { attachments })
     }
 
     /// The bytes of one stored file.
-    pub async fn bytes(&self, sid: &str, iid: &str, index: i64) -> ApiResult<StoredBytes> {
-        self.sessions.get(sid).await?;
+    pub async fn bytes(
+        &self,
+        sid: &str,
+        iid: &str,
+        index: i64,
+    ) -> Result<StoredBytes, ArtifactError> {
+        self.sessions.row(sid).await?;
         let (s, i) = (sid.to_string(), iid.to_string());
         let row = self
             .store
@@ -271,8 +270,11 @@ impl Artifacts {
                 .optional()?)
             })
             .await
-            .map_err(store_err)?;
-        row.ok_or_else(|| not_found(format!("no attachment {index} in iteration {iid}")))
+            ?;
+        row.ok_or_else(|| ArtifactError::NoAttachment {
+            iid: iid.to_string(),
+            index,
+        })
     }
 
     /// A person's revision of an artifact: stored as the next version of that filename in
@@ -282,41 +284,27 @@ impl Artifacts {
         sid: &str,
         iid: &str,
         rev: NewRevision,
-    ) -> ApiResult<IterationAttachment> {
+    ) -> Result<IterationAttachment, ArtifactError> {
+        let missing = |message: String| ArtifactError::NoIteration { message };
         let (tid, n) = iid
             .rsplit_once(':')
             .and_then(|(t, n)| Some((t.to_string(), n.parse::<usize>().ok()?)))
-            .ok_or_else(|| {
-                ApiError::new(
-                    axum::http::StatusCode::NOT_FOUND,
-                    "attachment-not-stored",
-                    format!("no iteration {iid}"),
-                )
-            })?;
-        let turn = self.sessions.turn(sid, &tid).await.map_err(|_| {
-            ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "attachment-not-stored",
-                format!("no iteration {iid} in this session"),
-            )
-        })?;
+            .ok_or_else(|| missing(format!("no iteration {iid}")))?;
+        let turn = self
+            .sessions
+            .turn(sid, &tid)
+            .await
+            .map_err(|_| missing(format!("no iteration {iid} in this session")))?;
         if n == 0 || n > turn.iterations.len() {
-            return Err(ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "attachment-not-stored",
-                format!("turn {tid} has no iteration {n}"),
-            ));
+            return Err(missing(format!("turn {tid} has no iteration {n}")));
         }
         let (s, i) = (sid.to_string(), iid.to_string());
         let file = (rev.filename, rev.media_type, rev.bytes);
         let mut saved = self
             .store
             .call(move |c| insert(c, &s, &tid, &i, None, "revision", vec![file]))
-            .await
-            .map_err(store_err)?;
-        saved
-            .pop()
-            .ok_or_else(|| ApiError::engine("the revision was not stored"))
+            .await?;
+        saved.pop().ok_or(ArtifactError::RevisionNotStored)
     }
 }
 

@@ -2,9 +2,10 @@
 //! both dialects accept, and UTF-8 text files), stored with the turn, and turned into the
 //! user message the model receives (images as image parts, text files as fenced text).
 
+use super::errors::AttachmentError;
 use serde_json::{json, Value};
 use vis_companion_api::upload;
-use vis_companion_api::{ApiError, ApiResult, SubmitTurn};
+use vis_companion_api::SubmitTurn;
 use vis_providers::{ChatMessage, Image};
 
 pub const MAX_FILES: usize = 8;
@@ -24,9 +25,9 @@ fn is_text(media: &str) -> bool {
 
 /// Checks the uploads against the advertised caps and keeps them as
 /// `{id, filename, media_type, size, base64}` (raw base64, whatever form was sent).
-pub fn check(req: &SubmitTurn) -> ApiResult<Vec<Value>> {
+pub fn check(req: &SubmitTurn) -> Result<Vec<Value>, AttachmentError> {
     use base64::Engine as _;
-    let bad = |m: String| ApiError::bad_request("invalid-attachment", m);
+    let bad = |reason: String| AttachmentError { reason };
     let Some(atts) = &req.attachments else {
         return Ok(vec![]);
     };
@@ -165,6 +166,7 @@ mod tests {
             "data:application/pdf;base64,JVBERi0=",
         )]))
         .unwrap_err();
+        let e = vis_companion_api::ApiError::from(e);
         assert_eq!(e.kind, "invalid-attachment");
         assert!(e.message.contains("application/pdf"), "{}", e.message);
         let out = check(&req(vec![("n.txt", Some("text/plain"), "aGVsbG8=")])).unwrap();

@@ -1,13 +1,13 @@
 //! A session's usage (tokens per turn and in total, as the providers reported them) and its
 //! Markdown export.
 
-use crate::engine::sessions::Sessions;
-use crate::engine::turn::{Status, Turn};
+use crate::records::turn::{Status, Turn};
+use crate::records::SessionReader;
+use crate::records::SessionResult;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use vis_companion_api::records::{SessionUsage, TurnUsage, UsageAnswer};
-use vis_companion_api::ApiResult;
 
 fn tool_calls(t: &Turn) -> u64 {
     t.iterations
@@ -203,16 +203,16 @@ pub fn markdown(title: &str, sid: &str, root: &str, turns: &[Turn]) -> String {
 
 /// The usage and export job, over the sessions' turns.
 pub struct Usage {
-    sessions: Arc<Sessions>,
+    sessions: Arc<dyn SessionReader>,
 }
 
 impl Usage {
-    pub fn new(sessions: Arc<Sessions>) -> Self {
+    pub fn new(sessions: Arc<dyn SessionReader>) -> Self {
         Usage { sessions }
     }
 
     /// The session's token rollup (`None` before its first turn).
-    pub async fn of_session(&self, sid: &str) -> ApiResult<UsageAnswer> {
+    pub async fn of_session(&self, sid: &str) -> SessionResult<UsageAnswer> {
         let turns = self.sessions.turns(sid).await?;
         Ok(UsageAnswer {
             usage: rollup(&turns),
@@ -220,9 +220,9 @@ impl Usage {
     }
 
     /// The session as Markdown.
-    pub async fn markdown(&self, sid: &str) -> ApiResult<String> {
+    pub async fn markdown(&self, sid: &str) -> SessionResult<String> {
         let turns = self.sessions.turns(sid).await?;
-        let row = self.sessions.get(sid).await?.lock().row.clone();
+        let row = self.sessions.row(sid).await?;
         let title = row
             .title
             .clone()

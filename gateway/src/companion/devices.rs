@@ -2,15 +2,14 @@
 //! token, which is never answered), but this gateway has no push credentials and dials no
 //! push service, so its push status says nothing is delivered.
 
-use super::store_err;
-use crate::engine::now_ms;
-use crate::store::Store;
+use super::errors::DeviceError;
+use crate::store::{Store, StoreError};
 use rusqlite::{params, OptionalExtension};
 use sha2::{Digest, Sha256};
 use vis_companion_api::records::{
     DeviceInput, DeviceRegistered, DevicesAnswer, PushChannel, PushDevice, PushStatus,
 };
-use vis_companion_api::{ApiError, ApiResult};
+use vis_companion_api::sse::now_ms;
 
 const NOT_DELIVERED: &str = "this gateway holds no push credentials and runs offline: \
      registered devices are kept, but no notification is delivered";
@@ -70,7 +69,7 @@ impl Devices {
         Devices { store }
     }
 
-    async fn rows(&self) -> ApiResult<Vec<PushDevice>> {
+    async fn rows(&self) -> Result<Vec<PushDevice>, DeviceError> {
         self.store
             .call(|c| {
                 let mut st = c.prepare_cached("SELECT record FROM devices ORDER BY rowid")?;
@@ -83,11 +82,11 @@ impl Devices {
                     .collect())
             })
             .await
-            .map_err(store_err)
+            .map_err(DeviceError::Store)
     }
 
     /// Every registered device and the push status.
-    pub async fn list(&self) -> ApiResult<DevicesAnswer> {
+    pub async fn list(&self) -> Result<DevicesAnswer, DeviceError> {
         let devices = self.rows().await?;
         Ok(DevicesAnswer {
             push: push_status(devices.len() as u64),
@@ -102,7 +101,7 @@ impl Devices {
     }
 
     /// Registers (or refreshes) a device; idempotent per token.
-    pub async fn register(&self, input: DeviceInput) -> ApiResult<DeviceRegistered> {
+    pub async fn register(&self, input: DeviceInput) -> Result<DeviceRegistered, DeviceError> {
         let token = input
             .token
             .clone()
@@ -116,18 +115,10 @@ impl Devices {
         let key = match (&token, &grant) {
             (Some(t), _) => t.clone(),
             (None, Some(g)) => format!("grant:{}", hex::encode(Sha256::digest(g.as_bytes()))),
-            (None, None) => {
-                return Err(ApiError::bad_request(
-                    "invalid-request",
-                    "token or grant is required",
-                ))
-            }
+            (None, None) => return Err(DeviceError::NoToken),
         };
         if key.len() > 4096 {
-            return Err(ApiError::bad_request(
-                "invalid-request",
-                "the token is longer than 4096 characters",
-            ));
+            return Err(DeviceError::TokenTooLong { max: 4096 });
         }
         let now = now_ms();
         let k = key.clone();
@@ -143,8 +134,7 @@ impl Devices {
                     .map(|d| d.registered_at),
                 )
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         let device = PushDevice {
             token_preview: preview(&key),
             platform: clip(input.platform),
@@ -158,7 +148,8 @@ impl Devices {
             registered_at: registered_at.unwrap_or(now),
             last_seen: now,
         };
-        let record = serde_json::to_string(&device).map_err(|e| ApiError::engine(e.to_string()))?;
+        let record = serde_json::to_string(&device)
+            .map_err(|e| DeviceError::Store(StoreError::Other(e.to_string())))?;
         let n = self
             .store
             .call(move |c| {
@@ -169,8 +160,7 @@ impl Devices {
                 )?;
                 Ok(c.query_row("SELECT COUNT(*) FROM devices", [], |r| r.get::<_, i64>(0))?)
             })
-            .await
-            .map_err(store_err)?;
+            .await?;
         Ok(DeviceRegistered {
             device,
             push: push_status(n as u64),
@@ -178,13 +168,12 @@ impl Devices {
     }
 
     /// Forgets a device; `false` when its token was not registered.
-    pub async fn unregister(&self, token: &str) -> ApiResult<bool> {
+    pub async fn unregister(&self, token: &str) -> Result<bool, DeviceError> {
         let t = token.trim().to_string();
         let n = self
             .store
             .call(move |c| Ok(c.execute("DELETE FROM devices WHERE token = ?1", [t])?))
-            .await
-            .map_err(store_err)?;
+            .await?;
         Ok(n > 0)
     }
 }

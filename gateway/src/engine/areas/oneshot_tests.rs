@@ -1,4 +1,4 @@
-//! The Companion routes of this area driven in-process with `oneshot` over the real router
+//! The Companion routes of the app-parity areas (settings, devices, search, artifacts, usage) driven in-process with `oneshot` over the real router
 //! and a real gateway (temporary home, real SQLite store), no sockets.
 
 use crate::engine::Gateway;

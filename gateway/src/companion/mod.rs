@@ -10,19 +10,16 @@
 pub mod artifacts;
 pub mod attachments;
 pub mod devices;
-
-#[cfg(test)]
-mod oneshot_tests;
+pub mod errors;
 pub mod search;
 pub mod settings;
 pub mod usage;
 
 use crate::configuration::Configuration;
-use crate::engine::sessions::Sessions;
+use crate::records::SessionReader;
 use crate::store::Store;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use vis_companion_api::ApiError;
 
 /// The Companion areas, one object each (the store holds their durable part).
 pub struct Companion {
@@ -34,9 +31,13 @@ pub struct Companion {
 }
 
 impl Companion {
-    /// The areas over the store, the loaded sessions and the gateway's configuration (with
-    /// its provider router).
-    pub fn new(store: Store, sessions: Arc<Sessions>, configuration: Arc<Configuration>) -> Self {
+    /// The areas over the store, a reader of the turn engine's sessions and the gateway's
+    /// configuration (with its provider router).
+    pub fn new(
+        store: Store,
+        sessions: Arc<dyn SessionReader>,
+        configuration: Arc<Configuration>,
+    ) -> Self {
         Companion {
             settings: settings::Settings::new(store.clone(), configuration),
             devices: devices::Devices::new(store.clone()),
@@ -80,17 +81,6 @@ pub fn project_id(root: &str) -> String {
     uuid::Builder::from_custom_bytes(bytes)
         .into_uuid()
         .to_string()
-}
-
-/// A store failure as the API answers it: 507 when the disk is full (the client can tell the
-/// user what happened), else 500.
-pub fn store_err(e: crate::store::StoreError) -> ApiError {
-    if e.is_full() {
-        return ApiError::insufficient_storage(format!(
-            "the gateway's disk is full; nothing was changed ({e})"
-        ));
-    }
-    ApiError::engine(e.to_string())
 }
 
 #[cfg(test)]
