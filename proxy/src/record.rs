@@ -86,6 +86,20 @@ pub fn emit_denial_of(
 /// download or an event stream is visible while it runs).
 pub const LONG_FLOW: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Runs `flow` (a tunnel's or an upgraded connection's relay) and reports `record` as an
+/// open flow once it has lasted [`LONG_FLOW`]: a long tunnel is visible while it runs, a
+/// short one (a TLS handshake and a request or two) is one record when it ends, which the
+/// gateway can fold with its like. One timer per tunnel, none per request.
+pub async fn open_when_long<F: std::future::Future>(record: &AllowRecord, flow: F) -> F::Output {
+    tokio::pin!(flow);
+    tokio::select! {
+        biased;
+        out = &mut flow => return out,
+        _ = tokio::time::sleep(LONG_FLOW) => record.open(),
+    }
+    flow.await
+}
+
 /// Proxy-wide flow ids (see [`Decision::flow`]).
 static NEXT_FLOW: AtomicU64 = AtomicU64::new(1);
 
@@ -191,7 +205,8 @@ impl AllowRecord {
     }
 
     /// Report the flow now, as `open` (bytes so far); the record emitted on drop becomes its
-    /// `closed` counterpart. For tunnels and upgraded connections, which can run for hours.
+    /// `closed` counterpart. For tunnels and upgraded connections, which can run for hours
+    /// (through [`open_when_long`]), and responses still streaming after [`LONG_FLOW`].
     pub fn open(&self) {
         if self.flow.load(Ordering::Relaxed) != 0 {
             return;
@@ -383,5 +398,41 @@ mod tests {
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].bytes_down, 5);
         assert_eq!(all[0].decision, Verdict::Allow);
+    }
+
+    #[tokio::test]
+    async fn a_flow_shorter_than_a_second_is_one_record_when_it_ends() {
+        let sink: Arc<Sink> = Arc::default();
+        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        let out = open_when_long(&r, async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            7
+        })
+        .await;
+        assert_eq!(out, 7, "the flow's own answer is passed on");
+        assert!(sink.0.lock().unwrap().is_empty(), "nothing while it ran");
+        drop(r);
+        let all = sink.0.lock().unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].state, None, "a short flow is a plain record");
+        assert_eq!(all[0].flow, 0);
+    }
+
+    #[tokio::test]
+    async fn a_flow_that_lasts_a_second_is_reported_open_while_it_runs_then_closed() {
+        let sink: Arc<Sink> = Arc::default();
+        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        let seen = sink.clone();
+        open_when_long(&r, async move {
+            tokio::time::sleep(LONG_FLOW + std::time::Duration::from_millis(200)).await;
+            let during: Vec<_> = seen.0.lock().unwrap().iter().map(|d| d.state).collect();
+            assert_eq!(during, [Some(FlowState::Open)], "open while it runs");
+        })
+        .await;
+        drop(r);
+        let all = sink.0.lock().unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].state, Some(FlowState::Closed));
+        assert_eq!(all[1].flow, all[0].flow, "the close names the same flow");
     }
 }

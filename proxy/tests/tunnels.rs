@@ -91,8 +91,8 @@ async fn the_same_host_gets_the_same_verdict_on_http_connect_and_socks5() {
         rep(&socks(h.port(), Some(TOKEN), &domain_req("evil.test", o.port())).await),
         2
     );
-    // CONNECT and SOCKS5 tunnels are reported when they open and again when they close
-    let recs = h.sink.wait_for(8).await;
+    // a CONNECT or SOCKS5 tunnel shorter than a second is one record, when it closes
+    let recs = h.sink.wait_for(6).await;
     let lanes: Vec<(Lane, Verdict)> = recs.iter().map(|d| (d.lane, d.decision)).collect();
     for lane in [Lane::Http, Lane::Connect, Lane::Socks] {
         assert!(lanes.contains(&(lane, Verdict::Allow)), "{lanes:?}");
@@ -100,12 +100,9 @@ async fn the_same_host_gets_the_same_verdict_on_http_connect_and_socks5() {
     }
     let tunnel = recs
         .iter()
-        .find(|d| {
-            d.lane == Lane::Connect
-                && d.decision == Verdict::Allow
-                && d.state == Some(vis_proxy::FlowState::Closed)
-        })
-        .unwrap();
+        .find(|d| d.lane == Lane::Connect && d.decision == Verdict::Allow)
+        .expect("the tunnel's record");
+    assert_eq!(tunnel.state, None, "a short tunnel is one plain record");
     assert!(tunnel.bytes_up > 0 && tunnel.bytes_down > 0);
     assert_eq!(tunnel.method, None);
 }
@@ -308,7 +305,7 @@ async fn metadata_address_is_denied_on_every_lane_without_dialling() {
     .await;
     assert_eq!(r.status(), 403);
     assert!(h.dialer.dialled().is_empty());
-    // CONNECT and SOCKS5 tunnels are reported when they open and again when they close
+    // every attempt above is one denial record
     let recs = h.sink.wait_for(8).await;
     assert!(
         recs.iter()

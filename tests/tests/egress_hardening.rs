@@ -343,8 +343,8 @@ async fn a_request_body_that_stalls_gets_a_408_from_the_api_instead_of_holding_i
     assert!(s.is_success(), "{v}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tunnel_reaches_the_phone_when_it_opens_and_again_when_it_closes() {
+/// A loopback echo server; its `host:port`.
+async fn echo_server() -> String {
     let held = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target = format!("127.0.0.1:{}", held.local_addr().unwrap().port());
     tokio::spawn(async move {
@@ -359,6 +359,12 @@ async fn a_tunnel_reaches_the_phone_when_it_opens_and_again_when_it_closes() {
             });
         }
     });
+    target
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_that_lasts_reaches_the_phone_while_it_runs_and_again_when_it_closes() {
+    let target = echo_server().await;
     let gw = start_with_network(loopback_policy(), Opts::default()).await;
     let sid = gw.create_session_at(&gw.dirs.root()).await;
     let token = token_of(&gw, &sid).await;
@@ -387,6 +393,38 @@ async fn a_tunnel_reaches_the_phone_when_it_opens_and_again_when_it_closes() {
     let stored = gw.wait_egress(&sid, 1).await;
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0]["state"], "closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_shorter_than_a_second_reaches_the_phone_once_when_it_closes() {
+    let target = echo_server().await;
+    let gw = start_with_network(loopback_policy(), Opts::default()).await;
+    let sid = gw.create_session_at(&gw.dirs.root()).await;
+    let token = token_of(&gw, &sid).await;
+    let proxy = gw.proxy_port(&sid).await;
+    let mut sse = gw.events(&sid, -1).await;
+    let (mut tunnel, head) = connect_tunnel(proxy, &token, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.write_all(b"ping").await.unwrap();
+    let mut echo = [0u8; 4];
+    tunnel.read_exact(&mut echo).await.unwrap();
+    drop(tunnel);
+    let seen = sse
+        .collect_until_any(&["egress.decision"], Duration::from_secs(10))
+        .await;
+    let only = seen.last().expect("the tunnel's event");
+    assert!(only.data["state"].is_null(), "{:?}", only.data);
+    assert_eq!(only.data["lane"], "connect");
+    assert_eq!(only.data["bytes_up"], 4);
+    assert_eq!(only.data["bytes_down"], 4);
+    let later = sse.drain_for(Duration::from_millis(1500)).await;
+    assert!(
+        later.iter().all(|e| e.event != "egress.decision"),
+        "a second event for a short tunnel: {later:?}"
+    );
+    let stored = gw.wait_egress(&sid, 1).await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert!(stored[0]["state"].is_null(), "{:?}", stored[0]);
 }
 
 /// Writes `wire` to the proxy on a new connection and reads until the proxy closes it (or

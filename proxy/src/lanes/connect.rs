@@ -15,7 +15,7 @@ use crate::body::{self, ProxyBody};
 use crate::deny::{reason, Denial};
 use crate::h1_watch::Watched;
 use crate::phases::{self, Cleared, Framing, Step, Target};
-use crate::record::RecordBase;
+use crate::record::{open_when_long, RecordBase};
 use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Principal};
 
@@ -141,8 +141,6 @@ impl Framing for ConnectFlow {
             }
         };
         let record = c.record;
-        // The tunnel may run for hours: the phone learns of it now, and of its bytes at the end.
-        record.open();
         let idle = shared.cfg.idle_timeout;
         tokio::spawn(async move {
             // The tunnel counts against the overall connection cap until it ends.
@@ -151,27 +149,29 @@ impl Framing for ConnectFlow {
                 Ok(up) => {
                     // The client side is the accepted TCP socket (plus any bytes
                     // hyper read past the CONNECT head): relay TCP to TCP.
+                    // The tunnel may run for hours: once it has lasted a second the phone
+                    // learns of it, and of its bytes at the end.
                     let r = match up.downcast::<TokioIo<Watched<TcpStream>>>() {
                         Ok(parts) => {
-                            crate::relay::relay_tcp(
+                            let relay = crate::relay::relay_tcp(
                                 parts.io.into_inner().into_inner(),
                                 &parts.read_buf,
                                 upstream,
                                 idle,
                                 &record.up,
                                 &record.down,
-                            )
-                            .await
+                            );
+                            open_when_long(&record, relay).await
                         }
                         Err(up) => {
-                            crate::relay::relay(
+                            let relay = crate::relay::relay(
                                 TokioIo::new(up),
                                 upstream,
                                 idle,
                                 &record.up,
                                 &record.down,
-                            )
-                            .await
+                            );
+                            open_when_long(&record, relay).await
                         }
                     };
                     if let Err(e) = r {

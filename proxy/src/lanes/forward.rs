@@ -425,21 +425,20 @@ impl Framing for HttpFlow<'_> {
             if let Some(client_up) = self.client_upgrade {
                 let upstream_up = hyper::upgrade::on(&mut resp);
                 let idle = self.shared.cfg.idle_timeout;
-                // an upgraded connection (WebSocket) is a long-lived flow: reported now, and
-                // again with its bytes when it closes
-                record.open();
+                // an upgraded connection (WebSocket) may be long-lived: reported once it has
+                // lasted a second, and again with its bytes when it closes
                 let conn = self.conn;
                 tokio::spawn(async move {
                     let _conn = conn;
                     if let (Ok(c), Ok(u)) = (client_up.await, upstream_up.await) {
-                        let _ = crate::relay::relay(
+                        let relay = crate::relay::relay(
                             TokioIo::new(c),
                             TokioIo::new(u),
                             idle,
                             &record.up,
                             &record.down,
-                        )
-                        .await;
+                        );
+                        let _ = crate::record::open_when_long(&record, relay).await;
                     }
                     drop(record);
                 });

@@ -230,18 +230,17 @@ impl Framing for SocksFlow {
             return;
         }
         let record = cleared.record;
-        // a SOCKS connection may run for hours: reported now, and with its bytes at the end
-        record.open();
-        if let Err(e) = crate::relay::relay_tcp(
+        // a SOCKS connection may run for hours: reported once it has lasted a second, and
+        // with its bytes at the end
+        let relay = crate::relay::relay_tcp(
             self.stream,
             &[],
             upstream,
             self.shared.cfg.idle_timeout,
             &record.up,
             &record.down,
-        )
-        .await
-        {
+        );
+        if let Err(e) = crate::record::open_when_long(&record, relay).await {
             tracing::debug!(error = %e, "socks tunnel ended with an error");
         }
     }
