@@ -13,6 +13,7 @@ mod configuration;
 mod drafts;
 mod engine;
 mod extensions;
+mod heap;
 mod home;
 mod human_input;
 mod learn;

@@ -101,24 +101,20 @@ impl ReplayRest for Rest {
 }
 
 /// After a long replay ended (the one that needed pages), gives the heap it freed back to the
-/// system (glibc keeps freed memory in its arenas otherwise): at most once per second, on a
+/// system at once rather than over the allocator's decay time: at most once per second, on a
 /// blocking thread, never on the request path.
 fn trim_heap_soon() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        static PENDING: AtomicBool = AtomicBool::new(false);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if PENDING.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        rt.spawn(async {
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            PENDING.store(false, Ordering::Release);
-            // SAFETY: malloc_trim only releases free memory of the allocator's arenas.
-            let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
-        });
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static PENDING: AtomicBool = AtomicBool::new(false);
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if PENDING.swap(true, Ordering::AcqRel) {
+        return;
     }
+    rt.spawn(async {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        PENDING.store(false, Ordering::Release);
+        let _ = tokio::task::spawn_blocking(crate::heap::release_free).await;
+    });
 }
