@@ -12,6 +12,10 @@
 //! the replay through the store thread, whose FIFO order guarantees the replay includes every
 //! event published before the registration; the sink takes only later frames live, and the
 //! rest of the replay is read page by page as the client takes it (`replay.rs`).
+//!
+//! With a commit sink (`--nats-url`), every committed event (live-only ones included) is also
+//! handed to it in commit order, with the envelope text the journal stores: the NATS
+//! publisher puts it on the session's subject (docs/decisions.md, C2).
 
 use crate::store::{rows, Store};
 use parking_lot::Mutex;
@@ -25,6 +29,7 @@ use vis_companion_api::sse::SSE_QUEUE_CAP;
 use vis_companion_api::wire::{JournalEntry, StoredJson, StreamGap};
 use vis_companion_api::{Frame, Ready, Subscription};
 use vis_events::{now_ms, Envelope};
+use vis_store::{CommitSink, Committed};
 
 mod lost;
 mod replay;
@@ -64,16 +69,31 @@ pub struct Bus {
     retain: i64,
     channels: Mutex<HashMap<String, Arc<Mutex<Channel>>>>,
     lost: Arc<LostSeqs>,
+    /// Where committed events also go (the NATS publisher); `None` once publishing stopped.
+    commits: Mutex<Option<CommitSink>>,
 }
 
 impl Bus {
+    #[cfg(test)]
     pub fn new(store: Store, retain: i64) -> Self {
+        Self::with_commits(store, retain, None)
+    }
+
+    /// A bus that also hands every committed event to `commits`, in commit order.
+    pub fn with_commits(store: Store, retain: i64, commits: Option<CommitSink>) -> Self {
         Self {
             store,
             retain,
             channels: Mutex::new(HashMap::new()),
             lost: Arc::new(LostSeqs::default()),
+            commits: Mutex::new(commits),
         }
+    }
+
+    /// Stops handing events to the commit sink (at shutdown, once the store is flushed):
+    /// the bus's sender is dropped, so the publisher drains and ends.
+    pub fn stop_commits(&self) {
+        self.commits.lock().take();
     }
 
     /// Registers a session's channel with its stored high-water (idempotent).
@@ -169,6 +189,7 @@ impl Bus {
         let seq_kept = matches!(row, Row::KeepsSeq(_));
         let (sid_owned, retain) = (sid.to_string(), self.retain);
         let lost = self.lost.clone();
+        let commits = self.commits.lock().clone();
         self.store.submit("event", move |c| {
             let out = crate::store::atomically(c, |c| {
                 rows::insert_event(
@@ -196,6 +217,9 @@ impl Bus {
             crate::store::after_commit(move || {
                 if written && crate::store::committed() {
                     deliver(&live, frame);
+                    if let Some(sink) = commits {
+                        hand_on(&sink, sid_owned, seq, kind, data);
+                    }
                 } else {
                     lost.record(&sid_owned, seq, kind, &data);
                 }
@@ -307,6 +331,19 @@ impl Bus {
                 .filter_map(|(_, _, d)| StoredJson::parse(d).map(JournalEntry::Event)),
         );
         out
+    }
+}
+
+/// Hands a committed event to the commit sink without waiting: when its queue is full the
+/// event is not published (it is durable; a follower refills it from the journal).
+fn hand_on(sink: &CommitSink, sid: String, seq: i64, kind: EventKind, data: String) {
+    let event = vis_store::Event {
+        seq,
+        kind: kind.as_str().to_string(),
+        data,
+    };
+    if sink.try_send(Committed { sid, event }).is_err() {
+        crate::metrics::event_not_published();
     }
 }
 

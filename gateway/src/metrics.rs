@@ -5,7 +5,7 @@
 //!
 //! API: [`egress_decision`] (called once per decision from `sandbox/sink.rs`; counts it and
 //! logs it), [`record_decision`], [`record_filter_latency`], [`store_write_failed`],
-//! [`event_lost`]; [`families`] renders them for `/metrics`.
+//! [`event_lost`], [`event_not_published`]; [`families`] renders them for `/metrics`.
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -15,6 +15,7 @@ use vis_companion_api::metrics::{Family, Kind, Sample};
 
 static STORE_WRITE_FAILURES: AtomicU64 = AtomicU64::new(0);
 static EVENTS_LOST: AtomicU64 = AtomicU64::new(0);
+static EVENTS_NOT_PUBLISHED: AtomicU64 = AtomicU64::new(0);
 
 /// A store job or batch commit failed.
 pub fn store_write_failed() {
@@ -24,6 +25,11 @@ pub fn store_write_failed() {
 /// An event could not be stored, so it was not delivered.
 pub fn event_lost() {
     EVENTS_LOST.fetch_add(1, Relaxed);
+}
+
+/// A committed event found the NATS publisher's queue full (it stays in the journal).
+pub fn event_not_published() {
+    EVENTS_NOT_PUBLISHED.fetch_add(1, Relaxed);
 }
 
 const LANES: [&str; 6] = ["http", "connect", "https", "socks", "provider", "other"];
@@ -281,6 +287,12 @@ pub fn families() -> Vec<Family> {
             "Events the store could not write; they were not delivered, and their turns failed with storage_error.",
             Kind::Counter,
             get(&EVENTS_LOST),
+        ),
+        Family::single(
+            "vis_events_not_published_total",
+            "Committed events not handed to the NATS publisher because its queue was full (with --nats-url); they stay in the journal.",
+            Kind::Counter,
+            get(&EVENTS_NOT_PUBLISHED),
         ),
     ]
 }

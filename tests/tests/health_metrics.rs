@@ -128,6 +128,7 @@ async fn metrics_print_every_documented_series() {
         "vis_process_rss_bytes",
         "vis_gateway_client_leases",
         "vis_gateway_sse_clients",
+        "vis_events_not_published_total",
     ] {
         assert!(metric(&m, s).is_some(), "{s} missing: {m}");
     }

@@ -37,6 +37,78 @@ pub struct StartArgs {
     /// Default workspace root for new sessions (default: the current directory).
     #[arg(long)]
     pub root: Option<PathBuf>,
+    /// Also publish every committed event on NATS JetStream at this URL (`nats://host:4222`,
+    /// `tls://…`), on `<subject prefix>.<session id>`. The gateway does not start when the
+    /// server cannot be reached.
+    #[arg(long, env = "VIS_NATS_URL", value_parser = nats_url)]
+    pub nats_url: Option<String>,
+    /// The JetStream stream the events go to (created when missing: 24 h of events).
+    #[arg(long, env = "VIS_NATS_STREAM", default_value = "VIS_EVENTS", value_parser = nats_name)]
+    pub nats_stream: String,
+    /// Subject prefix of the published events.
+    #[arg(long, env = "VIS_NATS_SUBJECT_PREFIX", default_value = "vis.events", value_parser = nats_prefix)]
+    pub nats_subject_prefix: String,
+}
+
+/// A NATS server URL: `nats://`, `tls://`, `ws://` or `wss://` with a host.
+fn nats_url(v: &str) -> Result<String, String> {
+    let (scheme, rest) = v
+        .split_once("://")
+        .ok_or("expected a NATS URL such as nats://127.0.0.1:4222")?;
+    if !["nats", "tls", "ws", "wss"].contains(&scheme) {
+        return Err(format!(
+            "the scheme {scheme}:// is not a NATS one (nats://, tls://, ws://, wss://)"
+        ));
+    }
+    let host = rest.rsplit('@').next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') || host.starts_with('/') {
+        return Err("the URL names no host".into());
+    }
+    Ok(v.to_string())
+}
+
+/// A JetStream stream name: letters, digits, `-` and `_`.
+fn nats_name(v: &str) -> Result<String, String> {
+    let fine = !v.is_empty()
+        && v.len() <= 64
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    fine.then(|| v.to_string())
+        .ok_or_else(|| "a stream name is 1-64 letters, digits, '-' or '_'".into())
+}
+
+/// A subject prefix: dot-separated tokens of letters, digits, `-` and `_` (no wildcards).
+fn nats_prefix(v: &str) -> Result<String, String> {
+    let fine = v.split('.').all(|t| {
+        !t.is_empty()
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    });
+    fine.then(|| v.to_string()).ok_or_else(|| {
+        "a subject prefix is dot-separated tokens of letters, digits, '-' or '_'".into()
+    })
+}
+
+/// Connects to NATS and starts the event publisher (`--nats-url`), bounded in time.
+async fn start_publishing(
+    args: &StartArgs,
+) -> Result<Option<(vis_store::CommitSink, vis_store::nats::Publisher)>> {
+    let Some(url) = &args.nats_url else {
+        return Ok(None);
+    };
+    let connect = vis_store::nats::Nats::connect(url, &args.nats_stream, &args.nats_subject_prefix);
+    let nats = match tokio::time::timeout(Duration::from_secs(10), connect).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => anyhow::bail!("cannot publish events on NATS at {url}: {e}"),
+        Err(_) => anyhow::bail!("cannot publish events on NATS at {url}: no answer within 10 s"),
+    };
+    tracing::info!(
+        url = %url,
+        stream = %args.nats_stream,
+        subjects = %format!("{}.<session id>", args.nats_subject_prefix),
+        "publishing events on NATS JetStream"
+    );
+    Ok(Some(nats.start_publisher()))
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -99,6 +171,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
     let (h, r) = (home.dir.clone(), root.clone());
     let config = tokio::task::spawn_blocking(move || crate::config::load(&h, &r)).await??;
     python.await?.map_err(anyhow::Error::msg)?;
+    let publishing = start_publishing(&args).await?;
     let store = Store::open(&home.db_path())
         .with_context(|| format!("cannot open the database {}", home.db_path().display()))?;
     let gw = Gateway::new(
@@ -108,8 +181,10 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         config,
         env_usize("VIS_GATEWAY_MAX_CONCURRENT_TURNS", 50),
         env_usize("VIS_GATEWAY_EVENT_RING_MAX", 2000) as i64,
+        publishing.as_ref().map(|(sink, _)| sink.clone()),
     )
     .await?;
+    let publisher = publishing.map(|(_, publisher)| publisher);
     let loaded = gw.load_extensions().await;
     for f in &loaded.failures {
         tracing::warn!(file = %f.file.display(), error = %f.error.message, "extension failed to load");
@@ -225,6 +300,11 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
     wait_for_stop(&gw.stop_requested()).await;
     tracing::info!("stopping: cancelling running turns");
     gw.shutdown(Duration::from_secs(8)).await;
+    if let Some(p) = publisher {
+        if !p.drained(Duration::from_secs(5)).await {
+            tracing::warn!("events still unpublished on NATS after 5 s; they stay in the journal");
+        }
+    }
     shutdown.cancel();
     for s in servers {
         let _ = s.await;

@@ -143,10 +143,11 @@ impl Gateway {
         config: Config,
         concurrency: usize,
         retain: i64,
+        commits: Option<vis_store::CommitSink>,
     ) -> anyhow::Result<Arc<Gateway>> {
         let configuration = Arc::new(Configuration::new(home.dir.clone(), config)?);
         let max_ord = store.call(rows::max_turn_ord).await?;
-        let bus = Arc::new(Bus::new(store.clone(), retain));
+        let bus = Arc::new(Bus::with_commits(store.clone(), retain, commits));
         let mut host_cfg = HostConfig::new(home.dir.clone());
         let (home_dir, fallback_root) = (home.dir.clone(), default_root.clone());
         host_cfg.environment = Arc::new(move |project: Option<&std::path::Path>| {
@@ -298,12 +299,14 @@ impl Gateway {
     }
 
     /// Cancels every running turn and waits (bounded) for their terminals, then stops the
-    /// Python runtimes and extension workers and flushes the store.
+    /// Python runtimes and extension workers, flushes the store and stops handing events to
+    /// the commit sink (every committed event has been handed to it by then).
     pub async fn shutdown(&self, wait: std::time::Duration) {
         self.turns.stop(wait).await;
         self.turns.model_sandboxes.stop_all();
         self.extensions.shutdown().await;
         self.store.flush().await;
+        self.bus.stop_commits();
     }
 
     /// The turn engine, for the binary's start (recovery at start-up).

@@ -72,9 +72,15 @@ impl Nats {
 
     /// Starts the publisher task; hand the sink to [`crate::JournalOptions::commits`].
     pub fn publisher(&self) -> CommitSink {
+        self.start_publisher().0
+    }
+
+    /// [`Nats::publisher`], with a handle that waits for the task to drain once every
+    /// clone of the sink is dropped (a node that stops publishes what it committed).
+    pub fn start_publisher(&self) -> (CommitSink, Publisher) {
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
-        tokio::spawn(publish_loop(self.clone(), rx));
-        tx
+        let task = tokio::spawn(publish_loop(self.clone(), rx));
+        (tx, Publisher { task })
     }
 
     /// Replays `sid` from the journal after `after_seq`, then follows it live (see
@@ -95,6 +101,20 @@ impl Nats {
             .await
             .map(|_| ())
             .map_err(nats_error)
+    }
+}
+
+/// The publisher task of [`Nats::start_publisher`].
+pub struct Publisher {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Publisher {
+    /// Waits up to `within` for the task to end, which it does once every sender is
+    /// dropped and every event queued before is published and acknowledged (or failed).
+    /// False when the time ran out first (the rest is still in the journal).
+    pub async fn drained(self, within: Duration) -> bool {
+        matches!(tokio::time::timeout(within, self.task).await, Ok(Ok(())))
     }
 }
 

@@ -222,3 +222,40 @@ async fn a_follower_behind_the_journal_s_retention_is_told_the_gap_first() {
     let rest = take_through(&mut f, 100).await;
     assert_eq!(seqs(&rest), (trimmed + 1..=100).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_publisher_publishes_everything_handed_to_it_before_it_ends() {
+    if !reachable("NATS", &nats_addr()) {
+        return;
+    }
+    let s = suffix();
+    let (stream, prefix) = (format!("VIS_TEST_{s}"), format!("vis-test-{s}.events"));
+    let nats = Nats::connect(&nats_url(), &stream, &prefix)
+        .await
+        .expect("connect to NATS and make the stream");
+    let (sink, publisher) = nats.start_publisher();
+    for seq in 1..=2000 {
+        let event = vis_store::Event {
+            seq,
+            kind: "note".into(),
+            data: json!({ "seq": seq }).to_string(),
+        };
+        sink.try_send(vis_store::Committed {
+            sid: "s1".into(),
+            event,
+        })
+        .expect("room in the queue");
+    }
+    drop(sink);
+    let drained = publisher.drained(Duration::from_secs(30)).await;
+    let client = async_nats::connect(nats_url()).await.expect("NATS");
+    let js = async_nats::jetstream::new(client);
+    let mut info = js.get_stream(&stream).await.expect("the stream");
+    let held = info.info().await.expect("stream info").state.messages;
+    let _ = js.delete_stream(&stream).await;
+    assert!(drained, "the publisher ended within 30 s");
+    assert_eq!(
+        held, 2000,
+        "every event was published before the task ended"
+    );
+}

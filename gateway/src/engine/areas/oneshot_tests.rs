@@ -20,7 +20,7 @@ async fn fixture() -> Fixture {
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
     let store = crate::store::Store::open(&home.db_path()).unwrap();
-    let gw: Arc<Gateway> = Gateway::new(store, home, root, Default::default(), 2, 100)
+    let gw: Arc<Gateway> = Gateway::new(store, home, root, Default::default(), 2, 100, None)
         .await
         .unwrap();
     let cfg = vis_companion_api::ApiConfig {

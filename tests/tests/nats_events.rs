@@ -1,0 +1,208 @@
+//! Events across nodes, first step (issue 25): with `--nats-url` every event the gateway
+//! commits is also published on `<prefix>.<session id>` in a JetStream stream, in seq order,
+//! with the journal's own envelope text, its seq and type in headers and a message id that
+//! JetStream deduplicates on. The machine's NATS server (127.0.0.1:4222, or
+//! `VIS_TEST_NATS_ADDR`) must answer when `CI` is set; elsewhere the test is skipped.
+
+mod common;
+
+use async_nats::jetstream::{self, consumer::pull, consumer::DeliverPolicy};
+use common::*;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+fn nats_addr() -> String {
+    std::env::var("VIS_TEST_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".into())
+}
+
+/// Whether NATS answers; with `CI` set an absent server fails the test.
+fn nats_reachable() -> bool {
+    let addr = nats_addr();
+    let sock: SocketAddr = addr.parse().expect("a socket address");
+    assert!(
+        sock.ip().is_loopback(),
+        "tests dial loopback only, not {addr}"
+    );
+    if TcpStream::connect_timeout(&sock, Duration::from_secs(2)).is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "NATS is unreachable at {addr}, and CI is set: this test needs it"
+    );
+    eprintln!("skipped: NATS is unreachable at {addr} (set CI to make this a failure)");
+    false
+}
+
+fn suffix() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
+}
+
+/// One message read back from the stream.
+struct Published {
+    subject: String,
+    seq_header: Option<i64>,
+    type_header: Option<String>,
+    msg_id: Option<String>,
+    data: Value,
+}
+
+/// Reads every message on `subject` from the start of the stream until `done` holds for
+/// what was read (bounded).
+async fn read_subject(
+    js: &jetstream::Context,
+    stream: &str,
+    subject: &str,
+    done: impl Fn(&[Published]) -> bool,
+) -> Vec<Published> {
+    let stream = js.get_stream(stream).await.expect("the stream exists");
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: subject.to_string(),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .expect("an ordered consumer");
+    let mut messages = consumer.messages().await.expect("messages");
+    let deadline = Instant::now() + WAIT;
+    let mut out = Vec::new();
+    while !done(&out) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Some(Ok(m))) = tokio::time::timeout(left, messages.next()).await else {
+            panic!("the stream held only {} messages on {subject}", out.len());
+        };
+        let header = |name: &str| {
+            m.headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_string())
+        };
+        out.push(Published {
+            subject: m.subject.to_string(),
+            seq_header: header("Vis-Seq").and_then(|s| s.parse().ok()),
+            type_header: header("Vis-Type"),
+            msg_id: m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+                .map(|v| v.as_str().to_string()),
+            data: serde_json::from_slice(&m.payload).expect("the payload is JSON"),
+        });
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_committed_event_of_a_turn_is_published_on_the_sessions_subject_in_seq_order() {
+    if !nats_reachable() {
+        return;
+    }
+    let (name, prefix) = (
+        format!("VIS_TEST_{}", suffix()),
+        format!("vistest.{}", suffix()),
+    );
+    let url = format!("nats://{}", nats_addr());
+    let llm = FixtureLlm::start().await;
+    llm.push(Script::Text(vec!["Hello ".into(), "from the turn.".into()]));
+    let mut opts = Opts::openai(&llm);
+    opts.extra_args = vec![
+        "--nats-url".into(),
+        url.clone(),
+        "--nats-stream".into(),
+        name.clone(),
+        "--nats-subject-prefix".into(),
+        prefix.clone(),
+    ];
+    let gw = Gateway::start(opts).await;
+    let sid = gw.create_session().await;
+    let (s, _) = gw.submit(&sid, "say hello").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let stored = gw.wait_stored(&sid, "turn.completed").await;
+    gw.wait_idle(&sid).await;
+    let last_stored = stored.last().unwrap()["seq"].as_i64().unwrap();
+
+    let js = jetstream::new(async_nats::connect(&url).await.expect("NATS"));
+    let subject = format!("{prefix}.{sid}");
+    let published = read_subject(&js, &name, &subject, |got| {
+        got.last()
+            .and_then(|p| p.data["seq"].as_i64())
+            .is_some_and(|s| s >= last_stored)
+    })
+    .await;
+    let _ = js.delete_stream(&name).await;
+
+    let seqs: Vec<i64> = published
+        .iter()
+        .map(|p| p.data["seq"].as_i64().expect("an envelope seq"))
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "published in seq order, each once: {seqs:?}"
+    );
+    for p in &published {
+        let seq = p.data["seq"].as_i64().unwrap();
+        assert_eq!(p.subject, subject);
+        assert_eq!(p.seq_header, Some(seq), "the Vis-Seq header is the seq");
+        assert_eq!(p.type_header.as_deref(), p.data["type"].as_str());
+        assert_eq!(p.msg_id.as_deref(), Some(format!("{sid}:{seq}").as_str()));
+        assert_eq!(p.data["session_id"], sid.as_str());
+    }
+    // Every journal event went out with the journal's own text; live-only events (the
+    // activity of the running turn) went out too.
+    for e in &stored {
+        let seq = e["seq"].as_i64().unwrap();
+        let p = published
+            .iter()
+            .find(|p| p.data["seq"] == seq)
+            .unwrap_or_else(|| panic!("stored event {seq} ({}) not published", e["type"]));
+        assert_eq!(&p.data, e, "event {seq} published as stored");
+    }
+    let kinds: Vec<&str> = published
+        .iter()
+        .filter_map(|p| p.type_header.as_deref())
+        .collect();
+    assert!(kinds.contains(&"turn.started"), "{kinds:?}");
+    assert!(kinds.contains(&"turn.completed"), "{kinds:?}");
+    assert!(
+        published.len() > stored.len(),
+        "live-only events are published too: {kinds:?}"
+    );
+    assert_eq!(
+        gw.metric("vis_events_not_published_total").await,
+        Some(0.0),
+        "nothing was left out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_told_to_publish_on_an_unreachable_nats_refuses_to_start_and_says_why() {
+    // A loopback port nothing listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dirs = Dirs::new();
+    let url = format!("nats://127.0.0.1:{port}");
+    let (code, _, stderr) = run_cli(&dirs, &["start", "--port", "0", "--nats-url", &url]).await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("NATS") && stderr.contains(&url),
+        "the error names NATS and the URL: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_url_that_is_not_one_is_refused_before_anything_starts() {
+    let dirs = Dirs::new();
+    let (code, _, stderr) = run_cli(
+        &dirs,
+        &["start", "--port", "0", "--nats-url", "http://127.0.0.1:1"],
+    )
+    .await;
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("--nats-url"), "{stderr}");
+}
