@@ -5,7 +5,10 @@
 //! `nice cargo run --release -p vis-store --example store_bench -- [events] [sessions] [bytes] [in-flight] [rounds]`
 //! (defaults 200000 50 300 4096 2). PostgreSQL: `VIS_BENCH_PG_ADDR` (loopback, default
 //! 127.0.0.1:5432), database `test`, a schema of the run's own, dropped at the end. The
-//! SQLite file lives next to this binary under target/ and is removed at the end.
+//! SQLite file lives next to this binary under target/ and is removed at the end. With NATS
+//! reachable (`VIS_BENCH_NATS_ADDR`, loopback, default 127.0.0.1:4222) each round also runs
+//! SQLite with every commit published on JetStream (a stream of the run's own, removed at the
+//! end): events/s stored, and events/s until the last one was acknowledged by JetStream.
 
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -128,6 +131,28 @@ async fn main() {
     println!("| round | engine | seconds | events/s | stored bytes/event |");
     println!("|---|---|---|---|---|");
     let (mut sqlite_rates, mut pg_rates) = (Vec::new(), Vec::new());
+    let nats_addr =
+        std::env::var("VIS_BENCH_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".into());
+    let nats_sock: std::net::SocketAddr = nats_addr.parse().expect("a socket address");
+    assert!(
+        nats_sock.ip().is_loopback(),
+        "the bench dials loopback only, not {nats_addr}"
+    );
+    let stream = format!("VIS_BENCH_{}", std::process::id());
+    let nats = match vis_store::nats::Nats::connect(
+        &format!("nats://{nats_addr}"),
+        &stream,
+        &format!("vis-bench-{}.events", std::process::id()),
+    )
+    .await
+    {
+        Ok(n) => Some(n),
+        Err(e) => {
+            println!("(NATS not measured: {e})");
+            None
+        }
+    };
+    let mut published_rates = Vec::new();
     for round in 1..=rounds {
         let path = dir.join(format!("round{round}.sqlite"));
         let sqlite = Journal::open_sqlite(&path, JournalOptions::default())
@@ -138,6 +163,29 @@ async fn main() {
         sqlite_rates.push(rate);
         println!("| {round} | SQLite | {secs:.2} | {rate:.0} | {size:.0} |");
         drop(sqlite);
+
+        if let Some(nats) = &nats {
+            let path = dir.join(format!("round{round}-nats.sqlite"));
+            let (sink, publisher) = nats.start_publisher();
+            let opts = JournalOptions {
+                commits: Some(sink),
+                ..JournalOptions::default()
+            };
+            let sqlite = Journal::open_sqlite(&path, opts).await.expect("SQLite");
+            let t0 = Instant::now();
+            let (secs, size) = run(&sqlite, &setup, &format!("nats{round}")).await;
+            drop(sqlite);
+            let drained = publisher.drained(Duration::from_secs(600)).await;
+            let through = t0.elapsed().as_secs_f64();
+            let rate = setup.events as f64 / secs;
+            let published = setup.events as f64 / through;
+            published_rates.push(published);
+            println!("| {round} | SQLite + NATS publishing | {secs:.2} | {rate:.0} | {size:.0} |");
+            println!(
+                "| {round} | … until JetStream acknowledged the last{} | {through:.2} | {published:.0} | |",
+                if drained { "" } else { " (not drained in 600 s)" }
+            );
+        }
 
         let schema = format!("vis_bench_{}_{round}", std::process::id());
         let pg = Journal::open_postgres(
@@ -160,5 +208,16 @@ async fn main() {
         "mean events/s: SQLite {s:.0}, PostgreSQL {p:.0}; PostgreSQL / SQLite = {:.2}",
         p / s
     );
+    if let Some(nats) = &nats {
+        let n = mean(&published_rates);
+        println!(
+            "mean events/s published on JetStream (SQLite + NATS): {n:.0}; ÷ SQLite alone = {:.2}",
+            n / s
+        );
+        let held = nats.held().await.unwrap_or(0);
+        let sent = (setup.events + 1) * rounds; // each round also appends one probe
+        println!("the stream held {held} messages of the {sent} events appended");
+        let _ = nats.delete_stream().await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -94,6 +94,13 @@ impl Nats {
         follow::start(self, journal, sid, after_seq).await
     }
 
+    /// How many messages the stream holds now.
+    pub async fn held(&self) -> StoreResult<u64> {
+        let mut stream = self.js.get_stream(&self.stream).await.map_err(nats_error)?;
+        let info = stream.info().await.map_err(nats_error)?;
+        Ok(info.state.messages)
+    }
+
     /// Removes the stream (tests and tear-down).
     pub async fn delete_stream(&self) -> StoreResult<()> {
         self.js
