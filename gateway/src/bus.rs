@@ -335,7 +335,7 @@ impl Bus {
 }
 
 /// Hands a committed event to the commit sink without waiting: when its queue is full the
-/// event is not published (it is durable; a follower refills it from the journal).
+/// event is not published (it stays in the journal, and is counted).
 fn hand_on(sink: &CommitSink, sid: String, seq: i64, kind: EventKind, data: String) {
     let event = vis_store::Event {
         seq,

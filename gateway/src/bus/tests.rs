@@ -354,3 +354,54 @@ async fn an_event_is_streamed_and_journaled_as_one_text_with_the_envelope_keys_f
         "the stream's session id once, then the payload in its own order"
     );
 }
+
+#[tokio::test]
+async fn the_commit_sink_gets_every_committed_event_in_seq_order_and_no_event_that_failed() {
+    let (store, _dir) = crate::store::test_support::temp_store("bus-commits");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let bus = Arc::new(Bus::with_commits(store.clone(), 100, Some(tx)));
+    bus.open("s", 0);
+    bus.publish("s", ev());
+    // A live-only event.
+    bus.publish(
+        "s",
+        Event::TurnQueuedDrained(vis_companion_api::events::TurnRef {
+            turn_id: "t".into(),
+        }),
+    );
+    store.flush().await;
+    fill_disk(&store).await;
+    bus.publish("s", big());
+    store.flush().await;
+    free_disk(&store).await;
+    bus.publish("s", ev());
+    store.flush().await;
+    bus.stop_commits();
+    bus.publish("s", ev());
+    store.flush().await;
+    let mut got = Vec::new();
+    while let Some(c) = rx.recv().await {
+        got.push(c);
+    }
+    let seqs: Vec<(i64, &str)> = got
+        .iter()
+        .map(|c| (c.event.seq, c.event.kind.as_str()))
+        .collect();
+    assert_eq!(
+        seqs,
+        vec![
+            (1, "queue.resumed"),
+            (2, "turn.queued.drained"),
+            (4, "queue.resumed")
+        ],
+        "stored and live-only events, not the one the disk refused nor any after the stop"
+    );
+    let stored = store
+        .call(|c| rows::events_between(c, "s", 0, 10))
+        .await
+        .expect("read")
+        .1;
+    let first = stored.iter().find(|e| e.0 == 1).expect("seq 1 stored");
+    assert_eq!(got[0].event.data, first.2, "the journal's own text");
+    assert!(got.iter().all(|c| c.sid == "s"));
+}

@@ -329,3 +329,49 @@ async fn wait_for_stop(stop: &CancellationToken) {
         _ = stop.cancelled() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{nats_name, nats_prefix, nats_url};
+
+    #[test]
+    fn a_nats_url_needs_a_nats_scheme_and_a_host() {
+        for good in [
+            "nats://127.0.0.1:4222",
+            "tls://nats.internal:4222",
+            "nats://user:pass@127.0.0.1:4222",
+            "wss://nats.internal/ws",
+        ] {
+            assert_eq!(nats_url(good).as_deref(), Ok(good));
+        }
+        for bad in [
+            "127.0.0.1:4222",
+            "http://127.0.0.1:4222",
+            "nats://",
+            "nats://:4222",
+        ] {
+            assert!(nats_url(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn stream_names_and_subject_prefixes_refuse_what_jetstream_would() {
+        assert!(nats_name("VIS_EVENTS").is_ok());
+        for bad in ["", "vis.events", "VIS EVENTS", "VIS*", &"x".repeat(65)] {
+            assert!(nats_name(bad).is_err(), "stream {bad:?} accepted");
+        }
+        assert!(nats_prefix("vis.events").is_ok());
+        assert!(nats_prefix("team-a.vis_events").is_ok());
+        for bad in [
+            "",
+            "vis.",
+            ".vis",
+            "vis..events",
+            "vis.*",
+            "vis.>",
+            "vis events",
+        ] {
+            assert!(nats_prefix(bad).is_err(), "prefix {bad:?} accepted");
+        }
+    }
+}
