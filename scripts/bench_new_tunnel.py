@@ -11,6 +11,11 @@ includes the work after the close (the decision's record, event and store write)
 
     python3 scripts/bench_new_tunnel.py <before vis-gateway> <after vis-gateway> [rounds] [tunnels]
 
+With BENCH_WHAT=request it measures instead one client sending plain HTTP requests one at a
+time over one kept-alive connection through each gateway's proxy (absolute-form GET to a
+loopback origin answering `ok`): time per request beside the same requests sent straight to
+the origin, and the gateway's CPU per request.
+
 Everything listens on 127.0.0.1; the work folder under target/ is removed at exit.
 """
 import base64
@@ -52,6 +57,58 @@ def echo_server():
 
     threading.Thread(target=accept, daemon=True).start()
     return srv.getsockname()[1]
+
+
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+
+
+def origin_server():
+    """A keep-alive HTTP origin answering every request with `ok`."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+
+    def serve(c):
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        with c:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    b = c.recv(65536)
+                    if not b:
+                        return
+                    buf += b
+                buf = buf.split(b"\r\n\r\n", 1)[1]
+                c.sendall(ANSWER)
+
+    def accept():
+        while True:
+            c, _ = srv.accept()
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+def exchange(s, request):
+    """Sends one request on `s` and reads the whole `ok` answer; the time it took."""
+    t = time.perf_counter()
+    s.sendall(request)
+    got = b""
+    while not (got.endswith(b"ok") and b"\r\n\r\n" in got):
+        b = s.recv(4096)
+        if not b:
+            raise RuntimeError(f"connection closed: {got!r}")
+        got += b
+    if not got.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"{got!r}")
+    return time.perf_counter() - t
+
+
+def keep_alive(addr):
+    s = socket.create_connection(addr)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
 
 
 class Gw:
@@ -107,6 +164,14 @@ class Gw:
         s.close()
         return time.perf_counter() - t
 
+    def requests(self, port, n):
+        """`n` requests one at a time on this gateway's kept-alive proxy connection."""
+        if not hasattr(self, "keep"):
+            self.keep = keep_alive(self.proxy)
+        req = (f"GET http://127.0.0.1:{port}/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+               f"Proxy-Authorization: Basic {self.auth}\r\n\r\n").encode()
+        return [exchange(self.keep, req) for _ in range(n)]
+
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
         try:
@@ -127,9 +192,16 @@ def direct(port):
     return time.perf_counter() - t
 
 
+def direct_requests(s, port, n):
+    req = f"GET /x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    return [exchange(s, req) for _ in range(n)]
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
+    per_request = os.environ.get("BENCH_WHAT") == "request"
+    unit = "request" if per_request else "tunnel"
     before, after = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 4
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 300
@@ -141,35 +213,46 @@ def main():
         os.makedirs(os.path.join(work, "proj"))
         with open(os.path.join(work, "proj", "vis.yml"), "w") as f:
             f.write('jail: {network: {allowed_domains: ["127.0.0.1"], allow_private: true}}\n')
-        port = echo_server()
+        port = origin_server() if per_request else echo_server()
         gws = [Gw("before", before, work), Gw("after", after, work)]
+        plain = keep_alive(("127.0.0.1", port)) if per_request else None
+
+        def measure(g):
+            return g.requests(port, n) if per_request else [g.tunnel(port) for _ in range(n)]
+
+        def measure_direct():
+            if per_request:
+                return direct_requests(plain, port, n)
+            return [direct(port) for _ in range(n)]
+
         for g in gws:  # warm-up
-            for _ in range(50):
-                g.tunnel(port)
+            for _ in range(50 if not per_request else 2):
+                measure(g)
         time.sleep(1.5)
         lat = {g.name: [] for g in gws}
         cpu = {g.name: [] for g in gws}
         floor = []
         for r in range(rounds):
-            floor += [direct(port) for _ in range(n)]
+            floor += measure_direct()
             for g in (gws if r % 2 == 0 else gws[::-1]):
                 c0 = g.cpu()
-                lat[g.name] += [g.tunnel(port) for _ in range(n)]
-                time.sleep(1.5)  # the last closes are recorded, stored and published
+                lat[g.name] += measure(g)
+                time.sleep(1.5)  # the last records are stored and published
                 cpu[g.name].append((g.cpu() - c0) / n)
         d = statistics.median(floor)
-        print(f"| build | tunnel p50 (added over direct) | tunnel p90 | gateway CPU per tunnel (median of {rounds} rounds; each) |")
+        print(f"| build | {unit} p50 (added over direct) | {unit} p90 | gateway CPU per {unit} (median of {rounds} rounds; each) |")
         print("|---|---|---|---|")
         print(f"| direct, no proxy | {d * 1e3:.3f} ms | {statistics.quantiles(floor, n=10)[8] * 1e3:.3f} ms | |")
         for g in gws:
             q = statistics.quantiles(lat[g.name], n=10)
-            each = ", ".join(f"{c * 1e3:.2f}" for c in cpu[g.name])
+            each = ", ".join(f"{c * 1e6:.0f}" for c in cpu[g.name])
             m = statistics.median(lat[g.name])
             print(f"| {g.name} | {m * 1e3:.3f} ms (+{(m - d) * 1e3:.3f}) | {q[8] * 1e3:.3f} ms "
-                  f"| {statistics.median(cpu[g.name]) * 1e3:.2f} ms ({each}) |")
+                  f"| {statistics.median(cpu[g.name]) * 1e6:.1f} µs ({each}) |")
         b, a = (statistics.median(cpu[k]) for k in ("before", "after"))
         lb, la = (statistics.median(lat[k]) for k in ("before", "after"))
-        print(f"\nafter / before: CPU per tunnel {a / b:.2f}, tunnel p50 {la / lb:.2f}")
+        print(f"\nafter / before: CPU per {unit} {a / b:.2f}, {unit} p50 {la / lb:.2f}, "
+              f"added p50 {(la - d) / (lb - d):.2f}")
     finally:
         for g in gws:
             g.stop()
