@@ -206,3 +206,153 @@ async fn a_nats_url_that_is_not_one_is_refused_before_anything_starts() {
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("--nats-url"), "{stderr}");
 }
+
+/// A NATS server of the test's own (the machine's `nats-server` binary) on a loopback port,
+/// with JetStream storing under target/; killed when dropped.
+struct OwnNats {
+    child: std::process::Child,
+    port: u16,
+    store: tempfile::TempDir,
+}
+
+impl OwnNats {
+    fn binary() -> Option<std::path::PathBuf> {
+        [
+            "/usr/sbin/nats-server",
+            "/usr/bin/nats-server",
+            "/usr/local/bin/nats-server",
+        ]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+    }
+
+    async fn start(port: Option<u16>, store: Option<tempfile::TempDir>) -> OwnNats {
+        let port = port.unwrap_or_else(|| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        });
+        let store = store.unwrap_or_else(|| {
+            tempfile::Builder::new()
+                .prefix("vis-nats-")
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .unwrap()
+        });
+        let child = std::process::Command::new(Self::binary().expect("nats-server"))
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(store.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nats-server");
+        let deadline = Instant::now() + WAIT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not listen");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        OwnNats { child, port, store }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server, keeping its port and its stored stream for a restart.
+    fn kill(mut self) -> (u16, tempfile::TempDir) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port = self.port;
+        let store = tempfile::Builder::new().tempdir().unwrap();
+        let store = std::mem::replace(&mut self.store, store);
+        (port, store)
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs one turn and waits until its terminal is stored; answers the terminal's seq.
+async fn one_turn(gw: &Gateway, llm: &FixtureLlm, sid: &str, text: &str) -> i64 {
+    llm.push(Script::Text(vec![text.into()]));
+    let before = gw.events_since(sid, 0).await.len();
+    let (s, _) = gw.submit(sid, text).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let evs = gw.events_since(sid, 0).await;
+        if let Some(e) = evs[before.min(evs.len())..]
+            .iter()
+            .find(|e| e["type"] == "turn.completed")
+        {
+            gw.wait_idle(sid).await;
+            return e["seq"].as_i64().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the turn {text:?} never completed"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_go_on_while_nats_is_down_and_publishing_resumes_when_it_is_back() {
+    if OwnNats::binary().is_none() {
+        eprintln!("skipped: no nats-server binary to start a server of this test's own");
+        return;
+    }
+    let nats = OwnNats::start(None, None).await;
+    let url = nats.url();
+    let llm = FixtureLlm::start().await;
+    let mut opts = Opts::openai(&llm);
+    opts.extra_args = vec!["--nats-url".into(), url.clone()];
+    let gw = Gateway::start(opts).await;
+    let sid = gw.create_session().await;
+    let subject = format!("vis.events.{sid}");
+    let first = one_turn(&gw, &llm, &sid, "first").await;
+    {
+        let js = jetstream::new(async_nats::connect(&url).await.expect("NATS"));
+        read_subject(&js, "VIS_EVENTS", &subject, |got| {
+            got.iter().any(|p| p.seq_header == Some(first))
+        })
+        .await;
+    }
+
+    // NATS goes away: the next turn runs and lands as if nothing happened.
+    let (port, store) = nats.kill();
+    let second = one_turn(&gw, &llm, &sid, "second").await;
+    assert!(second > first);
+
+    // NATS comes back on the same port with its stream: later events are published again.
+    let _nats = OwnNats::start(Some(port), Some(store)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let third = loop {
+        let seq = one_turn(&gw, &llm, &sid, "third").await;
+        let js = jetstream::new(async_nats::connect(&url).await.expect("NATS"));
+        let stream = js
+            .get_stream("VIS_EVENTS")
+            .await
+            .expect("the stream is still there");
+        let last = stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+            .ok()
+            .and_then(|m| serde_json::from_slice::<Value>(&m.payload).ok())
+            .and_then(|v| v["seq"].as_i64());
+        if last.is_some_and(|l| l >= seq) {
+            break seq;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing published within 30 s of NATS coming back (last {last:?}, want {seq})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(third > second);
+    let (s, _) = gw.get("/healthz").await;
+    assert_eq!(s, StatusCode::OK, "the gateway kept serving");
+}
