@@ -37,18 +37,12 @@ HEADERS = {"X-Vis-Protocol": "2", "Content-Type": "application/json"}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def echo_server():
+def loopback_server(serve):
+    """Listens on a free loopback port, runs `serve(connection)` on a thread per connection;
+    answers the port."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(512)
-
-    def serve(c):
-        with c:
-            while True:
-                b = c.recv(64)
-                if not b:
-                    return
-                c.sendall(b)
 
     def accept():
         while True:
@@ -57,37 +51,33 @@ def echo_server():
 
     threading.Thread(target=accept, daemon=True).start()
     return srv.getsockname()[1]
+
+
+def echo(c):
+    with c:
+        while True:
+            b = c.recv(64)
+            if not b:
+                return
+            c.sendall(b)
 
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 
 
-def origin_server():
-    """A keep-alive HTTP origin answering every request with `ok`."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(64)
-
-    def serve(c):
-        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        buf = b""
-        with c:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    b = c.recv(65536)
-                    if not b:
-                        return
-                    buf += b
-                buf = buf.split(b"\r\n\r\n", 1)[1]
-                c.sendall(ANSWER)
-
-    def accept():
+def answer_ok(c):
+    """A keep-alive HTTP origin's connection: every request is answered `ok`."""
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = b""
+    with c:
         while True:
-            c, _ = srv.accept()
-            threading.Thread(target=serve, args=(c,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return srv.getsockname()[1]
+            while b"\r\n\r\n" not in buf:
+                b = c.recv(65536)
+                if not b:
+                    return
+                buf += b
+            buf = buf.split(b"\r\n\r\n", 1)[1]
+            c.sendall(ANSWER)
 
 
 def exchange(s, request):
@@ -213,7 +203,7 @@ def main():
         os.makedirs(os.path.join(work, "proj"))
         with open(os.path.join(work, "proj", "vis.yml"), "w") as f:
             f.write('jail: {network: {allowed_domains: ["127.0.0.1"], allow_private: true}}\n')
-        port = origin_server() if per_request else echo_server()
+        port = loopback_server(answer_ok if per_request else echo)
         gws = [Gw("before", before, work), Gw("after", after, work)]
         plain = keep_alive(("127.0.0.1", port)) if per_request else None
 
