@@ -41,6 +41,31 @@ fn suffix() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
 }
 
+/// Removes a stream of the machine's NATS when dropped, also when the test fails.
+struct StreamGuard {
+    url: String,
+    name: String,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // On a thread of its own: this one belongs to the test's runtime.
+        let remove = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(client) = async_nats::connect(url).await {
+                    let _ = jetstream::new(client).delete_stream(&name).await;
+                }
+            });
+        });
+        tokio::task::block_in_place(|| remove.join().ok());
+    }
+}
+
 /// One message read back from the stream.
 struct Published {
     subject: String,
@@ -106,6 +131,10 @@ async fn every_committed_event_of_a_turn_is_published_on_the_sessions_subject_in
         format!("vistest.{}", suffix()),
     );
     let url = format!("nats://{}", nats_addr());
+    let _stream = StreamGuard {
+        url: url.clone(),
+        name: name.clone(),
+    };
     let llm = FixtureLlm::start().await;
     llm.push(Script::Text(vec!["Hello ".into(), "from the turn.".into()]));
     let mut opts = Opts::openai(&llm);
@@ -133,7 +162,6 @@ async fn every_committed_event_of_a_turn_is_published_on_the_sessions_subject_in
             .is_some_and(|s| s >= last_stored)
     })
     .await;
-    let _ = js.delete_stream(&name).await;
 
     let seqs: Vec<i64> = published
         .iter()
