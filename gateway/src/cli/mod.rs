@@ -3,4 +3,5 @@
 pub mod client;
 mod http;
 pub mod logging;
+mod nats;
 pub mod start;

@@ -40,75 +40,14 @@ pub struct StartArgs {
     /// Also publish every committed event on NATS JetStream at this URL (`nats://host:4222`,
     /// `tls://…`), on `<subject prefix>.<session id>`. The gateway does not start when the
     /// server cannot be reached.
-    #[arg(long, env = "VIS_NATS_URL", value_parser = nats_url)]
+    #[arg(long, env = "VIS_NATS_URL", value_parser = super::nats::url)]
     pub nats_url: Option<String>,
     /// The JetStream stream the events go to (created when missing: 24 h of events).
-    #[arg(long, env = "VIS_NATS_STREAM", default_value = "VIS_EVENTS", value_parser = nats_name)]
+    #[arg(long, env = "VIS_NATS_STREAM", default_value = "VIS_EVENTS", value_parser = super::nats::stream_name)]
     pub nats_stream: String,
     /// Subject prefix of the published events.
-    #[arg(long, env = "VIS_NATS_SUBJECT_PREFIX", default_value = "vis.events", value_parser = nats_prefix)]
+    #[arg(long, env = "VIS_NATS_SUBJECT_PREFIX", default_value = "vis.events", value_parser = super::nats::subject_prefix)]
     pub nats_subject_prefix: String,
-}
-
-/// A NATS server URL: `nats://`, `tls://`, `ws://` or `wss://` with a host.
-fn nats_url(v: &str) -> Result<String, String> {
-    let (scheme, rest) = v
-        .split_once("://")
-        .ok_or("expected a NATS URL such as nats://127.0.0.1:4222")?;
-    if !["nats", "tls", "ws", "wss"].contains(&scheme) {
-        return Err(format!(
-            "the scheme {scheme}:// is not a NATS one (nats://, tls://, ws://, wss://)"
-        ));
-    }
-    let host = rest.rsplit('@').next().unwrap_or_default();
-    if host.is_empty() || host.starts_with(':') || host.starts_with('/') {
-        return Err("the URL names no host".into());
-    }
-    Ok(v.to_string())
-}
-
-/// A JetStream stream name: letters, digits, `-` and `_`.
-fn nats_name(v: &str) -> Result<String, String> {
-    let fine = !v.is_empty()
-        && v.len() <= 64
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    fine.then(|| v.to_string())
-        .ok_or_else(|| "a stream name is 1-64 letters, digits, '-' or '_'".into())
-}
-
-/// A subject prefix: dot-separated tokens of letters, digits, `-` and `_` (no wildcards).
-fn nats_prefix(v: &str) -> Result<String, String> {
-    let fine = v.split('.').all(|t| {
-        !t.is_empty()
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    });
-    fine.then(|| v.to_string()).ok_or_else(|| {
-        "a subject prefix is dot-separated tokens of letters, digits, '-' or '_'".into()
-    })
-}
-
-/// Connects to NATS and starts the event publisher (`--nats-url`), bounded in time.
-async fn start_publishing(
-    args: &StartArgs,
-) -> Result<Option<(vis_store::CommitSink, vis_store::nats::Publisher)>> {
-    let Some(url) = &args.nats_url else {
-        return Ok(None);
-    };
-    let connect = vis_store::nats::Nats::connect(url, &args.nats_stream, &args.nats_subject_prefix);
-    let nats = match tokio::time::timeout(Duration::from_secs(10), connect).await {
-        Ok(Ok(n)) => n,
-        Ok(Err(e)) => anyhow::bail!("cannot publish events on NATS at {url}: {e}"),
-        Err(_) => anyhow::bail!("cannot publish events on NATS at {url}: no answer within 10 s"),
-    };
-    tracing::info!(
-        url = %url,
-        stream = %args.nats_stream,
-        subjects = %format!("{}.<session id>", args.nats_subject_prefix),
-        "publishing events on NATS JetStream"
-    );
-    Ok(Some(nats.start_publisher()))
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -171,7 +110,12 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
     let (h, r) = (home.dir.clone(), root.clone());
     let config = tokio::task::spawn_blocking(move || crate::config::load(&h, &r)).await??;
     python.await?.map_err(anyhow::Error::msg)?;
-    let publishing = start_publishing(&args).await?;
+    let publishing = super::nats::start_publishing(
+        args.nats_url.as_deref(),
+        &args.nats_stream,
+        &args.nats_subject_prefix,
+    )
+    .await?;
     let store = Store::open(&home.db_path())
         .with_context(|| format!("cannot open the database {}", home.db_path().display()))?;
     let gw = Gateway::new(
@@ -327,51 +271,5 @@ async fn wait_for_stop(stop: &CancellationToken) {
         _ = term.recv() => {}
         _ = int.recv() => {}
         _ = stop.cancelled() => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{nats_name, nats_prefix, nats_url};
-
-    #[test]
-    fn a_nats_url_needs_a_nats_scheme_and_a_host() {
-        for good in [
-            "nats://127.0.0.1:4222",
-            "tls://nats.internal:4222",
-            "nats://user:pass@127.0.0.1:4222",
-            "wss://nats.internal/ws",
-        ] {
-            assert_eq!(nats_url(good).as_deref(), Ok(good));
-        }
-        for bad in [
-            "127.0.0.1:4222",
-            "http://127.0.0.1:4222",
-            "nats://",
-            "nats://:4222",
-        ] {
-            assert!(nats_url(bad).is_err(), "{bad} accepted");
-        }
-    }
-
-    #[test]
-    fn stream_names_and_subject_prefixes_refuse_what_jetstream_would() {
-        assert!(nats_name("VIS_EVENTS").is_ok());
-        for bad in ["", "vis.events", "VIS EVENTS", "VIS*", &"x".repeat(65)] {
-            assert!(nats_name(bad).is_err(), "stream {bad:?} accepted");
-        }
-        assert!(nats_prefix("vis.events").is_ok());
-        assert!(nats_prefix("team-a.vis_events").is_ok());
-        for bad in [
-            "",
-            "vis.",
-            ".vis",
-            "vis..events",
-            "vis.*",
-            "vis.>",
-            "vis events",
-        ] {
-            assert!(nats_prefix(bad).is_err(), "prefix {bad:?} accepted");
-        }
     }
 }

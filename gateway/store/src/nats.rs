@@ -30,6 +30,14 @@ fn nats_error(e: impl std::fmt::Display) -> StoreError {
     StoreError::Nats(e.to_string())
 }
 
+/// Whether `s` can be one subject token or a stream name as this crate uses them: letters,
+/// digits, `-` and `_` (no dots, wildcards or spaces).
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
 /// One JetStream stream holding every session's events.
 #[derive(Clone)]
 pub struct Nats {
@@ -60,11 +68,7 @@ impl Nats {
 
     /// The subject of a session's events.
     pub fn subject(&self, sid: &str) -> StoreResult<String> {
-        let fine = !sid.is_empty()
-            && sid
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !fine {
+        if !is_token(sid) {
             return Err(StoreError::BadSessionId(sid.to_string()));
         }
         Ok(format!("{}.{sid}", self.prefix))
