@@ -80,16 +80,22 @@ def answer_ok(c):
             c.sendall(ANSWER)
 
 
+def read_until(s, done, what):
+    """Reads from `s` until `done(what was read)`; fails when the peer closes first."""
+    got = b""
+    while not done(got):
+        b = s.recv(4096)
+        if not b:
+            raise RuntimeError(f"{what}: connection closed: {got!r}")
+        got += b
+    return got
+
+
 def exchange(s, request):
     """Sends one request on `s` and reads the whole `ok` answer; the time it took."""
     t = time.perf_counter()
     s.sendall(request)
-    got = b""
-    while not (got.endswith(b"ok") and b"\r\n\r\n" in got):
-        b = s.recv(4096)
-        if not b:
-            raise RuntimeError(f"connection closed: {got!r}")
-        got += b
+    got = read_until(s, lambda g: g.endswith(b"ok") and b"\r\n\r\n" in g, "origin")
     if not got.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(f"{got!r}")
     return time.perf_counter() - t
@@ -139,12 +145,7 @@ class Gw:
         s = socket.create_connection(self.proxy)
         s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                   f"Proxy-Authorization: Basic {self.auth}\r\n\r\n".encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            b = s.recv(4096)
-            if not b:
-                raise RuntimeError(f"{self.name}: proxy closed: {head!r}")
-            head += b
+        head = read_until(s, lambda g: b"\r\n\r\n" in g, self.name)
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"{self.name}: {head!r}")
         s.sendall(b"ping")
