@@ -17,7 +17,7 @@
 //! handed to it in commit order, with the envelope text the journal stores: the NATS
 //! publisher puts it on the session's subject (docs/decisions.md, C2).
 
-use crate::store::{rows, Store};
+use crate::store::{rows, Db, Store};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -36,8 +36,7 @@ mod replay;
 pub use lost::{Lost, LostSeqs};
 
 /// A store row written together with an event, given the event's seq.
-pub type SeqRow =
-    Box<dyn FnOnce(&rusqlite::Connection, i64) -> crate::store::StoreResult<()> + Send>;
+pub type SeqRow = Box<dyn FnOnce(&mut Db, i64) -> crate::store::StoreResult<()> + Send>;
 
 struct Sink {
     tx: LiveTx,
@@ -190,10 +189,10 @@ impl Bus {
         let (sid_owned, retain) = (sid.to_string(), self.retain);
         let lost = self.lost.clone();
         let commits = self.commits.lock().clone();
-        self.store.submit("event", move |c| {
-            let out = crate::store::atomically(c, |c| {
+        self.store.queue("event", move |db| {
+            let out = db.atomically(|db| {
                 rows::insert_event(
-                    c,
+                    db,
                     &sid_owned,
                     seq,
                     kind.as_str(),
@@ -202,7 +201,7 @@ impl Bus {
                     seq_kept,
                 )?;
                 match row {
-                    Row::KeepsSeq(row) | Row::Alongside(row) => row(c, seq),
+                    Row::KeepsSeq(row) | Row::Alongside(row) => row(db, seq),
                     Row::None => Ok(()),
                 }
             });
@@ -210,7 +209,7 @@ impl Bus {
             if !written && seq_kept {
                 // The row that would have kept the seq is gone; record the seq where the
                 // next start reads the high-water (if the database takes that write).
-                let _ = rows::bump_high_water(c, &sid_owned, seq);
+                let _ = rows::bump_high_water(db, &sid_owned, seq);
             }
             // Live streams get the frame once it is committed: a client never sees an event
             // that a crash could take back. Jobs commit in seq order, so frames stay in order.
@@ -275,8 +274,8 @@ impl Bus {
         let (sid_owned, start) = (sid.to_string(), running.as_ref().map(|(_, s)| *s));
         let (effective, page) = self
             .store
-            .call(move |c| {
-                let stored = rows::get_session(c, &sid_owned)?.map_or(0, |r| r.last_seq);
+            .with(move |db| {
+                let stored = rows::get_session(db, &sid_owned)?.map_or(0, |r| r.last_seq);
                 let durable = stored.min(high);
                 // A cursor past the durable high-water (or none): the running turn's start,
                 // else the tail. Never past `durable`: a seq above it may be lost and handed
@@ -288,7 +287,7 @@ impl Bus {
                 };
                 Ok((
                     effective,
-                    replay::read_page(c, &sid_owned, effective, high)?,
+                    replay::read_page(db, &sid_owned, effective, high)?,
                 ))
             })
             .await?;
@@ -314,7 +313,7 @@ impl Bus {
         let sid_owned = sid.to_string();
         let (trimmed, rows) = self
             .store
-            .call(move |c| rows::events_between(c, &sid_owned, cursor, i64::MAX))
+            .with(move |db| rows::events_between(db, &sid_owned, cursor, i64::MAX))
             .await
             .unwrap_or_default();
         let mut out = Vec::with_capacity(rows.len() + 1);

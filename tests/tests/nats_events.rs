@@ -11,31 +11,8 @@ use common::*;
 use futures::StreamExt;
 use reqwest::StatusCode;
 use serde_json::Value;
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-fn nats_addr() -> String {
-    std::env::var("VIS_TEST_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".into())
-}
-
-/// Whether NATS answers; with `CI` set an absent server fails the test.
-fn nats_reachable() -> bool {
-    let addr = nats_addr();
-    let sock: SocketAddr = addr.parse().expect("a socket address");
-    assert!(
-        sock.ip().is_loopback(),
-        "tests dial loopback only, not {addr}"
-    );
-    if TcpStream::connect_timeout(&sock, Duration::from_secs(2)).is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "NATS is unreachable at {addr}, and CI is set: this test needs it"
-    );
-    eprintln!("skipped: NATS is unreachable at {addr} (set CI to make this a failure)");
-    false
-}
 
 fn suffix() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
@@ -123,14 +100,14 @@ async fn read_subject(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_committed_event_of_a_turn_is_published_on_the_sessions_subject_in_seq_order() {
-    if !nats_reachable() {
+    if !vis_store::testing::reachable("NATS", &vis_store::testing::nats_addr()) {
         return;
     }
     let (name, prefix) = (
         format!("VIS_TEST_{}", suffix()),
         format!("vistest.{}", suffix()),
     );
-    let url = format!("nats://{}", nats_addr());
+    let url = vis_store::testing::nats_url();
     let _stream = StreamGuard {
         url: url.clone(),
         name: name.clone(),

@@ -3,8 +3,7 @@
 //! connection; callers run them on the store thread.
 
 use super::context::Ending;
-use crate::store::StoreResult;
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::{Db, StoreResult};
 use serde::{Deserialize, Serialize};
 use vis_providers::ChatMessage;
 
@@ -57,61 +56,56 @@ pub struct Compaction {
 
 /// Keeps a settled turn's exchange.
 pub fn save_transcript(
-    c: &Connection,
+    db: &mut Db,
     sid: &str,
     tid: &str,
     record: &TranscriptRecord,
 ) -> StoreResult<()> {
     let json = serde_json::to_string(record)
         .map_err(|e| crate::store::StoreError::Other(e.to_string()))?;
-    c.execute(
-        "INSERT OR REPLACE INTO transcripts (sid, tid, record) VALUES (?1, ?2, ?3)",
-        params![sid, tid, json],
+    db.exec(
+        "INSERT INTO transcripts (sid, tid, record) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (sid, tid) DO UPDATE SET record = excluded.record",
+        &[&sid, &tid, &json],
     )?;
     Ok(())
 }
 
 /// Keeps a compaction as the session's newest.
-pub fn save_compaction(c: &Connection, sid: &str, comp: &Compaction) -> StoreResult<()> {
+pub fn save_compaction(db: &mut Db, sid: &str, comp: &Compaction) -> StoreResult<()> {
     let json =
         serde_json::to_string(comp).map_err(|e| crate::store::StoreError::Other(e.to_string()))?;
-    c.execute(
+    db.exec(
         "INSERT INTO compactions (sid, n, record) VALUES (?1, \
          (SELECT COALESCE(MAX(n), 0) + 1 FROM compactions WHERE sid = ?1), ?2)",
-        params![sid, json],
+        &[&sid, &json],
     )?;
     Ok(())
 }
 
 /// The session's newest compaction.
-pub fn latest_compaction(c: &Connection, sid: &str) -> StoreResult<Option<Compaction>> {
-    let row: Option<String> = c
-        .query_row(
-            "SELECT record FROM compactions WHERE sid = ?1 ORDER BY n DESC LIMIT 1",
-            [sid],
-            |r| r.get(0),
-        )
-        .optional()?;
+pub fn latest_compaction(db: &mut Db, sid: &str) -> StoreResult<Option<Compaction>> {
+    let row: Option<String> = db.value(
+        "SELECT record FROM compactions WHERE sid = ?1 ORDER BY n DESC LIMIT 1",
+        &[&sid],
+    )?;
     Ok(row.and_then(|r| serde_json::from_str(&r).ok()))
 }
 
 /// The session's turn records after `ord`, oldest first, each with its exchange when one
 /// was kept.
 pub fn turns_after(
-    c: &Connection,
+    db: &mut Db,
     sid: &str,
     ord: i64,
 ) -> StoreResult<Vec<(String, Option<TranscriptRecord>)>> {
-    let mut st = c.prepare_cached(
+    let rows = db.rows(
         "SELECT t.record, x.record FROM turns t \
          LEFT JOIN transcripts x ON x.sid = t.sid AND x.tid = t.tid \
          WHERE t.sid = ?1 AND t.ord > ?2 ORDER BY t.ord",
+        &[&sid, &ord],
+        |r| Ok((r.get::<String>(0)?, r.get::<Option<String>>(1)?)),
     )?;
-    let rows = st
-        .query_map(params![sid, ord], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(rows
         .into_iter()
         .map(|(t, x)| (t, x.and_then(|x| serde_json::from_str(&x).ok())))
@@ -128,26 +122,22 @@ pub struct CopiedTurn {
 
 /// Copies what a fork inherits (docs/decisions.md, W2): the kept exchanges of the copied
 /// turns, and the parent's newest summary that covers only turns the fork has.
-pub fn copy_for_fork(
-    c: &Connection,
-    from: &str,
-    to: &str,
-    turns: &[CopiedTurn],
-) -> StoreResult<()> {
+pub fn copy_for_fork(db: &mut Db, from: &str, to: &str, turns: &[CopiedTurn]) -> StoreResult<()> {
     for t in turns {
-        c.execute(
-            "INSERT OR REPLACE INTO transcripts (sid, tid, record) \
-             SELECT ?2, ?3, record FROM transcripts WHERE sid = ?1 AND tid = ?4",
-            params![from, to, t.new_tid, t.old_tid],
+        db.exec(
+            "INSERT INTO transcripts (sid, tid, record) \
+             SELECT ?2, ?3, record FROM transcripts WHERE sid = ?1 AND tid = ?4 \
+             ON CONFLICT (sid, tid) DO UPDATE SET record = excluded.record",
+            &[&from, &to, &t.new_tid, &t.old_tid],
         )?;
     }
     let Some(cut) = turns.iter().map(|t| t.old_ord).max() else {
         return Ok(());
     };
-    let mut st = c.prepare("SELECT record FROM compactions WHERE sid = ?1 ORDER BY n DESC")?;
-    let rows = st
-        .query_map([from], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
+    let rows: Vec<String> = db.column(
+        "SELECT record FROM compactions WHERE sid = ?1 ORDER BY n DESC",
+        &[&from],
+    )?;
     let inherited = rows
         .iter()
         .filter_map(|r| serde_json::from_str::<Compaction>(r).ok())
@@ -170,7 +160,7 @@ pub fn copy_for_fork(
                 .find(|t| t.old_tid == tid)
                 .map(|t| (t.new_tid.clone(), n));
         }
-        save_compaction(c, to, &k)?;
+        save_compaction(db, to, &k)?;
     }
     Ok(())
 }
@@ -178,28 +168,29 @@ pub fn copy_for_fork(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::rows::{put_session, put_turn, SessionRow};
+    use crate::store::test_support::each_engine;
 
-    fn db() -> Connection {
-        let c = Connection::open_in_memory().unwrap();
-        crate::store::migrations::apply(&c).unwrap();
-        c.execute(
-            "INSERT INTO sessions (id, channel, root, created_at, last_active_at) VALUES ('s', 'web', '/', 0, 0)",
-            [],
-        )
-        .unwrap();
+    /// A session `s` with two settled turns.
+    fn seed(db: &mut Db) -> StoreResult<()> {
+        put_session(
+            db,
+            &SessionRow {
+                id: "s".into(),
+                channel: "web".into(),
+                root: "/".into(),
+                ..Default::default()
+            },
+        )?;
         for (tid, ord) in [("t1", 1), ("t2", 2)] {
-            c.execute(
-                "INSERT INTO turns (tid, sid, ord, status, record) VALUES (?1, 's', ?2, 'completed', ?3)",
-                params![tid, ord, format!("{{\"tid\":\"{tid}\"}}")],
-            )
-            .unwrap();
+            let rec = format!("{{\"tid\":\"{tid}\"}}");
+            put_turn(db, tid, "s", ord, "completed", None, &rec)?;
         }
-        c
+        Ok(())
     }
 
-    #[test]
-    fn a_kept_exchange_comes_back_with_its_turn_and_turns_without_one_come_back_bare() {
-        let c = db();
+    #[tokio::test]
+    async fn a_kept_exchange_comes_back_with_its_turn_and_turns_without_one_come_back_bare() {
         let rec = TranscriptRecord {
             steps: vec![ChatMessage::Assistant {
                 text: "hi".into(),
@@ -207,34 +198,73 @@ mod tests {
             }],
             ending: Ending::Cancelled,
         };
-        save_transcript(&c, "s", "t2", &rec).unwrap();
-        let rows = turns_after(&c, "s", 0).unwrap();
-        assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0].1, None);
-        assert_eq!(rows[1].1.as_ref(), Some(&rec));
-        assert_eq!(turns_after(&c, "s", 1).unwrap().len(), 1);
+        for (store, _keep) in each_engine("memory").await {
+            let r = rec.clone();
+            let (all, later) = store
+                .with(move |db| {
+                    seed(db)?;
+                    save_transcript(db, "s", "t2", &r)?;
+                    save_transcript(db, "s", "t2", &r)?;
+                    Ok((turns_after(db, "s", 0)?, turns_after(db, "s", 1)?))
+                })
+                .await
+                .expect("store");
+            assert_eq!(all.len(), 2);
+            assert_eq!(all[0].1, None);
+            assert_eq!(all[1].1.as_ref(), Some(&rec));
+            assert_eq!(later.len(), 1);
+        }
     }
 
-    #[test]
-    fn the_newest_compaction_wins_and_survives_in_the_database() {
-        let c = db();
-        assert_eq!(latest_compaction(&c, "s").unwrap(), None);
-        let mut comp = Compaction {
-            summary: "first".into(),
-            through_ord: 1,
-            partial: None,
-            trigger: Trigger::Auto,
-            turn_id: "t2".into(),
-            tokens_before: 10,
-            tokens_after: 2,
-            created_at: 0,
-        };
-        save_compaction(&c, "s", &comp).unwrap();
-        comp.summary = "second".into();
-        save_compaction(&c, "s", &comp).unwrap();
-        assert_eq!(
-            latest_compaction(&c, "s").unwrap().unwrap().summary,
-            "second"
-        );
+    #[tokio::test]
+    async fn the_newest_compaction_wins_and_a_fork_inherits_it_renumbered() {
+        for (store, _keep) in each_engine("memory").await {
+            let (none, newest, inherited) = store
+                .with(|db| {
+                    seed(db)?;
+                    let none = latest_compaction(db, "s")?;
+                    let mut comp = Compaction {
+                        summary: "first".into(),
+                        through_ord: 1,
+                        partial: None,
+                        trigger: Trigger::Auto,
+                        turn_id: "t2".into(),
+                        tokens_before: 10,
+                        tokens_after: 2,
+                        created_at: 0,
+                    };
+                    save_compaction(db, "s", &comp)?;
+                    comp.summary = "second".into();
+                    save_compaction(db, "s", &comp)?;
+                    let newest = latest_compaction(db, "s")?;
+                    put_session(
+                        db,
+                        &SessionRow {
+                            id: "f".into(),
+                            channel: "web".into(),
+                            root: "/".into(),
+                            ..Default::default()
+                        },
+                    )?;
+                    let copied =
+                        [("t1", "f1", 1, 5), ("t2", "f2", 2, 6)].map(|(o, n, oo, no)| CopiedTurn {
+                            old_tid: o.into(),
+                            new_tid: n.into(),
+                            old_ord: oo,
+                            new_ord: no,
+                        });
+                    copy_for_fork(db, "s", "f", &copied)?;
+                    Ok((none, newest, latest_compaction(db, "f")?))
+                })
+                .await
+                .expect("store");
+            assert_eq!(none, None);
+            assert_eq!(newest.map(|c| c.summary).as_deref(), Some("second"));
+            let inherited = inherited.expect("the fork has the summary");
+            assert_eq!(
+                (inherited.summary.as_str(), inherited.through_ord),
+                ("second", 5)
+            );
+        }
     }
 }

@@ -36,7 +36,7 @@ async fn a_live_stream_gets_an_event_only_once_the_store_has_committed_it() {
     store.flush().await;
     assert_eq!(drain(&mut sub.live), vec![1, 2], "both, in seq order");
     let stored = store
-        .call(|c| rows::events_between(c, "s", 0, 10))
+        .with(|db| rows::events_between(db, "s", 0, 10))
         .await
         .expect("read")
         .1;
@@ -68,9 +68,9 @@ async fn an_event_published_before_a_subscription_comes_once_in_its_replay_not_l
 async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
     let (bus, store, _dir) = fixture();
     store
-        .call(|c| {
+        .with(|db| {
             rows::put_session(
-                c,
+                db,
                 &rows::SessionRow {
                     id: "s".into(),
                     channel: "web".into(),
@@ -82,13 +82,13 @@ async fn a_seq_whose_row_failed_still_reaches_the_stored_high_water() {
         })
         .await
         .expect("session");
-    let kept: SeqRow = Box::new(|c, seq| rows::insert_egress(c, "s", seq, "{}"));
+    let kept: SeqRow = Box::new(|db, seq| rows::insert_egress(db, "s", seq, "{}"));
     assert_eq!(bus.publish_egress("s", (), Some(kept)), 1);
     let failing: SeqRow =
         Box::new(|_, _| Err(crate::store::StoreError::Other("the row failed".into())));
     assert_eq!(bus.publish_egress("s", (), Some(failing)), 2);
     let high = store
-        .call(|c| Ok(rows::get_session(c, "s")?.map(|r| r.last_seq)))
+        .with(|db| Ok(rows::get_session(db, "s")?.map(|r| r.last_seq)))
         .await
         .expect("read");
     assert_eq!(
@@ -162,7 +162,7 @@ async fn a_frame_whose_write_fails_reaches_no_live_stream_and_its_seq_is_reporte
         "only what the database holds reaches the client"
     );
     let stored: Vec<i64> = store
-        .call(|c| rows::events_between(c, "s", 0, 10))
+        .with(|db| rows::events_between(db, "s", 0, 10))
         .await
         .expect("read")
         .1
@@ -183,9 +183,9 @@ async fn a_frame_whose_write_fails_reaches_no_live_stream_and_its_seq_is_reporte
 async fn a_tail_cursor_never_points_past_what_is_stored() {
     let (bus, store, _dir) = fixture();
     store
-        .call(|c| {
+        .with(|db| {
             rows::put_session(
-                c,
+                db,
                 &rows::SessionRow {
                     id: "s".into(),
                     channel: "web".into(),
@@ -266,9 +266,9 @@ async fn a_page_of_big_events_stops_at_the_byte_limit() {
 async fn events_trimmed_while_a_client_reads_its_replay_are_announced_as_a_gap() {
     let (store, _dir) = crate::store::test_support::temp_store("bus");
     store
-        .call(|c| {
+        .with(|db| {
             rows::put_session(
-                c,
+                db,
                 &rows::SessionRow {
                     id: "s".into(),
                     channel: "web".into(),
@@ -334,7 +334,7 @@ async fn an_event_is_streamed_and_journaled_as_one_text_with_the_envelope_keys_f
         .find_map(|l| l.strip_prefix("data: "))
         .expect("a data line");
     let stored = store
-        .call(|c| rows::events_between(c, "s\"\n", 0, 10))
+        .with(|db| rows::events_between(db, "s\"\n", 0, 10))
         .await
         .expect("read")
         .1;
@@ -397,7 +397,7 @@ async fn the_commit_sink_gets_every_committed_event_in_seq_order_and_no_event_th
         "stored and live-only events, not the one the disk refused nor any after the stop"
     );
     let stored = store
-        .call(|c| rows::events_between(c, "s", 0, 10))
+        .with(|db| rows::events_between(db, "s", 0, 10))
         .await
         .expect("read")
         .1;

@@ -8,8 +8,8 @@
 
 use super::errors::ArtifactError;
 use crate::records::SessionReader;
-use crate::store::Store;
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::store::sql::AnyRow;
+use crate::store::{Db, Store, StoreResult};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -100,11 +100,19 @@ pub fn changed_since(root: &Path, since: SystemTime) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-const COLS: &str = "a.idx, a.iteration_id, a.tool_call_id, a.kind, a.media_type, a.filename, \
-    a.version, a.size, (SELECT COUNT(*) FROM turns t WHERE t.sid = a.sid \
-    AND t.ord <= (SELECT ord FROM turns WHERE tid = a.tid))";
+/// A select of attachment descriptors from `artifacts a`, with the rest of the statement.
+macro_rules! descriptors {
+    ($rest:literal) => {
+        concat!(
+            "SELECT a.idx, a.iteration_id, a.tool_call_id, a.kind, a.media_type, a.filename, \
+             a.version, a.size, (SELECT COUNT(*) FROM turns t WHERE t.sid = a.sid \
+             AND t.ord <= (SELECT ord FROM turns WHERE tid = a.tid)) FROM artifacts a ",
+            $rest
+        )
+    };
+}
 
-fn descriptor(r: &Row) -> rusqlite::Result<IterationAttachment> {
+fn descriptor(r: &AnyRow) -> StoreResult<IterationAttachment> {
     Ok(IterationAttachment {
         index: r.get(0)?,
         iteration_id: r.get(1)?,
@@ -114,7 +122,7 @@ fn descriptor(r: &Row) -> rusqlite::Result<IterationAttachment> {
         filename: r.get(5)?,
         version: r.get(6)?,
         size: r.get(7)?,
-        turn: r.get::<_, Option<i64>>(8)?.filter(|n| *n > 0),
+        turn: r.get::<Option<i64>>(8)?.filter(|n| *n > 0),
     })
 }
 
@@ -124,38 +132,41 @@ pub type NewFile = (String, String, Vec<u8>);
 /// Stores `files` as the next attachments of the iteration (next index, next version of
 /// each filename in the session) and returns their descriptors.
 pub fn insert(
-    c: &Connection,
+    db: &mut Db,
     sid: &str,
     tid: &str,
     iteration_id: &str,
     tool_call_id: Option<&str>,
     kind: &str,
     files: Vec<NewFile>,
-) -> crate::store::StoreResult<Vec<IterationAttachment>> {
-    crate::store::atomically(c, |c| {
+) -> StoreResult<Vec<IterationAttachment>> {
+    db.atomically(|db| {
         let mut out = Vec::new();
         for (filename, media, bytes) in files {
-            let idx: i64 = c.query_row(
-                "SELECT COALESCE(MAX(idx) + 1, 0) FROM artifacts WHERE sid = ?1 AND iteration_id = ?2",
-                params![sid, iteration_id],
-                |r| r.get(0),
-            )?;
-            let version: i64 = c.query_row(
-                "SELECT COALESCE(MAX(version), 0) + 1 FROM artifacts WHERE sid = ?1 AND filename = ?2",
-                params![sid, filename],
-                |r| r.get(0),
-            )?;
-            c.execute(
+            let idx: i64 = db
+                .value(
+                    "SELECT COALESCE(MAX(idx) + 1, 0) FROM artifacts WHERE sid = ?1 AND iteration_id = ?2",
+                    &[&sid, &iteration_id],
+                )?
+                .unwrap_or(0);
+            let version: i64 = db
+                .value(
+                    "SELECT COALESCE(MAX(version), 0) + 1 FROM artifacts WHERE sid = ?1 AND filename = ?2",
+                    &[&sid, &filename],
+                )?
+                .unwrap_or(1);
+            db.exec(
                 "INSERT INTO artifacts (sid, tid, iteration_id, idx, tool_call_id, kind, filename, \
                  media_type, version, size, created_at, data) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
-                params![sid, tid, iteration_id, idx, tool_call_id, kind, filename, media,
-                    version, bytes.len() as i64, now_ms(), bytes],
+                &[&sid, &tid, &iteration_id, &idx, &tool_call_id, &kind, &filename, &media,
+                    &version, &(bytes.len() as i64), &now_ms(), &bytes],
             )?;
-            out.push(c.query_row(
-                &format!("SELECT {COLS} FROM artifacts a WHERE a.sid = ?1 AND a.iteration_id = ?2 AND a.idx = ?3"),
-                params![sid, iteration_id, idx],
+            let stored = db.row(
+                descriptors!("WHERE a.sid = ?1 AND a.iteration_id = ?2 AND a.idx = ?3"),
+                &[&sid, &iteration_id, &idx],
                 descriptor,
-            )?);
+            )?;
+            out.extend(stored);
         }
         Ok(out)
     })
@@ -201,7 +212,7 @@ impl Artifacts {
         }
         let (s, t, i) = (sid.to_string(), tid.to_string(), iteration_id.to_string());
         self.store
-            .call(move |c| insert(c, &s, &t, &i, tool_call_id.as_deref(), "file", files))
+            .with(move |db| insert(db, &s, &t, &i, tool_call_id.as_deref(), "file", files))
             .await
             .unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "could not store the turn's files");
@@ -215,14 +226,12 @@ impl Artifacts {
         let s = sid.to_string();
         let artifacts = self
             .store
-            .call(move |c| {
-                let mut st = c.prepare_cached(&format!(
-                    "SELECT {COLS} FROM artifacts a WHERE a.sid = ?1 ORDER BY a.id"
-                ))?;
-                let rows = st
-                    .query_map([s], descriptor)?
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(rows)
+            .with(move |db| {
+                db.rows(
+                    descriptors!("WHERE a.sid = ?1 ORDER BY a.id"),
+                    &[&s],
+                    descriptor,
+                )
             })
             .await?;
         Ok(ArtifactList { artifacts })
@@ -238,15 +247,14 @@ impl Artifacts {
         let (s, i) = (sid.to_string(), iid.to_string());
         let attachments = self
             .store
-            .call(move |c| {
-                let mut st = c.prepare_cached(&format!(
-                    "SELECT {COLS} FROM artifacts a WHERE a.sid = ?1 AND a.iteration_id = ?2 ORDER BY a.idx"
-                ))?;
-                let rows = st.query_map([s, i], descriptor)?.collect::<Result<Vec<_>, _>>()?;
-                Ok(rows)
+            .with(move |db| {
+                db.rows(
+                    descriptors!("WHERE a.sid = ?1 AND a.iteration_id = ?2 ORDER BY a.idx"),
+                    &[&s, &i],
+                    descriptor,
+                )
             })
-            .await
-            ?;
+            .await?;
         Ok(IterationAttachments { attachments })
     }
 
@@ -261,13 +269,12 @@ impl Artifacts {
         let (s, i) = (sid.to_string(), iid.to_string());
         let row = self
             .store
-            .call(move |c| {
-                Ok(c.query_row(
+            .with(move |db| {
+                db.row(
                     "SELECT media_type, filename, data FROM artifacts WHERE sid = ?1 AND iteration_id = ?2 AND idx = ?3",
-                    params![s, i, index],
+                    &[&s, &i, &index],
                     |r| Ok(StoredBytes { media_type: r.get(0)?, filename: r.get(1)?, bytes: r.get(2)? }),
                 )
-                .optional()?)
             })
             .await
             ?;
@@ -302,7 +309,7 @@ impl Artifacts {
         let file = (rev.filename, rev.media_type, rev.bytes);
         let mut saved = self
             .store
-            .call(move |c| insert(c, &s, &tid, &i, None, "revision", vec![file]))
+            .with(move |db| insert(db, &s, &tid, &i, None, "revision", vec![file]))
             .await?;
         saved.pop().ok_or(ArtifactError::RevisionNotStored)
     }
@@ -328,5 +335,39 @@ mod tests {
             .collect();
         assert_eq!(found, vec!["plot.png".to_string()]);
         assert_eq!(media_type("plot.PNG"), "image/png");
+    }
+
+    #[tokio::test]
+    async fn stored_files_get_the_next_index_and_version_and_read_back_on_either_engine() {
+        use crate::store::rows::{put_session, SessionRow};
+        for (store, _keep) in crate::store::test_support::each_engine("artifacts").await {
+            let (first, second, bytes) = store
+                .with(|db| {
+                    let row = SessionRow {
+                        id: "s".into(),
+                        channel: "web".into(),
+                        root: "/".into(),
+                        ..Default::default()
+                    };
+                    put_session(db, &row)?;
+                    let file = |b: &[u8]| ("a.txt".to_string(), "text/plain".to_string(), b.to_vec());
+                    let first = insert(db, "s", "t", "t:1", None, "file", vec![file(b"one")])?;
+                    let second = insert(db, "s", "t", "t:1", Some("c"), "file", vec![file(b"two!")])?;
+                    let bytes: Option<Vec<u8>> = db.value(
+                        "SELECT data FROM artifacts WHERE sid = ?1 AND iteration_id = ?2 AND idx = ?3",
+                        &[&"s", &"t:1", &1i64],
+                    )?;
+                    Ok((first, second, bytes))
+                })
+                .await
+                .expect("store");
+            assert_eq!((first[0].index, first[0].version, first[0].size), (0, 1, 3));
+            assert_eq!(
+                (second[0].index, second[0].version, second[0].size),
+                (1, 2, 4)
+            );
+            assert_eq!(second[0].tool_call_id.as_deref(), Some("c"));
+            assert_eq!(bytes.as_deref(), Some(&b"two!"[..]));
+        }
     }
 }

@@ -3,8 +3,8 @@
 //! push service, so its push status says nothing is delivered.
 
 use super::errors::DeviceError;
+use crate::store::Db;
 use crate::store::{Store, StoreError};
-use rusqlite::{params, OptionalExtension};
 use sha2::{Digest, Sha256};
 use vis_companion_api::records::{
     DeviceInput, DeviceRegistered, DevicesAnswer, PushChannel, PushDevice, PushStatus,
@@ -71,11 +71,13 @@ impl Devices {
 
     async fn rows(&self) -> Result<Vec<PushDevice>, DeviceError> {
         self.store
-            .call(|c| {
-                let mut st = c.prepare_cached("SELECT record FROM devices ORDER BY rowid")?;
-                let rows = st
-                    .query_map([], |r| r.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()?;
+            .with(|db: &mut Db| {
+                // In the order they were first registered.
+                let sql = db.pick(
+                    "SELECT record FROM devices ORDER BY rowid",
+                    "SELECT record FROM devices ORDER BY n",
+                );
+                let rows: Vec<String> = db.column(sql, &[])?;
                 Ok(rows
                     .iter()
                     .filter_map(|r| serde_json::from_str(r).ok())
@@ -124,15 +126,11 @@ impl Devices {
         let k = key.clone();
         let registered_at: Option<i64> = self
             .store
-            .call(move |c| {
-                Ok(
-                    c.query_row("SELECT record FROM devices WHERE token = ?1", [k], |r| {
-                        r.get::<_, String>(0)
-                    })
-                    .optional()?
+            .with(move |db| {
+                Ok(db
+                    .value::<String>("SELECT record FROM devices WHERE token = ?1", &[&k])?
                     .and_then(|r| serde_json::from_str::<PushDevice>(&r).ok())
-                    .map(|d| d.registered_at),
-                )
+                    .map(|d| d.registered_at))
             })
             .await?;
         let device = PushDevice {
@@ -152,13 +150,15 @@ impl Devices {
             .map_err(|e| DeviceError::Store(StoreError::Other(e.to_string())))?;
         let n = self
             .store
-            .call(move |c| {
-                c.execute(
+            .with(move |db| {
+                db.exec(
                     "INSERT INTO devices (token, record) VALUES (?1, ?2) \
-                     ON CONFLICT(token) DO UPDATE SET record = ?2",
-                    params![key, record],
+                     ON CONFLICT (token) DO UPDATE SET record = excluded.record",
+                    &[&key, &record],
                 )?;
-                Ok(c.query_row("SELECT COUNT(*) FROM devices", [], |r| r.get::<_, i64>(0))?)
+                Ok(db
+                    .value::<i64>("SELECT COUNT(*) FROM devices", &[])?
+                    .unwrap_or(0))
             })
             .await?;
         Ok(DeviceRegistered {
@@ -172,7 +172,7 @@ impl Devices {
         let t = token.trim().to_string();
         let n = self
             .store
-            .call(move |c| Ok(c.execute("DELETE FROM devices WHERE token = ?1", [t])?))
+            .with(move |db| db.exec("DELETE FROM devices WHERE token = ?1", &[&t]))
             .await?;
         Ok(n > 0)
     }

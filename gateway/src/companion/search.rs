@@ -265,6 +265,7 @@ mod tests {
     #[test]
     fn every_write_of_a_turn_or_a_title_keeps_the_index_in_step() {
         use crate::store::rows::{self, SessionRow};
+        use crate::store::Db;
         use serde_json::json;
         let (store, _dir) = crate::store::test_support::temp_store("search");
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -275,10 +276,10 @@ mod tests {
             let (q, st) = (q.to_string(), store.clone());
             rt.block_on(async move { st.call(move |c| Ok(search(c, &q)?)).await.unwrap() })
         };
-        type Job = Box<dyn FnOnce(&Connection) -> crate::store::StoreResult<()> + Send>;
+        type Job = Box<dyn FnOnce(&mut Db) -> crate::store::StoreResult<()> + Send>;
         let write = |f: Job| {
             let st = store.clone();
-            rt.block_on(async move { st.call(f).await.unwrap() })
+            rt.block_on(async move { st.with(f).await.unwrap() })
         };
         let mut row = SessionRow {
             id: "s1".into(),
@@ -295,9 +296,9 @@ mod tests {
             .to_string()
         };
         let (r1, rec) = (row.clone(), record("Use a drip hose"));
-        write(Box::new(move |c| {
-            rows::put_session(c, &r1)?;
-            rows::put_turn(c, "t1", "s1", 1, "completed", None, &rec)
+        write(Box::new(move |db| {
+            rows::put_session(db, &r1)?;
+            rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec)
         }));
         let side = |q: &str| find(q).matches.first().map(|m| m.hits[0].side);
         assert_eq!(side("garden"), Some(HitSide::Title));
@@ -306,17 +307,17 @@ mod tests {
         assert_eq!(side("irrigation"), Some(HitSide::Thinking));
         assert_eq!(find("tomato").matches[0].hits[0].turn, Some(1));
         let rec = record("Use a watering can");
-        write(Box::new(move |c| {
-            rows::put_turn(c, "t1", "s1", 1, "completed", None, &rec)
+        write(Box::new(move |db| {
+            rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec)
         }));
         assert_eq!(side("drip"), None, "an updated reply replaces the old one");
         assert_eq!(side("watering"), Some(HitSide::Reply));
         row.title = Some("Orchard".into());
         let r2 = row.clone();
-        write(Box::new(move |c| rows::put_session(c, &r2)));
+        write(Box::new(move |db| rows::put_session(db, &r2)));
         assert_eq!(side("garden"), None);
         assert_eq!(side("orchard"), Some(HitSide::Title));
-        write(Box::new(|c| rows::delete_session(c, "s1")));
+        write(Box::new(|db| rows::delete_session(db, "s1")));
         assert!(find("tomato").matches.is_empty());
         assert!(find("orchard").matches.is_empty());
     }

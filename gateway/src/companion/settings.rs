@@ -8,7 +8,6 @@ use crate::configuration::Configuration;
 use crate::store::rows::SessionRow;
 use crate::store::{Store, StoreError};
 use parking_lot::RwLock;
-use rusqlite::{params, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use vis_companion_api::records::{
@@ -165,14 +164,7 @@ impl Settings {
         }
         let stored: Option<String> = self
             .store
-            .call(|c| {
-                Ok(c.query_row(
-                    "SELECT value FROM gateway_settings WHERE key = ?1",
-                    [KEY],
-                    |r| r.get(0),
-                )
-                .optional()?)
-            })
+            .with(|db| db.value("SELECT value FROM gateway_settings WHERE key = ?1", &[&KEY]))
             .await?;
         let s: Choices = stored
             .and_then(|t| serde_json::from_str(&t).ok())
@@ -184,11 +176,11 @@ impl Settings {
     async fn save(&self, s: Choices) -> SettingsResult<()> {
         let text = serde_json::to_string(&s).map_err(|e| StoreError::Other(e.to_string()))?;
         self.store
-            .call(move |c| {
-                c.execute(
+            .with(move |db| {
+                db.exec(
                     "INSERT INTO gateway_settings (key, value) VALUES (?1, ?2) \
-                     ON CONFLICT(key) DO UPDATE SET value = ?2",
-                    params![KEY, text],
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    &[&KEY, &text],
                 )?;
                 Ok(())
             })

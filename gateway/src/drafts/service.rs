@@ -49,7 +49,7 @@ fn now_ms() -> i64 {
 impl Drafts {
     /// Opens the drafts of a gateway home, loading which session is in which draft.
     pub async fn open(store: Store, home: &Path) -> anyhow::Result<Drafts> {
-        let pinned = store.call(rows::pinned).await?;
+        let pinned = store.with(rows::pinned).await?;
         let pins = pinned
             .into_iter()
             .filter_map(|d| Some((d.session_id.clone()?, d)))
@@ -76,7 +76,7 @@ impl Drafts {
     async fn save(&self, d: &Draft) -> Result<(), DraftError> {
         let d2 = d.clone();
         self.store
-            .call(move |c| rows::put(c, &d2))
+            .with(move |db| rows::put(db, &d2))
             .await
             .map_err(store_err)?;
         let mut pins = self.pins.lock();
@@ -99,7 +99,7 @@ impl Drafts {
     pub async fn list(&self, trunk: &Path) -> Result<Vec<Draft>, DraftError> {
         let repo = Self::repo_root(trunk).await.to_string_lossy().into_owned();
         self.store
-            .call(move |c| rows::active_of_repo(c, &repo))
+            .with(move |db| rows::active_of_repo(db, &repo))
             .await
             .map_err(store_err)
     }
@@ -107,7 +107,7 @@ impl Drafts {
     async fn get(&self, id: &str) -> Result<Option<Draft>, DraftError> {
         let id = id.to_string();
         self.store
-            .call(move |c| rows::get(c, &id))
+            .with(move |db| rows::get(db, &id))
             .await
             .map_err(store_err)
     }

@@ -139,7 +139,7 @@ pub async fn compact(
     if let Err(e) = ctx
         .gw
         .store
-        .call(move |c| memory::save_compaction(c, &sid, &stored))
+        .with(move |db| memory::save_compaction(db, &sid, &stored))
         .await
     {
         tracing::error!(session = %ctx.sid, error = %e, "the compaction could not be stored");

@@ -16,10 +16,10 @@ use vis_providers::ChatMessage;
 pub async fn load(store: &Store, sid: &str, tid: &str, request: ChatMessage) -> Context {
     let id = sid.to_string();
     let loaded = store
-        .call(move |c| {
-            let comp = memory::latest_compaction(c, &id)?;
+        .with(move |db| {
+            let comp = memory::latest_compaction(db, &id)?;
             let through = comp.as_ref().map_or(0, |k| k.through_ord);
-            Ok((comp, memory::turns_after(c, &id, through)?))
+            Ok((comp, memory::turns_after(db, &id, through)?))
         })
         .await;
     let (comp, rows) = match loaded {
@@ -139,7 +139,7 @@ pub async fn keep(store: &Store, sid: &str, tid: &str, steps: Vec<ChatMessage>, 
     let record = TranscriptRecord { steps, ending };
     let (s, id) = (sid.to_string(), tid.to_string());
     if let Err(e) = store
-        .call(move |c| memory::save_transcript(c, &s, &id, &record))
+        .with(move |db| memory::save_transcript(db, &s, &id, &record))
         .await
     {
         tracing::error!(session = sid, turn = tid, error = %e, "the turn's exchange could not be stored");

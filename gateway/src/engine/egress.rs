@@ -23,7 +23,7 @@ impl EgressLog {
         let id = sid.to_string();
         let mut rows = self
             .store
-            .call(move |c| rows::egress_page(c, &id, before, limit))
+            .with(move |db| rows::egress_page(db, &id, before, limit))
             .await?;
         let has_more = rows.len() > limit;
         rows.truncate(limit);

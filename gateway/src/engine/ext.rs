@@ -25,7 +25,7 @@ impl StateStore for SqliteState {
         let (e, k) = (ext.to_string(), key.to_string());
         let text = self
             .0
-            .call(move |c| rows::state_get(c, &e, &k))
+            .with(move |db| rows::state_get(db, &e, &k))
             .await
             .map_err(store_err)?;
         Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
@@ -33,21 +33,21 @@ impl StateStore for SqliteState {
     async fn put(&self, ext: &str, key: &str, value: Value) -> anyhow::Result<()> {
         let (e, k, v) = (ext.to_string(), key.to_string(), value.to_string());
         self.0
-            .call(move |c| rows::state_put(c, &e, &k, &v))
+            .with(move |db| rows::state_put(db, &e, &k, &v))
             .await
             .map_err(store_err)
     }
     async fn delete(&self, ext: &str, key: &str) -> anyhow::Result<()> {
         let (e, k) = (ext.to_string(), key.to_string());
         self.0
-            .call(move |c| rows::state_delete(c, &e, &k))
+            .with(move |db| rows::state_delete(db, &e, &k))
             .await
             .map_err(store_err)
     }
     async fn keys(&self, ext: &str) -> anyhow::Result<Vec<String>> {
         let e = ext.to_string();
         self.0
-            .call(move |c| rows::state_keys(c, &e))
+            .with(move |db| rows::state_keys(db, &e))
             .await
             .map_err(store_err)
     }

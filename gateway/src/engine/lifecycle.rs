@@ -65,8 +65,8 @@ impl Turns {
             match effect {
                 Effect::SaveRow(row) => self.save_row(&row),
                 Effect::SaveTurn(t) => self.save_turn(&t),
-                Effect::DeleteTurn(tid) => self.store.submit("turn-delete", move |c| {
-                    crate::store::rows::delete_turn(c, &tid)
+                Effect::DeleteTurn(tid) => self.store.queue("turn-delete", move |db| {
+                    crate::store::rows::delete_turn(db, &tid)
                 }),
                 Effect::Publish(ev) => {
                     self.bus.publish(&sid, ev);

@@ -77,12 +77,10 @@ impl Turns {
         let next_rank = if patch.is_favorite == Some(true) {
             let stored: i64 = self
                 .store
-                .call(|c| {
-                    Ok(c.query_row(
-                        "SELECT COALESCE(MAX(favorite_rank), 0) FROM sessions",
-                        [],
-                        |r| r.get(0),
-                    )?)
+                .with(|db| {
+                    Ok(db
+                        .value("SELECT COALESCE(MAX(favorite_rank), 0) FROM sessions", &[])?
+                        .unwrap_or(0))
                 })
                 .await?;
             let loaded = self
@@ -124,7 +122,7 @@ impl Turns {
             return Ok(());
         }
         let r = row.clone();
-        self.store.call(move |c| rows::put_session(c, &r)).await?;
+        self.store.with(move |db| rows::put_session(db, &r)).await?;
         if title_changed {
             if let Some(t) = &row.title {
                 self.publish_title(sid, t);
@@ -174,7 +172,9 @@ impl Turns {
                 .map(|p| json!({"provider": p.provider, "model": p.model}));
             st.row.clone()
         };
-        self.store.call(move |c| rows::put_session(c, &row)).await?;
+        self.store
+            .with(move |db| rows::put_session(db, &row))
+            .await?;
         let (provider, model) = pref
             .as_ref()
             .map(|p| (p.provider.clone(), p.model.clone()))
@@ -192,7 +192,7 @@ impl Turns {
 
     /// Sessions of the project `pid` (the id derived from its root).
     async fn project_sessions(&self, pid: &str) -> MetaResult<Vec<String>> {
-        let all = self.store.call(rows::all_sessions).await?;
+        let all = self.store.with(rows::all_sessions).await?;
         Ok(all
             .into_iter()
             .filter(|r| project_id(&r.root) == pid)
@@ -233,11 +233,11 @@ impl Turns {
         let parent = sid.to_string();
         let forks = self
             .store
-            .call(move |c| {
-                let rows = crate::drafts::rows::forks_of(c, &parent)?;
+            .with(move |db| {
+                let rows = crate::drafts::rows::forks_of(db, &parent)?;
                 let mut out = Vec::new();
                 for f in rows {
-                    let title = rows::get_session(c, &f.session_id)?.and_then(|r| r.title);
+                    let title = rows::get_session(db, &f.session_id)?.and_then(|r| r.title);
                     out.push(ForkChild {
                         session_id: f.session_id,
                         title,
@@ -302,7 +302,7 @@ impl Turns {
         let parent = sid.to_string();
         let earlier = self
             .store
-            .call(move |c| crate::drafts::rows::forks_of(c, &parent))
+            .with(move |db| crate::drafts::rows::forks_of(db, &parent))
             .await?
             .len();
         let title = fork_title(
@@ -373,16 +373,16 @@ impl Turns {
         };
         let (parent, now) = (sid.to_string(), now_ms());
         self.store
-            .call(move |c| {
-                crate::store::atomically(c, |c| {
+            .with(move |db| {
+                db.atomically(|db| {
                     for t in &copies {
                         let rec = serde_json::to_string(t)
                             .map_err(|e| crate::store::StoreError::Other(e.to_string()))?;
-                        rows::put_turn(c, &t.tid, &t.sid, t.ord, t.status.as_str(), None, &rec)?;
+                        rows::put_turn(db, &t.tid, &t.sid, t.ord, t.status.as_str(), None, &rec)?;
                     }
-                    rows::put_session(c, &row)?;
-                    crate::agent::memory::copy_for_fork(c, &parent, &row.id, &memory)?;
-                    crate::drafts::rows::put_fork(c, &row.id, &parent, Some(&through_tid), now)
+                    rows::put_session(db, &row)?;
+                    crate::agent::memory::copy_for_fork(db, &parent, &row.id, &memory)?;
+                    crate::drafts::rows::put_fork(db, &row.id, &parent, Some(&through_tid), now)
                 })
             })
             .await?;

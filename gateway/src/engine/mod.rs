@@ -146,7 +146,7 @@ impl Gateway {
         commits: Option<vis_store::CommitSink>,
     ) -> anyhow::Result<Arc<Gateway>> {
         let configuration = Arc::new(Configuration::new(home.dir.clone(), config)?);
-        let max_ord = store.call(rows::max_turn_ord).await?;
+        let max_ord = store.with(rows::max_turn_ord).await?;
         let bus = Arc::new(Bus::with_commits(store.clone(), retain, commits));
         let mut host_cfg = HostConfig::new(home.dir.clone());
         let (home_dir, fallback_root) = (home.dir.clone(), default_root.clone());
@@ -320,7 +320,7 @@ impl Turns {
     pub fn save_row(&self, row: &SessionRow) {
         let row = row.clone();
         self.store
-            .submit("session", move |c| rows::put_session(c, &row));
+            .queue("session", move |db| rows::put_session(db, &row));
     }
 
     /// Persists a turn record.
@@ -335,8 +335,8 @@ impl Turns {
         let Ok(rec) = serde_json::to_string(t) else {
             return;
         };
-        self.store.submit("turn", move |c| {
-            rows::put_turn(c, &tid, &sid, ord, status, key.as_deref(), &rec)
+        self.store.queue("turn", move |db| {
+            rows::put_turn(db, &tid, &sid, ord, status, key.as_deref(), &rec)
         });
     }
 

@@ -13,7 +13,7 @@ impl Turns {
     pub async fn recover(self: &Arc<Self>) -> anyhow::Result<usize> {
         let records = self
             .store
-            .call(|c| crate::store::rows::turns_with_status(c, "streaming"))
+            .with(|db| crate::store::rows::turns_with_status(db, "streaming"))
             .await?;
         let mut n = 0;
         for rec in records {
@@ -26,7 +26,7 @@ impl Turns {
             let (sid, tid) = (t.sid.clone(), t.tid.clone());
             let open_blocks = self
                 .store
-                .call(move |c| crate::store::rows::open_blocks(c, &sid, &tid))
+                .with(move |db| crate::store::rows::open_blocks(db, &sid, &tid))
                 .await
                 .unwrap_or_default();
             self.close_dangling_human_input(&t.sid).await;
@@ -44,7 +44,7 @@ impl Turns {
     pub async fn resume_backlogs(self: &Arc<Self>) -> anyhow::Result<usize> {
         let records = self
             .store
-            .call(|c| crate::store::rows::turns_with_status(c, "queued"))
+            .with(|db| crate::store::rows::turns_with_status(db, "queued"))
             .await?;
         let mut sids: Vec<String> = Vec::new();
         for t in records
@@ -77,7 +77,7 @@ impl Turns {
         let owned = sid.to_string();
         let dangling = self
             .store
-            .call(move |c| crate::store::rows::dangling_human_input(c, &owned))
+            .with(move |db| crate::store::rows::dangling_human_input(db, &owned))
             .await
             .unwrap_or_default();
         for (is_view, id) in dangling {

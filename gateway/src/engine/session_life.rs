@@ -72,7 +72,7 @@ impl Turns {
             ..Default::default()
         };
         let r = row.clone();
-        g.store.call(move |c| rows::put_session(c, &r)).await?;
+        g.store.with(move |db| rows::put_session(db, &r)).await?;
         g.sessions.get(&row.id).await?;
         tracing::info!(session = %row.id, channel = %row.channel, root = %row.root, "session created");
         Ok(SessionCreated {
@@ -118,7 +118,7 @@ impl Turns {
         g.mcp.stop_session(sid).await;
         g.extensions.sessions().stop(sid).await;
         let id = sid.to_string();
-        let _ = g.store.call(move |c| rows::delete_session(c, &id)).await;
+        let _ = g.store.with(move |db| rows::delete_session(db, &id)).await;
         tracing::info!(session = sid, "session deleted");
     }
 

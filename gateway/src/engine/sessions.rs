@@ -77,11 +77,11 @@ impl Sessions {
         let id = sid.to_string();
         let loaded = self
             .store
-            .call(move |c| {
-                let Some(row) = rows::get_session(c, &id)? else {
+            .with(move |db| {
+                let Some(row) = rows::get_session(db, &id)? else {
                     return Ok(None);
                 };
-                Ok(Some((row, rows::turns_of(c, &id)?)))
+                Ok(Some((row, rows::turns_of(db, &id)?)))
             })
             .await?;
         let Some((row, records)) = loaded else {
@@ -116,7 +116,7 @@ impl Sessions {
     /// A turn as stored (404 when the session has no such turn).
     pub async fn stored_turn(&self, sid: &str, tid: &str) -> SessionResult<Turn> {
         let (s, t) = (sid.to_string(), tid.to_string());
-        let rec = self.store.call(move |c| rows::turn_of(c, &s, &t)).await?;
+        let rec = self.store.with(move |db| rows::turn_of(db, &s, &t)).await?;
         rec.and_then(|r| serde_json::from_str::<Turn>(&r).ok())
             .ok_or_else(|| SessionError::TurnNotFound {
                 tid: tid.to_string(),
@@ -144,7 +144,7 @@ impl Sessions {
     pub async fn turns(&self, sid: &str) -> SessionResult<Vec<Turn>> {
         let shared = self.get(sid).await?;
         let id = sid.to_string();
-        let recs = self.store.call(move |c| rows::turns_of(c, &id)).await?;
+        let recs = self.store.with(move |db| rows::turns_of(db, &id)).await?;
         let mut turns: Vec<Turn> = recs
             .iter()
             .filter_map(|r| serde_json::from_str(r).ok())

@@ -178,10 +178,10 @@ impl Turns {
                 .collect();
             let wrote = self
                 .store
-                .call(move |c| {
-                    crate::store::atomically(c, |c| {
+                .with(move |db| {
+                    db.atomically(|db| {
                         used.iter()
-                            .try_for_each(|(sid, high)| rows::bump_high_water(c, sid, *high))
+                            .try_for_each(|(sid, high)| rows::bump_high_water(db, sid, *high))
                     })
                 })
                 .await;
@@ -239,7 +239,7 @@ impl Turns {
     /// lands `interrupted`.
     async fn fail_unsettled(self: &Arc<Self>, sid: &str, tid: &str, lost: &Lost) {
         let (s, t) = (sid.to_string(), tid.to_string());
-        let Ok(Some(rec)) = self.store.call(move |c| rows::turn_of(c, &s, &t)).await else {
+        let Ok(Some(rec)) = self.store.with(move |db| rows::turn_of(db, &s, &t)).await else {
             return;
         };
         let Ok(turn) = serde_json::from_str::<Turn>(&rec) else {
@@ -265,8 +265,8 @@ impl Turns {
             t.idempotency_key.clone(),
         );
         let rec = serde_json::to_string(t).ok()?;
-        Some(Box::new(move |c, _| {
-            rows::put_turn(c, &tid, &sid, ord, status, key.as_deref(), &rec)
+        Some(Box::new(move |db, _| {
+            rows::put_turn(db, &tid, &sid, ord, status, key.as_deref(), &rec)
         }))
     }
 }

@@ -92,7 +92,7 @@ impl Turns {
     }
 
     pub async fn list_sessions(&self, q: SessionListQuery) -> StoreResult<SessionList> {
-        let rows = self.store.call(rows::all_sessions).await?;
+        let rows = self.store.with(rows::all_sessions).await?;
         let live = self.live_map();
         let root_filter = q
             .root

@@ -83,7 +83,7 @@ impl Learn {
 
     /// The running proxy: the sessions' stored mode switches are handed to it.
     pub async fn install_sandbox(&self, sandbox: Arc<Sandbox>) {
-        match self.store.call(rows::modes).await {
+        match self.store.with(rows::modes).await {
             Ok(modes) => {
                 for (sid, m) in modes {
                     if let Ok(mode) = parse_mode(&m) {
@@ -119,7 +119,7 @@ impl Learn {
         let scope = scope.clone();
         let rows = self
             .store
-            .call(move |c| rows::egress_rows(c, &scope))
+            .with(move |db| rows::egress_rows(db, &scope))
             .await
             .map_err(failed)?;
         Ok(rows
@@ -133,7 +133,7 @@ impl Learn {
         let id = sid.to_string();
         let m = self
             .store
-            .call(move |c| rows::mode(c, &id))
+            .with(move |db| rows::mode(db, &id))
             .await
             .map_err(failed)?;
         Ok(m.and_then(|m| parse_mode(&m).ok()))
@@ -162,7 +162,7 @@ impl Learn {
     ) -> Result<EgressMode, LearnError> {
         let (id, m) = (sid.to_string(), mode.map(|m| m.as_str()));
         self.store
-            .call(move |c| rows::set_mode(c, &id, m))
+            .with(move |db| rows::set_mode(db, &id, m))
             .await
             .map_err(failed)?;
         if let Some(sb) = self.sandbox.get() {
@@ -280,7 +280,7 @@ impl Learn {
         let (at, sid_s) = (change.applied_at, change.session_id.clone());
         change.id = self
             .store
-            .call(move |c| rows::insert_change(c, &root_s, sid_s.as_deref(), at, &record))
+            .with(move |db| rows::insert_change(db, &root_s, sid_s.as_deref(), at, &record))
             .await
             .map_err(failed)?;
         tracing::info!(root = %root.display(), by = %applied_by, rules = change.rules.len(),
@@ -306,7 +306,7 @@ impl Learn {
         let r = root.to_string_lossy().into_owned();
         let rows = self
             .store
-            .call(move |c| rows::changes(c, &r))
+            .with(move |db| rows::changes(db, &r))
             .await
             .map_err(failed)?;
         Ok(rows

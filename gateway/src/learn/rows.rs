@@ -2,8 +2,7 @@
 //! the policy changes written into projects' `vis.yml`.
 
 use super::propose::Observation;
-use crate::store::StoreResult;
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::store::{Db, StoreResult};
 use serde_json::Value;
 
 /// Which rows a proposal or the drift view is built from.
@@ -14,18 +13,18 @@ pub enum Scope {
 }
 
 /// Every stored egress record of the scope, as JSON text.
-pub fn egress_rows(c: &Connection, scope: &Scope) -> StoreResult<Vec<String>> {
-    let (sql, key) = match scope {
-        Scope::Session(sid) => ("SELECT data FROM egress WHERE sid = ?1 ORDER BY seq", sid),
-        Scope::Project(root) => (
+pub fn egress_rows(db: &mut Db, scope: &Scope) -> StoreResult<Vec<String>> {
+    match scope {
+        Scope::Session(sid) => db.column(
+            "SELECT data FROM egress WHERE sid = ?1 ORDER BY seq",
+            &[sid],
+        ),
+        Scope::Project(root) => db.column(
             "SELECT e.data FROM egress e JOIN sessions s ON s.id = e.sid \
              WHERE s.root = ?1 ORDER BY e.sid, e.seq",
-            root,
+            &[root],
         ),
-    };
-    let mut st = c.prepare(sql)?;
-    let rows = st.query_map([key], |r| r.get::<_, String>(0))?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    }
 }
 
 /// The enforce verdicts a proposal can lift (docs/decisions.md, L1).
@@ -77,51 +76,84 @@ pub fn observation(row: &str, denials: bool) -> Option<Observation> {
     })
 }
 
-pub fn modes(c: &Connection) -> StoreResult<Vec<(String, String)>> {
-    let mut st = c.prepare("SELECT sid, mode FROM egress_modes")?;
-    let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<Result<_, _>>()?)
+pub fn modes(db: &mut Db) -> StoreResult<Vec<(String, String)>> {
+    db.rows("SELECT sid, mode FROM egress_modes", &[], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
 }
 
-pub fn set_mode(c: &Connection, sid: &str, mode: Option<&str>) -> StoreResult<()> {
+pub fn set_mode(db: &mut Db, sid: &str, mode: Option<&str>) -> StoreResult<()> {
     match mode {
-        Some(m) => c.execute(
-            "INSERT OR REPLACE INTO egress_modes (sid, mode) VALUES (?1, ?2)",
-            params![sid, m],
+        Some(m) => db.exec(
+            "INSERT INTO egress_modes (sid, mode) VALUES (?1, ?2) \
+             ON CONFLICT (sid) DO UPDATE SET mode = excluded.mode",
+            &[&sid, &m],
         )?,
-        None => c.execute("DELETE FROM egress_modes WHERE sid = ?1", [sid])?,
+        None => db.exec("DELETE FROM egress_modes WHERE sid = ?1", &[&sid])?,
     };
     Ok(())
 }
 
-pub fn mode(c: &Connection, sid: &str) -> StoreResult<Option<String>> {
-    Ok(
-        c.query_row("SELECT mode FROM egress_modes WHERE sid = ?1", [sid], |r| {
-            r.get(0)
-        })
-        .optional()?,
-    )
+pub fn mode(db: &mut Db, sid: &str) -> StoreResult<Option<String>> {
+    db.value("SELECT mode FROM egress_modes WHERE sid = ?1", &[&sid])
 }
 
 /// Stores a change; answers its id.
 pub fn insert_change(
-    c: &Connection,
+    db: &mut Db,
     root: &str,
     sid: Option<&str>,
     at: i64,
     record: &str,
 ) -> StoreResult<i64> {
-    c.execute(
-        "INSERT INTO policy_changes (root, sid, applied_at, record) VALUES (?1, ?2, ?3, ?4)",
-        params![root, sid, at, record],
-    )?;
-    Ok(c.last_insert_rowid())
+    db.value(
+        "INSERT INTO policy_changes (root, sid, applied_at, record) VALUES (?1, ?2, ?3, ?4) \
+         RETURNING id",
+        &[&root, &sid, &at, &record],
+    )?
+    .ok_or_else(|| crate::store::StoreError::Other("the change got no id".into()))
 }
 
 /// A project's changes, newest first, as (id, record).
-pub fn changes(c: &Connection, root: &str) -> StoreResult<Vec<(i64, String)>> {
-    let mut st =
-        c.prepare("SELECT id, record FROM policy_changes WHERE root = ?1 ORDER BY id DESC")?;
-    let rows = st.query_map([root], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<Result<_, _>>()?)
+pub fn changes(db: &mut Db, root: &str) -> StoreResult<Vec<(i64, String)>> {
+    db.rows(
+        "SELECT id, record FROM policy_changes WHERE root = ?1 ORDER BY id DESC",
+        &[&root],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+}
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+    use crate::store::test_support::each_engine;
+
+    #[tokio::test]
+    async fn modes_and_policy_changes_read_back_alike_on_either_engine() {
+        for (store, _keep) in each_engine("learn").await {
+            let (modes, one, ids, changes) = store
+                .with(|db| {
+                    set_mode(db, "s1", Some("learn"))?;
+                    set_mode(db, "s1", Some("enforce"))?;
+                    set_mode(db, "s2", Some("learn"))?;
+                    set_mode(db, "s2", None)?;
+                    let a = insert_change(db, "/p", Some("s1"), 1, "{\"n\":1}")?;
+                    let b = insert_change(db, "/p", None, 2, "{\"n\":2}")?;
+                    insert_change(db, "/other", None, 3, "{}")?;
+                    Ok((modes(db)?, mode(db, "s2")?, (a, b), changes(db, "/p")?))
+                })
+                .await
+                .expect("store");
+            assert_eq!(modes, [("s1".to_string(), "enforce".to_string())]);
+            assert_eq!(one, None);
+            assert!(ids.1 > ids.0, "ids grow");
+            assert_eq!(
+                changes,
+                [
+                    (ids.1, "{\"n\":2}".to_string()),
+                    (ids.0, "{\"n\":1}".to_string())
+                ]
+            );
+        }
+    }
 }

@@ -125,14 +125,14 @@ impl EgressSink {
     fn publish(&self, session_id: &str, record: Record, row_seq: Option<i64>) -> i64 {
         let record = Arc::new(record);
         let (sid, stored) = (session_id.to_string(), record.clone());
-        let row: SeqRow = Box::new(move |c, seq| {
+        let row: SeqRow = Box::new(move |db, seq| {
             let kept = row_seq.unwrap_or(seq);
             let data = serde_json::to_string(&stored.payload(Some(kept)))
                 .map_err(|e| crate::store::StoreError::Other(format!("egress record: {e}")))?;
-            rows::insert_egress(c, &sid, kept, &data)?;
+            rows::insert_egress(db, &sid, kept, &data)?;
             if kept != seq {
                 // the row keeps its first seq; the session's high-water still moves on
-                rows::bump_high_water(c, &sid, seq)?;
+                rows::bump_high_water(db, &sid, seq)?;
             }
             Ok(())
         });
@@ -301,7 +301,7 @@ mod tests {
 
         // The row: the record with the decision's own `ts` and the event's seq.
         let rows = store
-            .call(|c| rows::egress_page(c, "s", None, 10))
+            .with(|db| rows::egress_page(db, "s", None, 10))
             .await
             .expect("rows");
         let row: Value = serde_json::from_str(&rows[0].1).expect("row JSON");
@@ -324,7 +324,7 @@ mod tests {
 
     async fn rows_of(store: &crate::store::Store) -> Vec<Value> {
         store
-            .call(|c| rows::egress_page(c, "s", None, 100))
+            .with(|db| rows::egress_page(db, "s", None, 100))
             .await
             .expect("rows")
             .into_iter()

@@ -5,15 +5,31 @@
 //! event bus relies on this for atomic replay. Pending jobs are applied in one transaction per
 //! batch, which keeps the per-event write cost low.
 
+pub(crate) mod db;
+mod error;
 pub(crate) mod migrations;
+pub mod pg;
 pub mod rows;
+pub mod sql;
 
+pub(crate) use db::on_engine;
+pub use db::Db;
+pub use error::{StoreError, StoreResult};
+
+use db::exec;
+use pg::PgConn;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
 
-type Job = Box<dyn FnOnce(&Connection) + Send>;
+/// The connection the store thread owns.
+enum Conn {
+    Sqlite(Connection),
+    Postgres(Box<PgConn>),
+}
+
+type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 
 /// Handle to the store thread. Cheap to clone.
 #[derive(Clone)]
@@ -21,26 +37,6 @@ pub struct Store {
     tx: mpsc::Sender<Job>,
     path: PathBuf,
 }
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error: {0}")]
-    Sql(#[from] rusqlite::Error),
-    #[error("the store thread has stopped")]
-    Gone,
-    #[error("{0}")]
-    Other(String),
-}
-
-impl StoreError {
-    /// The write failed for want of room (`SQLITE_FULL`: the disk, or SQLite's own size cap).
-    pub fn is_full(&self) -> bool {
-        matches!(self, StoreError::Sql(rusqlite::Error::SqliteFailure(e, _))
-            if e.code == rusqlite::ErrorCode::DiskFull)
-    }
-}
-
-pub type StoreResult<T> = Result<T, StoreError>;
 
 const MAX_BATCH: usize = 512;
 
@@ -57,11 +53,38 @@ impl Store {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("vis-store".into())
-            .spawn(move || run(conn, rx))
+            .spawn(move || run(Conn::Sqlite(conn), rx))
             .map_err(|e| StoreError::Other(format!("cannot start the store thread: {e}")))?;
         Ok(Store {
             tx,
             path: path.to_path_buf(),
+        })
+    }
+
+    /// The store on PostgreSQL (docs/decisions.md, C3): the thread connects, brings the
+    /// schema up to date and answers; the caller's worker never waits on the database.
+    /// Only the tests open it until every area runs on PostgreSQL (C3).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub async fn open_postgres(opts: &vis_store::PgOptions) -> StoreResult<Store> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let opts = opts.clone();
+        std::thread::Builder::new()
+            .name("vis-store".into())
+            .spawn(move || match PgConn::open(&opts) {
+                Ok(conn) => {
+                    let _ = ready_tx.send(Ok(()));
+                    run(Conn::Postgres(Box::new(conn)), rx)
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| StoreError::Other(format!("cannot start the store thread: {e}")))?;
+        ready_rx.await.map_err(|_| StoreError::Gone)??;
+        Ok(Store {
+            tx,
+            path: PathBuf::new(),
         })
     }
 
@@ -72,15 +95,34 @@ impl Store {
     /// Runs `f` on the store thread and returns its result once its writes are committed:
     /// a caller never acts on (or answers a client with) a write that a crash could still
     /// take back. When the batch's commit fails, the caller gets that error instead.
+    ///
+    /// `f` runs on the embedded engine only; on PostgreSQL the call fails. Code moves to
+    /// [`Store::with`], whose jobs run on either engine, area by area.
     pub async fn call<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
+        self.with(move |db| match db {
+            Db::Sqlite(c) => f(c),
+            Db::Postgres(_) => Err(not_on_postgres()),
+        })
+        .await
+    }
+
+    /// Runs `f` on the store thread, on either engine, and returns its result once its
+    /// writes are committed (see [`Store::call`]). A statement that fails on PostgreSQL is
+    /// undone back to the job's start, so it does not abort the batch the job shares a
+    /// transaction with.
+    pub async fn with<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Db) -> StoreResult<T> + Send + 'static,
+    {
         let (otx, orx) = oneshot::channel();
         self.tx
-            .send(Box::new(move |c| {
-                let out = f(c);
+            .send(Box::new(move |conn| {
+                let out = conn.job(f);
                 after_commit(move || {
                     let out = match out {
                         Ok(_) if !committed() => Err(StoreError::Other(
@@ -95,13 +137,14 @@ impl Store {
         orx.await.map_err(|_| StoreError::Gone)?
     }
 
-    /// Queues `f` without waiting; failures are logged. Ordered with every other job.
-    pub fn submit<F>(&self, what: &'static str, f: F)
+    /// Queues `f` without waiting, on either engine; failures are logged. Ordered with
+    /// every other job.
+    pub fn queue<F>(&self, what: &'static str, f: F)
     where
-        F: FnOnce(&Connection) -> StoreResult<()> + Send + 'static,
+        F: FnOnce(&mut Db) -> StoreResult<()> + Send + 'static,
     {
-        let job: Job = Box::new(move |c| {
-            if let Err(e) = f(c) {
+        let job: Job = Box::new(move |conn| {
+            if let Err(e) = conn.job(f) {
                 tracing::error!(error = %e, job = what, "store write failed");
                 crate::metrics::store_write_failed();
             }
@@ -116,35 +159,59 @@ impl Store {
     pub async fn flush(&self) {
         // A call answers from its own after-commit action, which runs after those of every
         // job queued before it.
-        let _ = self.call(|_| Ok(())).await;
+        let _ = self.with(|_| Ok(())).await;
     }
 }
 
-/// Runs `f` as one unit: its statements commit together (one commit instead of one per
-/// statement when the job runs alone) or not at all. Nests inside the batch transaction of
-/// [`run`] (a savepoint), so it is correct in both places.
-pub fn atomically<T>(
-    c: &Connection,
-    f: impl FnOnce(&Connection) -> StoreResult<T>,
-) -> StoreResult<T> {
-    let outermost = c.is_autocommit();
-    exec(c, "SAVEPOINT job")?;
-    let out = f(c).and_then(|v| exec(c, "RELEASE job").map(|_| v).map_err(Into::into));
-    if out.is_err() {
-        // Undo the job's writes; if the savepoint was the transaction (its RELEASE is the
-        // commit, which can fail), make sure no transaction is left open for later jobs.
-        let _ = exec(c, "ROLLBACK TO job").and_then(|_| exec(c, "RELEASE job"));
-        if outermost && !c.is_autocommit() {
-            let _ = exec(c, "ROLLBACK");
+fn not_on_postgres() -> StoreError {
+    StoreError::Other("this part of the store does not run on PostgreSQL yet".into())
+}
+
+impl Conn {
+    /// Runs one job's `f` on this connection.
+    fn job<T>(&mut self, f: impl FnOnce(&mut Db) -> StoreResult<T>) -> StoreResult<T> {
+        match self {
+            Conn::Sqlite(c) => f(&mut Db::Sqlite(c)),
+            Conn::Postgres(p) => p.job(|p| f(&mut Db::Postgres(p))),
         }
     }
-    out
-}
 
-/// One statement without parameters, prepared once per connection (transaction control runs
-/// for every store job; parsing it each time showed in profiles).
-fn exec(c: &Connection, sql: &str) -> rusqlite::Result<usize> {
-    c.prepare_cached(sql)?.execute([])
+    /// Begins a batch transaction; `false` if it could not.
+    fn begin(&mut self) -> bool {
+        match self {
+            Conn::Sqlite(c) => exec(c, "BEGIN IMMEDIATE").is_ok(),
+            Conn::Postgres(p) => {
+                if let Err(e) = p.reconnect_if_closed() {
+                    tracing::error!(error = %e, "cannot reconnect to PostgreSQL");
+                    return false;
+                }
+                p.begin().is_ok()
+            }
+        }
+    }
+
+    /// Whether the batch transaction is still open (SQLite rolls one back by itself on
+    /// some errors; a PostgreSQL connection can be lost).
+    fn in_transaction(&self) -> bool {
+        match self {
+            Conn::Sqlite(c) => !c.is_autocommit(),
+            Conn::Postgres(p) => p.in_transaction(),
+        }
+    }
+
+    fn commit(&mut self) -> StoreResult<()> {
+        match self {
+            Conn::Sqlite(c) => exec(c, "COMMIT").map(|_| ()).map_err(Into::into),
+            Conn::Postgres(p) => p.commit(),
+        }
+    }
+
+    fn rollback(&mut self) {
+        let _ = match self {
+            Conn::Sqlite(c) => exec(c, "ROLLBACK").map(|_| ()).map_err(Into::into),
+            Conn::Postgres(p) => p.rollback(),
+        };
+    }
 }
 
 /// The database and its WAL files are readable by the owner only.
@@ -202,10 +269,6 @@ impl Settled {
     }
 }
 
-fn begin(conn: &Connection) -> bool {
-    exec(conn, "BEGIN IMMEDIATE").is_ok()
-}
-
 /// Runs jobs in batches: one transaction per batch, then each job's after-commit actions
 /// with the fate of the transaction that held its writes.
 ///
@@ -215,7 +278,7 @@ fn begin(conn: &Connection) -> bool {
 /// the jobs of the batch so far are settled as lost, and the rest of the batch gets a new
 /// transaction, so no job is reported lost whose writes were committed, and none reported
 /// committed whose writes were rolled back.
-fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
+fn run(mut conn: Conn, rx: mpsc::Receiver<Job>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -224,15 +287,15 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let mut in_tx = batch.len() > 1 && begin(&conn);
+        let mut in_tx = batch.len() > 1 && conn.begin();
         let mut settled = Settled::default();
         for job in batch {
-            job(&conn);
-            if in_tx && conn.is_autocommit() {
+            job(&mut conn);
+            if in_tx && !conn.in_transaction() {
                 tracing::error!("the database rolled back a batch of writes");
                 crate::metrics::store_write_failed();
                 settled.take(false);
-                in_tx = begin(&conn);
+                in_tx = conn.begin();
             } else if !in_tx {
                 // Outside a batch transaction a job commits its own writes; it tells its
                 // actions itself whether they failed.
@@ -241,10 +304,10 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>) {
         }
         let mut ok = true;
         if in_tx {
-            if let Err(e) = exec(&conn, "COMMIT") {
+            if let Err(e) = conn.commit() {
                 tracing::error!(error = %e, "store commit failed");
                 crate::metrics::store_write_failed();
-                let _ = exec(&conn, "ROLLBACK");
+                conn.rollback();
                 ok = false;
             }
         }
@@ -270,12 +333,61 @@ pub mod test_support {
         (store, dir)
     }
 
+    /// A PostgreSQL schema of a test's own, dropped with this guard.
+    pub struct PgSchema(String);
+
+    impl PgSchema {
+        pub fn new(schema: String) -> PgSchema {
+            PgSchema(schema)
+        }
+    }
+
+    impl Drop for PgSchema {
+        fn drop(&mut self) {
+            vis_store::testing::drop_schema(std::mem::take(&mut self.0));
+        }
+    }
+
+    /// A store on the machine's PostgreSQL in a fresh schema; `None` (after a note) when
+    /// the server does not answer and `CI` is not set.
+    pub async fn temp_pg_store(label: &str) -> Option<(Store, PgSchema)> {
+        use vis_store::testing::{pg_addr, pg_url, reachable};
+        if !reachable("PostgreSQL", &pg_addr()) {
+            return None;
+        }
+        let schema = format!("vis_gw_{label}_{}", uuid::Uuid::new_v4().simple());
+        let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema.clone());
+        let guard = PgSchema::new(schema);
+        let store = Store::open_postgres(&opts)
+            .await
+            .expect("store on PostgreSQL");
+        Some((store, guard))
+    }
+
+    /// What keeps a test's database alive (held for its `Drop`): a folder or a schema.
+    #[allow(dead_code)]
+    pub enum Keep {
+        Dir(TempDir),
+        Schema(PgSchema),
+    }
+
+    /// A fresh store on each engine (SQLite always; PostgreSQL when it answers, see
+    /// [`temp_pg_store`]), each with what keeps its database.
+    pub async fn each_engine(label: &str) -> Vec<(Store, Keep)> {
+        let (sqlite, dir) = temp_store(label);
+        let mut out = vec![(sqlite, Keep::Dir(dir))];
+        if let Some((pg, schema)) = temp_pg_store(label).await {
+            out.push((pg, Keep::Schema(schema)));
+        }
+        out
+    }
+
     /// Queues a job that holds the store thread; returns once it is running, with the sender
     /// that releases it (send to it, or drop it).
     pub fn hold(store: &Store) -> std::sync::mpsc::Sender<()> {
         let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        store.submit("hold", move |_| {
+        store.queue("hold", move |_| {
             let _ = started_tx.send(());
             let _ = rx.recv();
             Ok(())
@@ -289,6 +401,7 @@ pub mod test_support {
 mod tests {
     use super::test_support::{hold, temp_store};
     use super::*;
+    use db::atomically;
 
     fn table() -> Connection {
         let c = Connection::open_in_memory().expect("open");
@@ -382,6 +495,114 @@ mod tests {
         .expect("a later job commits");
     }
 
+    /// Queues a job for the embedded engine without waiting.
+    fn submit(
+        store: &Store,
+        what: &'static str,
+        f: impl FnOnce(&Connection) -> StoreResult<()> + Send + 'static,
+    ) {
+        store.queue(what, move |db| match db {
+            Db::Sqlite(c) => f(c),
+            Db::Postgres(_) => Err(not_on_postgres()),
+        })
+    }
+
+    /// Runs statements without parameters on PostgreSQL.
+    async fn pg_batch(store: &Store, sql: &'static str) -> StoreResult<()> {
+        store
+            .with(move |db| match db {
+                Db::Postgres(p) => p.batch(sql),
+                Db::Sqlite(_) => Err(StoreError::Other("a PostgreSQL store".into())),
+            })
+            .await
+    }
+
+    #[test]
+    fn on_postgres_a_failing_job_in_a_batch_loses_only_its_own_writes() {
+        rt().block_on(async {
+            let Some((store, _schema)) = super::test_support::temp_pg_store("batch").await else {
+                return;
+            };
+            pg_batch(&store, "CREATE TABLE t (x BIGINT PRIMARY KEY)")
+                .await
+                .expect("schema");
+            let insert = |x: i64| {
+                move |db: &mut Db| -> StoreResult<()> {
+                    match db {
+                        Db::Postgres(p) => p.execute("INSERT INTO t (x) VALUES ($1)", &[&x])?,
+                        Db::Sqlite(_) => unreachable!("a PostgreSQL store"),
+                    };
+                    Ok(())
+                }
+            };
+            let held = hold(&store);
+            // Three jobs in one batch transaction: the middle one writes, then repeats the
+            // key of the first job (PostgreSQL would abort the whole transaction here).
+            let mut before = Box::pin(store.with(insert(1)));
+            queue(&mut before).await;
+            let mut failing = Box::pin(store.with(move |db| {
+                insert(2)(db)?;
+                insert(1)(db)
+            }));
+            queue(&mut failing).await;
+            let mut after = Box::pin(store.with(insert(3)));
+            queue(&mut after).await;
+            let _ = held.send(());
+            assert!(before.await.is_ok());
+            assert!(
+                matches!(failing.await, Err(StoreError::Postgres { ref code, .. }) if code.as_deref() == Some("23505")),
+                "the duplicate key is reported with its SQLSTATE"
+            );
+            assert!(after.await.is_ok(), "a later job of the batch commits");
+            let xs: Vec<i64> = store
+                .with(|db| match db {
+                    Db::Postgres(p) => p
+                        .query("SELECT x FROM t ORDER BY x", &[])?
+                        .iter()
+                        .map(|r| pg::get(r, 0))
+                        .collect(),
+                    Db::Sqlite(_) => unreachable!("a PostgreSQL store"),
+                })
+                .await
+                .expect("rows");
+            assert_eq!(xs, vec![1, 3], "the failed job's first write is gone too");
+        });
+    }
+
+    #[test]
+    fn on_postgres_a_second_node_opening_the_same_schema_applies_no_migration_twice() {
+        use vis_store::testing::{pg_addr, pg_url, reachable};
+        if !reachable("PostgreSQL", &pg_addr()) {
+            return;
+        }
+        rt().block_on(async {
+            let schema = format!("vis_gw_reopen_{}", uuid::Uuid::new_v4().simple());
+            let _guard = test_support::PgSchema::new(schema.clone());
+            let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema);
+            // Two nodes start together on an empty schema.
+            let (a, b) = tokio::join!(Store::open_postgres(&opts), Store::open_postgres(&opts));
+            let (a, b) = (a.expect("first node"), b.expect("second node"));
+            async fn versions(store: &Store) -> StoreResult<Vec<i32>> {
+                store
+                    .with(|db| match db {
+                        Db::Postgres(p) => p
+                            .query(
+                                "SELECT version FROM vis_gateway_migrations ORDER BY version",
+                                &[],
+                            )?
+                            .iter()
+                            .map(|r| pg::get::<i32>(r, 0))
+                            .collect(),
+                        Db::Sqlite(_) => unreachable!("a PostgreSQL store"),
+                    })
+                    .await
+            }
+            let want: Vec<i32> = (1..=pg::MIGRATIONS.len() as i32).collect();
+            assert_eq!(versions(&a).await.expect("versions"), want);
+            assert_eq!(versions(&b).await.expect("versions"), want);
+        });
+    }
+
     /// Polls a `call` once, which queues its job (a call sends its job when first polled).
     async fn queue<F: std::future::Future + Unpin>(fut: &mut F) {
         std::future::poll_fn(|cx| {
@@ -415,7 +636,7 @@ mod tests {
             }));
             queue(&mut write).await;
             let (second_tx, second_rx) = std::sync::mpsc::channel::<()>();
-            store.submit("hold the batch", move |_| {
+            submit(&store, "hold the batch", move |_| {
                 let _ = second_rx.recv();
                 Ok(())
             });
@@ -455,7 +676,7 @@ mod tests {
             }));
             queue(&mut write).await;
             // A later job of the same batch breaks a deferred foreign key: COMMIT fails.
-            store.submit("dangling reference", |c| {
+            submit(&store, "dangling reference", |c| {
                 c.execute("INSERT INTO k (p) VALUES (99)", [])?;
                 Ok(())
             });
@@ -501,7 +722,7 @@ mod tests {
             };
             let mut before = Box::pin(store.call(small(1)));
             queue(&mut before).await;
-            store.submit("too big", |c| {
+            submit(&store, "too big", |c| {
                 c.execute("INSERT INTO t (x, b) VALUES (2, zeroblob(65536))", [])?;
                 Ok(())
             });

@@ -23,11 +23,13 @@ pub mod nats;
 mod pending;
 mod pg;
 mod sqlite;
+pub mod testing;
 mod types;
 
 pub use error::{Engine, StoreError, StoreResult};
 pub use journal::{Appending, Journal, JournalOptions};
 pub use leases::Leases;
+pub use pg::migrations::{apply as migrate_postgres, apply_list as apply_postgres_migrations};
 pub use pg::PgOptions;
 pub use types::{
     Appended, CommitSink, Committed, EgressRecord, Event, Home, Keep, Lease, NodeId, Range, Writer,

@@ -21,7 +21,7 @@ impl MachineApi for GatewayAreas {
     async fn replay_events_retained(&self) -> u64 {
         self.0
             .store
-            .call(rows::count_events)
+            .with(rows::count_events)
             .await
             .unwrap_or(0)
             .max(0) as u64

@@ -2,7 +2,6 @@
 //! `vis_store_migrations`, under an advisory lock so nodes starting together apply them once.
 
 use crate::StoreResult;
-use deadpool_postgres::Client;
 
 const MIGRATIONS: &[&str] = &[
     // 1: sessions with their home and seq high-water, the journal, egress rows, leases.
@@ -36,38 +35,56 @@ const MIGRATIONS: &[&str] = &[
     );",
 ];
 
-/// Creates the schema if one is named, then applies the migrations not recorded yet, all in
-/// one transaction.
-pub async fn apply(client: &mut Client, schema: Option<&str>) -> StoreResult<()> {
+/// Creates the schema if one is named, then applies the store's migrations not recorded
+/// yet, all in one transaction.
+pub async fn apply(client: &mut tokio_postgres::Client, schema: Option<&str>) -> StoreResult<()> {
+    apply_list(client, schema, "vis_store_migrations", MIGRATIONS).await
+}
+
+/// Applies the numbered migrations in `list` not yet recorded in `table` (created if
+/// absent), in one transaction under an advisory lock on the schema, so nodes starting
+/// together apply each once. A program that extends this store's schema (the gateway's
+/// own tables) applies its own list with its own table, after [`apply`].
+pub async fn apply_list(
+    client: &mut tokio_postgres::Client,
+    schema: Option<&str>,
+    table: &str,
+    list: &[&str],
+) -> StoreResult<()> {
+    if !super::plain_identifier(table) {
+        return Err(super::config_error(format!("bad table name {table:?}")));
+    }
     let tx = client.transaction().await?;
     let key = schema.unwrap_or("public");
     tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&key])
         .await?;
     if let Some(schema) = schema {
-        // The name was checked to be a plain identifier (`PgOptions::schema`).
+        if !super::plain_identifier(schema) {
+            return Err(super::config_error(format!("bad schema name {schema:?}")));
+        }
         tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
             .await?;
     }
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS vis_store_migrations (
+    tx.batch_execute(&format!(
+        "CREATE TABLE IF NOT EXISTS {table} (
             version INTEGER PRIMARY KEY,
             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-        )",
-    )
+        )"
+    ))
     .await?;
     let current: i32 = tx
         .query_one(
-            "SELECT COALESCE(MAX(version), 0) FROM vis_store_migrations",
+            &format!("SELECT COALESCE(MAX(version), 0) FROM {table}"),
             &[],
         )
         .await?
         .get(0);
-    for (i, sql) in MIGRATIONS.iter().enumerate() {
+    for (i, sql) in list.iter().enumerate() {
         let version = i as i32 + 1;
         if version > current {
             tx.batch_execute(sql).await?;
             tx.execute(
-                "INSERT INTO vis_store_migrations (version) VALUES ($1)",
+                &format!("INSERT INTO {table} (version) VALUES ($1)"),
                 &[&version],
             )
             .await?;

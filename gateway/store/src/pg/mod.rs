@@ -37,6 +37,22 @@ impl PgOptions {
         self.schema = Some(schema.into());
         self
     }
+
+    /// The connection settings: the URL's, with the schema (checked to be a plain
+    /// identifier) first on the search path.
+    pub fn config(&self) -> StoreResult<tokio_postgres::Config> {
+        let mut cfg: tokio_postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| config_error(format!("bad database URL: {e}")))?;
+        if let Some(schema) = &self.schema {
+            if !plain_identifier(schema) {
+                return Err(config_error(format!("bad schema name {schema:?}")));
+            }
+            cfg.options(format!("-c search_path={schema}"));
+        }
+        Ok(cfg)
+    }
 }
 
 fn config_error(message: String) -> StoreError {
@@ -62,16 +78,7 @@ pub(crate) struct Pg {
 impl Pg {
     /// Connects, applies the migrations and starts the writer task (on the caller's runtime).
     pub async fn open(opts: &PgOptions, retain: i64, sink: Option<CommitSink>) -> StoreResult<Pg> {
-        let mut cfg: tokio_postgres::Config = opts
-            .url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| config_error(format!("bad database URL: {e}")))?;
-        if let Some(schema) = &opts.schema {
-            if !plain_identifier(schema) {
-                return Err(config_error(format!("bad schema name {schema:?}")));
-            }
-            cfg.options(format!("-c search_path={schema}"));
-        }
+        let cfg = opts.config()?;
         let manager = Manager::from_config(
             cfg,
             tokio_postgres::NoTls,

@@ -9,43 +9,12 @@
 #![allow(dead_code)]
 
 use rand::Rng;
-use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 use vis_store::{Journal, JournalOptions, Lease, NodeId, PgOptions};
 
-pub fn pg_addr() -> String {
-    std::env::var("VIS_TEST_PG_ADDR").unwrap_or_else(|_| "127.0.0.1:5432".into())
-}
-
-pub fn nats_addr() -> String {
-    std::env::var("VIS_TEST_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".into())
-}
-
-pub fn pg_url() -> String {
-    format!("postgres://postgres@{}/test", pg_addr())
-}
-
-pub fn nats_url() -> String {
-    format!("nats://{}", nats_addr())
-}
-
-/// Whether `what` answers at `addr`; with `CI` set, an absent server fails the test.
-pub fn reachable(what: &str, addr: &str) -> bool {
-    let sock: SocketAddr = addr.parse().expect("a socket address");
-    assert!(
-        sock.ip().is_loopback(),
-        "tests dial loopback only, not {addr}"
-    );
-    if TcpStream::connect_timeout(&sock, Duration::from_secs(2)).is_ok() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{what} is unreachable at {addr}, and CI is set: this test needs it");
-    }
-    eprintln!("skipped: {what} is unreachable at {addr} (set CI to make this a failure)");
-    false
-}
+#[allow(unused_imports)]
+pub use vis_store::testing::{nats_addr, nats_url, pg_addr, pg_url, reachable};
 
 /// A short random lowercase suffix for schema, stream and subject names.
 pub fn suffix() -> String {
@@ -121,26 +90,7 @@ impl Drop for Db {
         let Some(schema) = self.schema.take() else {
             return;
         };
-        // Dropped from inside a test's runtime: the schema goes on a thread of its own, and
-        // this worker is handed over to the runtime while it waits.
-        let drop_schema = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let Ok((client, conn)) =
-                    tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await
-                else {
-                    return;
-                };
-                tokio::spawn(conn);
-                let _ = client
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .await;
-            });
-        });
-        tokio::task::block_in_place(|| drop_schema.join().ok());
+        vis_store::testing::drop_schema(schema);
     }
 }
 

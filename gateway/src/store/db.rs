@@ -1,0 +1,72 @@
+//! [`Db`]: what a store job works on, on either engine. The typed operations of each area
+//! (`rows.rs` and its neighbours) take a `&mut Db` and carry their SQL for both engines
+//! side by side (docs/decisions.md, C3).
+
+use super::error::StoreResult;
+use super::pg::PgConn;
+use rusqlite::Connection;
+
+/// A store job's view of the database: the embedded SQLite connection or the PostgreSQL
+/// one, both owned by the store thread.
+pub enum Db<'a> {
+    Sqlite(&'a Connection),
+    Postgres(&'a mut PgConn),
+}
+
+/// Runs the SQLite or the PostgreSQL form of one operation.
+macro_rules! on_engine {
+    ($db:expr, $c:ident => $sqlite:expr, $p:ident => $pg:expr) => {
+        match $db {
+            $crate::store::db::Db::Sqlite($c) => $sqlite,
+            $crate::store::db::Db::Postgres($p) => $pg,
+        }
+    };
+}
+pub(crate) use on_engine;
+
+impl Db<'_> {
+    /// The statement text of this engine, where the two dialects differ.
+    pub fn pick(&self, sqlite: &'static str, postgres: &'static str) -> &'static str {
+        match self {
+            Db::Sqlite(_) => sqlite,
+            Db::Postgres(_) => postgres,
+        }
+    }
+
+    /// Runs `f` as one unit: its statements commit together or not at all. Inside the store
+    /// thread's batch transaction it is a savepoint, so a failing job leaves the batch's
+    /// other jobs (and, on PostgreSQL, the transaction itself) intact.
+    pub fn atomically<T>(&mut self, f: impl FnOnce(&mut Db) -> StoreResult<T>) -> StoreResult<T> {
+        match self {
+            Db::Sqlite(c) => atomically(c, |c| f(&mut Db::Sqlite(c))),
+            Db::Postgres(p) => p.atomically(|p| f(&mut Db::Postgres(p))),
+        }
+    }
+}
+
+/// Runs `f` as one unit: its statements commit together (one commit instead of one per
+/// statement when the job runs alone) or not at all. Nests inside the batch transaction of
+/// [`run`] (a savepoint), so it is correct in both places.
+pub fn atomically<T>(
+    c: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let outermost = c.is_autocommit();
+    exec(c, "SAVEPOINT job")?;
+    let out = f(c).and_then(|v| exec(c, "RELEASE job").map(|_| v).map_err(Into::into));
+    if out.is_err() {
+        // Undo the job's writes; if the savepoint was the transaction (its RELEASE is the
+        // commit, which can fail), make sure no transaction is left open for later jobs.
+        let _ = exec(c, "ROLLBACK TO job").and_then(|_| exec(c, "RELEASE job"));
+        if outermost && !c.is_autocommit() {
+            let _ = exec(c, "ROLLBACK");
+        }
+    }
+    out
+}
+
+/// One statement without parameters, prepared once per connection (transaction control runs
+/// for every store job; parsing it each time showed in profiles).
+pub(super) fn exec(c: &Connection, sql: &str) -> rusqlite::Result<usize> {
+    c.prepare_cached(sql)?.execute([])
+}

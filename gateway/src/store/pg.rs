@@ -1,0 +1,332 @@
+//! The PostgreSQL engine of the store thread (docs/decisions.md, C3): one connection, driven
+//! by a single-threaded runtime that lives on the store thread, so the jobs keep their one
+//! order and no tokio worker ever waits on the database.
+
+use super::error::{StoreError, StoreResult};
+use std::collections::HashMap;
+use tokio_postgres::types::{FromSql, ToSql};
+use tokio_postgres::{Client, Row, Statement};
+use vis_store::PgOptions;
+
+/// The gateway's own tables and columns, on top of the journal's schema (`vis_store`'s
+/// migrations: sessions with their home and seq high-water, events, egress, leases).
+/// Numbered like the SQLite ones, recorded in `vis_gateway_migrations`.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: the session record's columns, turns, extension state.
+    r#"
+    ALTER TABLE sessions
+        ADD COLUMN channel TEXT NOT NULL DEFAULT '',
+        ADD COLUMN title TEXT,
+        ADD COLUMN external_id TEXT,
+        ADD COLUMN workspace_id TEXT,
+        ADD COLUMN root TEXT NOT NULL DEFAULT '',
+        ADD COLUMN owner_id TEXT,
+        ADD COLUMN modified_at BIGINT,
+        ADD COLUMN last_active_at BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN turn_count BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN first_request TEXT,
+        ADD COLUMN favorite_rank BIGINT,
+        ADD COLUMN model_pref TEXT,
+        ADD COLUMN last_status TEXT NOT NULL DEFAULT 'idle',
+        ADD COLUMN queue_paused BOOLEAN NOT NULL DEFAULT false,
+        ADD COLUMN cancel_floor BIGINT;
+    CREATE TABLE turns (
+        tid TEXT PRIMARY KEY,
+        sid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        ord BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        idempotency_key TEXT,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX turns_by_session ON turns(sid, ord);
+    CREATE INDEX turns_by_status ON turns(status);
+    CREATE UNIQUE INDEX turns_idempotency ON turns(sid, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    CREATE TABLE extension_state (
+        extension TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (extension, key)
+    );
+    "#,
+    // 2: produced files, push devices, settings, drafts and forks, the agent's memory,
+    // learn mode's switches and policy changes (the SQLite migrations 3 to 6).
+    r#"
+    CREATE TABLE artifacts (
+        id BIGSERIAL PRIMARY KEY,
+        sid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        tid TEXT NOT NULL,
+        iteration_id TEXT NOT NULL,
+        idx BIGINT NOT NULL,
+        tool_call_id TEXT,
+        kind TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        size BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        data BYTEA NOT NULL,
+        UNIQUE (sid, iteration_id, idx)
+    );
+    CREATE INDEX artifacts_by_session ON artifacts(sid, id);
+    CREATE TABLE devices (
+        n BIGSERIAL,
+        token TEXT PRIMARY KEY,
+        record TEXT NOT NULL
+    );
+    CREATE TABLE gateway_settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE drafts (
+        id TEXT PRIMARY KEY,
+        repo_root TEXT NOT NULL,
+        label TEXT NOT NULL,
+        state TEXT NOT NULL,
+        session_id TEXT,
+        created_at BIGINT NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX drafts_by_repo ON drafts(repo_root, state, created_at);
+    CREATE UNIQUE INDEX drafts_active_label ON drafts(repo_root, label) WHERE state = 'active';
+    CREATE UNIQUE INDEX drafts_pinned ON drafts(session_id) WHERE session_id IS NOT NULL;
+    CREATE TABLE forks (
+        child TEXT PRIMARY KEY,
+        parent TEXT NOT NULL,
+        through_tid TEXT,
+        created_at BIGINT NOT NULL
+    );
+    CREATE INDEX forks_by_parent ON forks(parent, created_at);
+    CREATE TABLE transcripts (
+        sid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        tid TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (sid, tid)
+    );
+    CREATE TABLE compactions (
+        sid TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        n BIGINT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (sid, n)
+    );
+    CREATE TABLE egress_modes (
+        sid TEXT PRIMARY KEY,
+        mode TEXT NOT NULL
+    );
+    CREATE TABLE policy_changes (
+        id BIGSERIAL PRIMARY KEY,
+        root TEXT NOT NULL,
+        sid TEXT,
+        applied_at BIGINT NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX policy_changes_by_root ON policy_changes(root, id);
+    "#,
+];
+
+/// The store thread's PostgreSQL connection.
+pub struct PgConn {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    /// Statements prepared once per connection, by their text.
+    prepared: HashMap<&'static str, Statement>,
+    /// Inside a transaction the store thread began (a batch, or an atomic job on its own).
+    in_tx: bool,
+    opts: PgOptions,
+}
+
+impl PgConn {
+    /// Connects and brings the schema up to date (the journal's migrations, then the
+    /// gateway's). Call on the store thread: it makes the thread's own runtime.
+    pub fn open(opts: &PgOptions) -> StoreResult<PgConn> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Other(format!("cannot start the PostgreSQL runtime: {e}")))?;
+        let cfg = opts.config().map_err(StoreError::from_journal)?;
+        let schema = opts.schema.clone();
+        let client = rt.block_on(async move {
+            let (mut client, connection) = cfg.connect(tokio_postgres::NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::error!(error = %e, "the PostgreSQL connection ended");
+                }
+            });
+            vis_store::migrate_postgres(&mut client, schema.as_deref())
+                .await
+                .map_err(StoreError::from_journal)?;
+            vis_store::apply_postgres_migrations(
+                &mut client,
+                schema.as_deref(),
+                "vis_gateway_migrations",
+                MIGRATIONS,
+            )
+            .await
+            .map_err(StoreError::from_journal)?;
+            Ok::<_, StoreError>(client)
+        })?;
+        Ok(PgConn {
+            rt,
+            client,
+            prepared: HashMap::new(),
+            in_tx: false,
+            opts: opts.clone(),
+        })
+    }
+
+    /// A new connection in place of one the server closed (the store thread calls this
+    /// before a batch). The old one's prepared statements went with it.
+    pub fn reconnect_if_closed(&mut self) -> StoreResult<()> {
+        if self.client.is_closed() {
+            *self = PgConn::open(&self.opts)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a transaction the store thread began is open.
+    pub fn in_transaction(&self) -> bool {
+        self.in_tx && !self.client.is_closed()
+    }
+
+    pub fn begin(&mut self) -> StoreResult<()> {
+        self.batch("BEGIN")?;
+        self.in_tx = true;
+        Ok(())
+    }
+
+    pub fn commit(&mut self) -> StoreResult<()> {
+        self.in_tx = false;
+        self.batch("COMMIT")
+    }
+
+    pub fn rollback(&mut self) -> StoreResult<()> {
+        self.in_tx = false;
+        self.batch("ROLLBACK")
+    }
+
+    /// One store job inside the batch transaction: what its statements wrote stays, as on
+    /// SQLite, but a statement that failed (which makes PostgreSQL refuse every later one
+    /// in the transaction) is undone back to the job's start, so the batch's other jobs
+    /// still commit. Outside a transaction each statement commits on its own.
+    pub fn job<T>(&mut self, f: impl FnOnce(&mut PgConn) -> StoreResult<T>) -> StoreResult<T> {
+        if !self.in_tx {
+            return f(self);
+        }
+        self.batch("SAVEPOINT job")?;
+        let out = f(self);
+        if self.batch("RELEASE SAVEPOINT job").is_err() {
+            self.batch("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job")?;
+            if out.is_ok() {
+                return Err(StoreError::Other(
+                    "the database refused part of this write".into(),
+                ));
+            }
+        }
+        out
+    }
+
+    /// `f` as one unit: a savepoint inside a transaction (PostgreSQL aborts a whole
+    /// transaction on a failed statement; the savepoint keeps the failure to this job),
+    /// else a transaction of its own.
+    pub fn atomically<T>(
+        &mut self,
+        f: impl FnOnce(&mut PgConn) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        if self.in_tx {
+            self.batch("SAVEPOINT job")?;
+            let out = f(self);
+            match out {
+                Ok(v) => self.batch("RELEASE SAVEPOINT job").map(|_| v),
+                Err(e) => {
+                    let _ = self.batch("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job");
+                    Err(e)
+                }
+            }
+        } else {
+            self.begin()?;
+            match f(self) {
+                Ok(v) => self.commit().map(|_| v),
+                Err(e) => {
+                    let _ = self.rollback();
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    fn statement(&mut self, sql: &'static str) -> StoreResult<Statement> {
+        if let Some(st) = self.prepared.get(sql) {
+            return Ok(st.clone());
+        }
+        let text = dollar_placeholders(sql);
+        let st = self.rt.block_on(self.client.prepare(&text))?;
+        self.prepared.insert(sql, st.clone());
+        Ok(st)
+    }
+
+    /// Runs one statement; answers how many rows it changed.
+    pub fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<u64> {
+        let st = self.statement(sql)?;
+        Ok(self.rt.block_on(self.client.execute(&st, params))?)
+    }
+
+    pub fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Vec<Row>> {
+        let st = self.statement(sql)?;
+        Ok(self.rt.block_on(self.client.query(&st, params))?)
+    }
+
+    pub fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Option<Row>> {
+        let st = self.statement(sql)?;
+        Ok(self.rt.block_on(self.client.query_opt(&st, params))?)
+    }
+
+    /// Statements without parameters (transaction control).
+    pub fn batch(&mut self, sql: &str) -> StoreResult<()> {
+        Ok(self.rt.block_on(self.client.batch_execute(sql))?)
+    }
+}
+
+/// `?N` placeholders as PostgreSQL's `$N` (a `?` not followed by a digit, as in jsonb's
+/// `?|`, is left alone).
+pub(super) fn dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if ch == '?' && chars.peek().is_some_and(char::is_ascii_digit) {
+            out.push('$');
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// Column `i` of `row`, typed; a type mismatch is an error, not a panic.
+pub fn get<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> StoreResult<T> {
+    Ok(row.try_get(i)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn question_mark_placeholders_become_dollar_ones_and_jsonb_operators_stay() {
+        assert_eq!(
+            dollar_placeholders("SELECT a FROM t WHERE b = ?1 AND c ?| ?12"),
+            "SELECT a FROM t WHERE b = $1 AND c ?| $12"
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! One statement for both engines: where SQLite and PostgreSQL accept the same text
+//! (upserts with `ON CONFLICT … DO UPDATE`, `RETURNING`, plain selects), an operation is
+//! written once with `?1`, `?2`, … placeholders and runs on either engine through
+//! [`Db::exec`], [`Db::rows`] and [`Db::row`]. What only one engine says (`MAX(a, b)` against
+//! `GREATEST`, `rowid`, jsonb operators, FTS5) stays side by side under `on_engine!`.
+
+use super::db::Db;
+use super::error::StoreResult;
+use super::pg::PgConn;
+
+/// A value both engines can bind.
+pub trait Param: rusqlite::ToSql + tokio_postgres::types::ToSql + Sync {}
+impl<T: rusqlite::ToSql + tokio_postgres::types::ToSql + Sync + ?Sized> Param for T {}
+
+/// A value both engines can read from a column.
+pub trait Column: rusqlite::types::FromSql + for<'a> tokio_postgres::types::FromSql<'a> {}
+impl<T: rusqlite::types::FromSql + for<'a> tokio_postgres::types::FromSql<'a>> Column for T {}
+
+/// A result row of either engine.
+pub enum AnyRow<'r, 's> {
+    Sqlite(&'r rusqlite::Row<'s>),
+    Postgres(&'r tokio_postgres::Row),
+}
+
+impl AnyRow<'_, '_> {
+    /// Column `i`, typed; a type mismatch is an error, not a panic.
+    pub fn get<T: Column>(&self, i: usize) -> StoreResult<T> {
+        match self {
+            AnyRow::Sqlite(r) => Ok(r.get(i)?),
+            AnyRow::Postgres(r) => Ok(r.try_get(i)?),
+        }
+    }
+}
+
+fn pg_args<'a>(args: &'a [&'a dyn Param]) -> Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)> {
+    args.iter()
+        .map(|a| *a as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect()
+}
+
+fn sqlite_args<'a>(args: &'a [&'a dyn Param]) -> impl rusqlite::Params + 'a {
+    rusqlite::params_from_iter(args.iter().map(|a| *a as &dyn rusqlite::ToSql))
+}
+
+impl Db<'_> {
+    /// Runs one statement; answers how many rows it changed.
+    pub fn exec(&mut self, sql: &'static str, args: &[&dyn Param]) -> StoreResult<u64> {
+        match self {
+            Db::Sqlite(c) => Ok(c.prepare_cached(sql)?.execute(sqlite_args(args))? as u64),
+            Db::Postgres(p) => p.execute(sql, &pg_args(args)),
+        }
+    }
+
+    /// Every row of a query, each read by `f`.
+    pub fn rows<T>(
+        &mut self,
+        sql: &'static str,
+        args: &[&dyn Param],
+        mut f: impl FnMut(&AnyRow) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        match self {
+            Db::Sqlite(c) => {
+                let mut st = c.prepare_cached(sql)?;
+                let mut rows = st.query(sqlite_args(args))?;
+                let mut out = Vec::new();
+                while let Some(r) = rows.next()? {
+                    out.push(f(&AnyRow::Sqlite(r))?);
+                }
+                Ok(out)
+            }
+            Db::Postgres(p) => pg_rows(p, sql, args, f),
+        }
+    }
+
+    /// The first row of a query, if any, read by `f`.
+    pub fn row<T>(
+        &mut self,
+        sql: &'static str,
+        args: &[&dyn Param],
+        f: impl FnOnce(&AnyRow) -> StoreResult<T>,
+    ) -> StoreResult<Option<T>> {
+        match self {
+            Db::Sqlite(c) => {
+                let mut st = c.prepare_cached(sql)?;
+                let mut rows = st.query(sqlite_args(args))?;
+                rows.next()?.map(|r| f(&AnyRow::Sqlite(r))).transpose()
+            }
+            Db::Postgres(p) => p
+                .query_opt(sql, &pg_args(args))?
+                .map(|r| f(&AnyRow::Postgres(&r)))
+                .transpose(),
+        }
+    }
+
+    /// The first column of every row.
+    pub fn column<T: Column>(
+        &mut self,
+        sql: &'static str,
+        args: &[&dyn Param],
+    ) -> StoreResult<Vec<T>> {
+        self.rows(sql, args, |r| r.get(0))
+    }
+
+    /// The first column of the first row, if any.
+    pub fn value<T: Column>(
+        &mut self,
+        sql: &'static str,
+        args: &[&dyn Param],
+    ) -> StoreResult<Option<T>> {
+        self.row(sql, args, |r| r.get(0))
+    }
+}
+
+fn pg_rows<T>(
+    p: &mut PgConn,
+    sql: &'static str,
+    args: &[&dyn Param],
+    mut f: impl FnMut(&AnyRow) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    p.query(sql, &pg_args(args))?
+        .iter()
+        .map(|r| f(&AnyRow::Postgres(r)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::test_support::each_engine;
+
+    #[tokio::test]
+    async fn one_statement_text_writes_and_reads_alike_on_either_engine() {
+        for (store, _keep) in each_engine("sql").await {
+            let got = store
+                .with(|db| {
+                    db.exec(
+                        "INSERT INTO gateway_settings (key, value) VALUES (?1, ?2) \
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        &[&"k", &"one"],
+                    )?;
+                    db.exec(
+                        "INSERT INTO gateway_settings (key, value) VALUES (?1, ?2) \
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        &[&"k", &"two"],
+                    )?;
+                    let all: Vec<String> =
+                        db.column("SELECT value FROM gateway_settings WHERE key = ?1", &[&"k"])?;
+                    let none: Option<String> =
+                        db.value("SELECT value FROM gateway_settings WHERE key = ?1", &[&"x"])?;
+                    Ok((all, none))
+                })
+                .await
+                .expect("statements");
+            assert_eq!(got, (vec!["two".to_string()], None));
+        }
+    }
+}
