@@ -1,6 +1,7 @@
 //! Sub-commands.
 
 pub mod client;
+mod database;
 mod http;
 pub mod logging;
 mod nats;

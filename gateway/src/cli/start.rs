@@ -3,7 +3,6 @@
 use crate::engine::Gateway;
 use crate::home::{load_or_create_token, Home, Registry};
 use crate::pairing;
-use crate::store::Store;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::net::SocketAddr;
@@ -48,6 +47,15 @@ pub struct StartArgs {
     /// Subject prefix of the published events.
     #[arg(long, env = "VIS_NATS_SUBJECT_PREFIX", default_value = "vis.events", value_parser = super::nats::subject_prefix)]
     pub nats_subject_prefix: String,
+    /// Keep the store (sessions, turns, events, drafts, settings, …) in PostgreSQL at this
+    /// URL (`postgres://user@host:5432/vis`) instead of the SQLite file under the home. The
+    /// gateway does not start when the server cannot be reached.
+    #[arg(long, env = "VIS_DATABASE_URL", value_parser = super::database::url)]
+    pub database_url: Option<String>,
+    /// The PostgreSQL schema the store's tables live in (created when missing; default
+    /// `public`).
+    #[arg(long, env = "VIS_DATABASE_SCHEMA", requires = "database_url", value_parser = super::database::schema)]
+    pub database_schema: Option<String>,
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -116,8 +124,12 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         &args.nats_subject_prefix,
     )
     .await?;
-    let store = Store::open(&home.db_path())
-        .with_context(|| format!("cannot open the database {}", home.db_path().display()))?;
+    let store = super::database::open(
+        args.database_url.as_deref(),
+        args.database_schema.as_deref(),
+        &home,
+    )
+    .await?;
     let gw = Gateway::new(
         store,
         home.clone(),

@@ -1,12 +1,12 @@
-//! Full-text search over session titles and turn texts (SQLite FTS5, table `search_text`,
-//! kept in step with every write by the triggers of migration 2).
+//! Full-text search over session titles and turn texts, kept in step with every write of
+//! `sessions` and `turns` by triggers: SQLite FTS5 (table `search_text`, migration 2), or on
+//! PostgreSQL a `tsvector` column with a GIN index (its migration 3).
 //!
-//! One ranked FTS query answers; hits are grouped per session, each session ranked by its
-//! best band (title, request, reply, thinking) and then by bm25.
+//! One ranked full-text query answers; hits are grouped per session, each session ranked by
+//! its best band (title, request, reply, thinking) and then by its text score (bm25 on
+//! SQLite, `ts_rank` on PostgreSQL; lower is better in both, as stored here).
 
-use crate::store::Store;
-use crate::store::StoreResult;
-use rusqlite::{params, Connection};
+use crate::store::{Db, Store, StoreResult};
 use std::collections::HashMap;
 use vis_companion_api::records::{HitSide, SearchHit, SearchResults, SessionMatch};
 
@@ -28,36 +28,46 @@ pub fn words(q: &str) -> Option<Vec<String>> {
     (!words.is_empty()).then_some(words)
 }
 
-/// The FTS5 query: every word required; the last one, still being typed, also as a prefix
-/// unless `last_is_word` (it is already a whole word of the index). Exact terms are read
-/// lazily; a prefix term is merged in full first, which is what makes it the costly kind.
-pub fn fts_query(words: &[String], last_is_word: bool) -> String {
+/// The full-text query: every word required; the last one, still being typed, also as a
+/// prefix unless `last_is_word` (it is already a whole word of the index). FTS5 reads exact
+/// terms lazily and merges a prefix term in full first, which is what makes it the costly
+/// kind. `tsquery` says the same in PostgreSQL's syntax (`'a' & 'b':*`).
+pub fn fts_query(words: &[String], last_is_word: bool, tsquery: bool) -> String {
     let n = words.len();
+    let (quote, star, and) = if tsquery {
+        ('\'', ":*", " & ")
+    } else {
+        ('"', "*", " ")
+    };
     words
         .iter()
         .enumerate()
         .map(|(i, w)| {
-            if i + 1 == n && !last_is_word {
-                format!("\"{w}\"*")
+            let star = if i + 1 == n && !last_is_word {
+                star
             } else {
-                format!("\"{w}\"")
-            }
+                ""
+            };
+            format!("{quote}{w}{quote}{star}")
         })
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(and)
 }
 
 /// Builds the query for `q` (checking the last word against the index's vocabulary) and
 /// runs it.
-pub fn search(c: &Connection, q: &str) -> rusqlite::Result<SearchResults> {
+pub fn search(db: &mut Db, q: &str) -> StoreResult<SearchResults> {
     let Some(words) = words(q) else {
         return Ok(SearchResults::default());
     };
     let last = words.last().cloned().unwrap_or_default();
-    let is_word = c
-        .prepare_cached("SELECT 1 FROM search_terms WHERE term = ?1")?
-        .exists([last])?;
-    run(c, &fts_query(&words, is_word))
+    let sql = db.pick(
+        "SELECT 1 FROM search_terms WHERE term = ?1",
+        "SELECT 1 FROM search_text WHERE doc @@ to_tsquery('simple', quote_literal(?1::TEXT)) LIMIT 1",
+    );
+    let is_word = db.value::<i32>(sql, &[&last])?.is_some();
+    let postgres = matches!(db, Db::Postgres(_));
+    run(db, &fts_query(&words, is_word, postgres))
 }
 
 fn side_of(s: &str) -> Option<HitSide> {
@@ -79,37 +89,39 @@ struct Row {
     score: f64,
 }
 
-/// Runs the query on the store thread. Titles (negative row ids) and turn texts are read in
-/// two passes, turn texts newest first: FTS5 walks its row-id ordered lists and stops at the
-/// limit, so a word found in every turn costs what a rare one does. bm25 and the snippets
-/// are computed only for the rows read and the hits answered.
-pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
-    let mut titles = c.prepare_cached(
+type Found = (i64, String, Option<String>, String, Option<i64>, f64);
+
+fn found(r: &crate::store::sql::AnyRow) -> StoreResult<Found> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
+/// Runs the query on the store thread. Titles and turn texts are read in two passes, turn
+/// texts newest first: FTS5 walks its row-id ordered lists and stops at the limit, so a word
+/// found in every turn costs what a rare one does. The text score and the snippets are
+/// computed only for the rows read and the hits answered.
+pub fn run(db: &mut Db, query: &str) -> StoreResult<SearchResults> {
+    let titles = db.pick(
         "SELECT rowid, sid, tid, side, at, bm25(search_text) FROM search_text \
          WHERE search_text MATCH ?1 AND rowid < 0 LIMIT ?2",
-    )?;
-    let mut turns = c.prepare_cached(
+        "SELECT id, sid, tid, side, at, -ts_rank(doc, to_tsquery('simple', ?1::TEXT))::FLOAT8 \
+         FROM search_text WHERE doc @@ to_tsquery('simple', ?1::TEXT) AND side = 'title' LIMIT ?2",
+    );
+    let turns = db.pick(
         "SELECT rowid, sid, tid, side, at, bm25(search_text) FROM search_text \
          WHERE search_text MATCH ?1 AND rowid > 0 ORDER BY rowid DESC LIMIT ?2",
-    )?;
-    let read = |r: &rusqlite::Row| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, Option<String>>(2)?,
-            r.get::<_, String>(3)?,
-            r.get::<_, Option<i64>>(4)?,
-            r.get::<_, f64>(5)?,
-        ))
-    };
-    let mut rows = titles
-        .query_map(params![query, MAX_SESSIONS as i64], read)?
-        .collect::<Result<Vec<_>, _>>()?;
-    rows.extend(
-        turns
-            .query_map(params![query, MAX_ROWS], read)?
-            .collect::<Result<Vec<_>, _>>()?,
+        "SELECT id, sid, tid, side, at, -ts_rank(doc, to_tsquery('simple', ?1::TEXT))::FLOAT8 \
+         FROM search_text WHERE doc @@ to_tsquery('simple', ?1::TEXT) AND side <> 'title' \
+         ORDER BY ord DESC, id DESC LIMIT ?2",
     );
+    let mut rows = db.rows(titles, &[&query, &(MAX_SESSIONS as i64)], found)?;
+    rows.extend(db.rows(turns, &[&query, &MAX_ROWS], found)?);
     let mut by_session: HashMap<String, Vec<Row>> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
     for (rowid, sid, tid, side, at, score) in rows {
@@ -147,13 +159,13 @@ pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
             .then(a.2.cmp(&b.2))
     });
     sessions.truncate(MAX_SESSIONS);
-    let mut snippet = c.prepare_cached(
+    let snippet = db.pick(
         "SELECT snippet(search_text, 0, '', '', '…', 14) FROM search_text \
          WHERE search_text MATCH ?1 AND rowid = ?2",
-    )?;
-    let mut position = c.prepare_cached(
-        "SELECT COUNT(*) FROM turns WHERE sid = ?1 AND ord <= (SELECT ord FROM turns WHERE tid = ?2)",
-    )?;
+        "SELECT ts_headline('simple', body, to_tsquery('simple', ?1::TEXT), \
+         'StartSel=\"\", StopSel=\"\", MaxWords=14, MinWords=6, MaxFragments=1, \
+         FragmentDelimiter=\"…\"') FROM search_text WHERE id = ?2",
+    );
     let mut out = SearchResults::default();
     for (band, _, sid) in sessions {
         let Some(mut hits) = by_session.remove(&sid) else {
@@ -191,10 +203,14 @@ pub fn run(c: &Connection, query: &str) -> rusqlite::Result<SearchResults> {
         picked.sort_unstable();
         for h in picked.iter().map(|i| &hits[*i]) {
             let turn = match &h.tid {
-                Some(tid) => Some(position.query_row(params![h.sid, tid], |r| r.get(0))?),
+                Some(tid) => db.value::<i64>(
+                    "SELECT COUNT(*) FROM turns WHERE sid = ?1 \
+                     AND ord <= (SELECT ord FROM turns WHERE tid = ?2)",
+                    &[&h.sid, tid],
+                )?,
                 None => None,
             };
-            let text: String = snippet.query_row(params![query, h.rowid], |r| r.get(0))?;
+            let text: String = db.value(snippet, &[&query, &h.rowid])?.unwrap_or_default();
             shown.push(SearchHit {
                 side: h.side,
                 snippet: text.split_whitespace().collect::<Vec<_>>().join(" "),
@@ -241,7 +257,7 @@ impl Search {
             return Ok(SearchResults::default());
         }
         let q = q.to_string();
-        self.store.call(move |c| Ok(search(c, &q)?)).await
+        self.store.with(move |db| search(db, &q)).await
     }
 }
 
@@ -254,32 +270,40 @@ mod tests {
         let w = words("Fix the \"parser\" OR NOT*").unwrap();
         assert_eq!(w, ["fix", "the", "parser", "or", "not"]);
         assert_eq!(
-            fts_query(&w, false),
+            fts_query(&w, false, false),
             "\"fix\" \"the\" \"parser\" \"or\" \"not\"*"
         );
-        assert_eq!(fts_query(&w[..1], true), "\"fix\"");
+        assert_eq!(fts_query(&w[..1], true, false), "\"fix\"");
+        assert_eq!(
+            fts_query(&w[..2], false, true),
+            "'fix' & 'the':*",
+            "PostgreSQL's tsquery"
+        );
         assert_eq!(words("  -- ** "), None);
         assert_eq!(words("Größe").unwrap(), ["größe"]);
     }
 
-    #[test]
-    fn every_write_of_a_turn_or_a_title_keeps_the_index_in_step() {
+    #[tokio::test]
+    async fn every_write_of_a_turn_or_a_title_keeps_the_index_in_step_on_either_engine() {
+        for (store, _keep) in crate::store::test_support::each_engine("search").await {
+            keeps_in_step(&store).await;
+        }
+    }
+
+    async fn keeps_in_step(store: &Store) {
         use crate::store::rows::{self, SessionRow};
-        use crate::store::Db;
         use serde_json::json;
-        let (store, _dir) = crate::store::test_support::temp_store("search");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         let find = |q: &str| {
-            let (q, st) = (q.to_string(), store.clone());
-            rt.block_on(async move { st.call(move |c| Ok(search(c, &q)?)).await.unwrap() })
+            let q = q.to_string();
+            store.with(move |db| search(db, &q))
         };
-        type Job = Box<dyn FnOnce(&mut Db) -> crate::store::StoreResult<()> + Send>;
-        let write = |f: Job| {
-            let st = store.clone();
-            rt.block_on(async move { st.with(f).await.unwrap() })
+        let side = |q: &'static str| async move {
+            find(q)
+                .await
+                .expect("search")
+                .matches
+                .first()
+                .map(|m| m.hits[0].side)
         };
         let mut row = SessionRow {
             id: "s1".into(),
@@ -296,29 +320,49 @@ mod tests {
             .to_string()
         };
         let (r1, rec) = (row.clone(), record("Use a drip hose"));
-        write(Box::new(move |db| {
-            rows::put_session(db, &r1)?;
-            rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec)
-        }));
-        let side = |q: &str| find(q).matches.first().map(|m| m.hits[0].side);
-        assert_eq!(side("garden"), Some(HitSide::Title));
-        assert_eq!(side("tomato"), Some(HitSide::Request));
-        assert_eq!(side("drip"), Some(HitSide::Reply));
-        assert_eq!(side("irrigation"), Some(HitSide::Thinking));
-        assert_eq!(find("tomato").matches[0].hits[0].turn, Some(1));
+        store
+            .with(move |db| {
+                rows::put_session(db, &r1)?;
+                rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec)
+            })
+            .await
+            .expect("write");
+        assert_eq!(side("garden").await, Some(HitSide::Title));
+        assert_eq!(side("tomato").await, Some(HitSide::Request));
+        assert_eq!(side("drip").await, Some(HitSide::Reply));
+        assert_eq!(side("irrigation").await, Some(HitSide::Thinking));
+        let hit = find("tomato").await.expect("search").matches[0].hits[0].clone();
+        assert_eq!(hit.turn, Some(1));
+        assert_eq!(hit.at, Some(5));
+        assert!(hit.snippet.contains("tomatoes"), "{}", hit.snippet);
+        assert!(
+            find("water hose").await.expect("search").matches.is_empty(),
+            "every word must be in one text"
+        );
         let rec = record("Use a watering can");
-        write(Box::new(move |db| {
-            rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec)
-        }));
-        assert_eq!(side("drip"), None, "an updated reply replaces the old one");
-        assert_eq!(side("watering"), Some(HitSide::Reply));
+        store
+            .with(move |db| rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec))
+            .await
+            .expect("write");
+        assert_eq!(
+            side("drip").await,
+            None,
+            "an updated reply replaces the old one"
+        );
+        assert_eq!(side("watering").await, Some(HitSide::Reply));
         row.title = Some("Orchard".into());
         let r2 = row.clone();
-        write(Box::new(move |db| rows::put_session(db, &r2)));
-        assert_eq!(side("garden"), None);
-        assert_eq!(side("orchard"), Some(HitSide::Title));
-        write(Box::new(|db| rows::delete_session(db, "s1")));
-        assert!(find("tomato").matches.is_empty());
-        assert!(find("orchard").matches.is_empty());
+        store
+            .with(move |db| rows::put_session(db, &r2))
+            .await
+            .expect("write");
+        assert_eq!(side("garden").await, None);
+        assert_eq!(side("orchard").await, Some(HitSide::Title));
+        store
+            .with(|db| rows::delete_session(db, "s1"))
+            .await
+            .expect("write");
+        assert!(find("tomato").await.expect("search").matches.is_empty());
+        assert!(find("orchard").await.expect("search").matches.is_empty());
     }
 }

@@ -19,7 +19,7 @@ pub use error::{StoreError, StoreResult};
 use db::exec;
 use pg::PgConn;
 use rusqlite::Connection;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use tokio::sync::oneshot;
 
@@ -35,7 +35,9 @@ type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 #[derive(Clone)]
 pub struct Store {
     tx: mpsc::Sender<Job>,
-    path: PathBuf,
+    /// Where the data lives, for people: the SQLite file, or the PostgreSQL URL without its
+    /// password.
+    location: String,
 }
 
 const MAX_BATCH: usize = 512;
@@ -57,15 +59,17 @@ impl Store {
             .map_err(|e| StoreError::Other(format!("cannot start the store thread: {e}")))?;
         Ok(Store {
             tx,
-            path: path.to_path_buf(),
+            location: path.display().to_string(),
         })
     }
 
     /// The store on PostgreSQL (docs/decisions.md, C3): the thread connects, brings the
     /// schema up to date and answers; the caller's worker never waits on the database.
-    /// Only the tests open it until every area runs on PostgreSQL (C3).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub async fn open_postgres(opts: &vis_store::PgOptions) -> StoreResult<Store> {
+    /// `location` is how the database is shown (without a password).
+    pub async fn open_postgres(
+        opts: &vis_store::PgOptions,
+        location: String,
+    ) -> StoreResult<Store> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let opts = opts.clone();
@@ -82,22 +86,17 @@ impl Store {
             })
             .map_err(|e| StoreError::Other(format!("cannot start the store thread: {e}")))?;
         ready_rx.await.map_err(|_| StoreError::Gone)??;
-        Ok(Store {
-            tx,
-            path: PathBuf::new(),
-        })
+        Ok(Store { tx, location })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where the data lives: the SQLite file, or the PostgreSQL URL without its password.
+    pub fn location(&self) -> &str {
+        &self.location
     }
 
-    /// Runs `f` on the store thread and returns its result once its writes are committed:
-    /// a caller never acts on (or answers a client with) a write that a crash could still
-    /// take back. When the batch's commit fails, the caller gets that error instead.
-    ///
-    /// `f` runs on the embedded engine only; on PostgreSQL the call fails. Code moves to
-    /// [`Store::with`], whose jobs run on either engine, area by area.
+    /// [`Store::with`] for a job written against the embedded engine's connection (tests
+    /// of SQLite's own behaviour); on PostgreSQL it fails.
+    #[cfg(test)]
     pub async fn call<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -111,7 +110,9 @@ impl Store {
     }
 
     /// Runs `f` on the store thread, on either engine, and returns its result once its
-    /// writes are committed (see [`Store::call`]). A statement that fails on PostgreSQL is
+    /// writes are committed: a caller never acts on (or answers a client with) a write that
+    /// a crash could still take back. When the batch's commit fails, the caller gets that
+    /// error instead. A statement that fails on PostgreSQL is
     /// undone back to the job's start, so it does not abort the batch the job shares a
     /// transaction with.
     pub async fn with<T, F>(&self, f: F) -> StoreResult<T>
@@ -163,8 +164,9 @@ impl Store {
     }
 }
 
+#[cfg(test)]
 fn not_on_postgres() -> StoreError {
-    StoreError::Other("this part of the store does not run on PostgreSQL yet".into())
+    StoreError::Other("this job is written for the embedded SQLite engine only".into())
 }
 
 impl Conn {
@@ -358,7 +360,7 @@ pub mod test_support {
         let schema = format!("vis_gw_{label}_{}", uuid::Uuid::new_v4().simple());
         let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema.clone());
         let guard = PgSchema::new(schema);
-        let store = Store::open_postgres(&opts)
+        let store = Store::open_postgres(&opts, String::new())
             .await
             .expect("store on PostgreSQL");
         Some((store, guard))
@@ -580,7 +582,10 @@ mod tests {
             let _guard = test_support::PgSchema::new(schema.clone());
             let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema);
             // Two nodes start together on an empty schema.
-            let (a, b) = tokio::join!(Store::open_postgres(&opts), Store::open_postgres(&opts));
+            let (a, b) = tokio::join!(
+                Store::open_postgres(&opts, String::new()),
+                Store::open_postgres(&opts, String::new())
+            );
             let (a, b) = (a.expect("first node"), b.expect("second node"));
             async fn versions(store: &Store) -> StoreResult<Vec<i32>> {
                 store

@@ -122,6 +122,76 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX policy_changes_by_root ON policy_changes(root, id);
     "#,
+    // 3: full-text search over titles and turn texts (SQLite's FTS5 of migration 2): one
+    // row per title and per side of a turn, its `tsvector` kept by the table and its rows
+    // by triggers on `sessions` and `turns`. `ord` orders turn texts newest first.
+    r#"
+    CREATE TABLE search_text (
+        id BIGSERIAL PRIMARY KEY,
+        sid TEXT NOT NULL,
+        tid TEXT,
+        side TEXT NOT NULL,
+        at BIGINT,
+        ord BIGINT NOT NULL DEFAULT 0,
+        body TEXT NOT NULL,
+        doc TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED
+    );
+    CREATE INDEX search_text_doc ON search_text USING GIN (doc);
+    CREATE INDEX search_text_turn ON search_text (tid);
+    CREATE INDEX search_text_session ON search_text (sid, side);
+    CREATE FUNCTION search_turn_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        r JSONB;
+        at BIGINT;
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            DELETE FROM search_text WHERE tid = OLD.tid AND side <> 'title';
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        r := NEW.record::JSONB;
+        at := CASE WHEN jsonb_typeof(r->'created_at') = 'number'
+                   THEN (r->>'created_at')::NUMERIC::BIGINT END;
+        INSERT INTO search_text (sid, tid, side, at, ord, body)
+        SELECT NEW.sid, NEW.tid, 'request', at, NEW.ord, b
+        FROM (SELECT COALESCE(r->>'display_request', r->>'request') AS b) x
+        WHERE b IS NOT NULL AND b <> '';
+        INSERT INTO search_text (sid, tid, side, at, ord, body)
+        SELECT NEW.sid, NEW.tid, 'reply', at, NEW.ord, b
+        FROM (SELECT string_agg(e->>'markdown', E'\n') AS b
+              FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'content') = 'array'
+                                             THEN r->'content' ELSE '[]'::JSONB END) e
+              WHERE e->>'type' = 'prose') x
+        WHERE b IS NOT NULL AND b <> '';
+        INSERT INTO search_text (sid, tid, side, at, ord, body)
+        SELECT NEW.sid, NEW.tid, 'thinking', at, NEW.ord, b
+        FROM (SELECT string_agg(e->>'thinking', E'\n') AS b
+              FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'iterations') = 'array'
+                                             THEN r->'iterations' ELSE '[]'::JSONB END) e
+              WHERE COALESCE(e->>'thinking', '') <> '') x
+        WHERE b IS NOT NULL AND b <> '';
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER search_turn AFTER INSERT OR DELETE OR UPDATE OF record ON turns
+        FOR EACH ROW EXECUTE FUNCTION search_turn_sync();
+    CREATE FUNCTION search_title_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            DELETE FROM search_text WHERE sid = OLD.id AND side = 'title';
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        IF NEW.title IS NOT NULL AND NEW.title <> '' THEN
+            INSERT INTO search_text (sid, side, at, body)
+            VALUES (NEW.id, 'title', NEW.created_at, NEW.title);
+        END IF;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER search_title AFTER INSERT OR DELETE OR UPDATE OF title ON sessions
+        FOR EACH ROW EXECUTE FUNCTION search_title_sync();
+    "#,
 ];
 
 /// The store thread's PostgreSQL connection.

@@ -47,7 +47,7 @@ impl MachineApi for GatewayAreas {
             tokens_input: g.turns.counters.tokens_in.load(Ordering::Relaxed),
             tokens_output: g.turns.counters.tokens_out.load(Ordering::Relaxed),
             concurrency_limit: g.turns.concurrency as u64,
-            db: Some(g.store.path().display().to_string()),
+            db: Some(g.store.location().to_string()),
         }
     }
 
