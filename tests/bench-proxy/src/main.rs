@@ -11,6 +11,9 @@
 //! * `newconn` — N sequential new connections (CONNECT + TLS + one GET).
 //! * `bulk`    — one large download; prints bytes per second.
 //! * `decide`  — CPU cost of one `vis_proxy::policy::decide` call for a policy file.
+//! * `tlsrelay` — the floor of any HTTPS interception: answers CONNECT, ends the client's
+//!   TLS with a fixed certificate, opens TLS to the target and copies the plaintext both
+//!   ways. No HTTP parsing, no policy, no records: what two TLS layers cost on their own.
 //!
 //! Every command prints one JSON line on stdout.
 
@@ -105,6 +108,7 @@ fn main() -> Result<()> {
             "newconn" => newconn(args).await,
             "bulk" => bulk(args).await,
             "decide" => decide_cost(args),
+            "tlsrelay" => tls_relay(args).await,
             other => bail!("unknown command {other}"),
         }
     })
@@ -309,6 +313,74 @@ async fn proxy(args: Args) -> Result<()> {
     }
     p.shutdown();
     eprintln!("bench proxy: {} decisions recorded", sink.0.load(Ordering::Relaxed));
+    Ok(())
+}
+
+// ---------------------------------------------------------------- interception floor
+
+async fn tls_relay(args: Args) -> Result<()> {
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(args.req("cert")?)?.collect::<Result<_, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(args.req("key")?)?;
+    let mut server = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(args.req("ca")?)? {
+        roots.add(c?)?;
+    }
+    let mut client = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let listener = TcpListener::bind(args.addr("listen")?).await?;
+    println!("{{\"tlsrelay\":\"{}\"}}", listener.local_addr()?);
+    loop {
+        let (s, _) = listener.accept().await?;
+        let (acceptor, connector) = (acceptor.clone(), connector.clone());
+        tokio::spawn(async move {
+            if let Err(e) = relay_one(s, acceptor, connector).await {
+                eprintln!("tlsrelay: {e}");
+            }
+        });
+    }
+}
+
+async fn relay_one(
+    mut s: TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    connector: tokio_rustls::TlsConnector,
+) -> Result<()> {
+    s.set_nodelay(true)?;
+    // byte-wise, so nothing of the tunnel is consumed
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await? == 0 || head.len() > 8192 {
+            bail!("no CONNECT head");
+        }
+        head.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let target: SocketAddr = text
+        .split(' ')
+        .nth(1)
+        .ok_or_else(|| anyhow!("no CONNECT target"))?
+        .parse()?;
+    s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await?;
+    let mut inside = acceptor.accept(s).await?;
+    let up = TcpStream::connect(target).await?;
+    up.set_nodelay(true)?;
+    let mut outside = connector
+        .connect(ServerName::IpAddress(target.ip().into()), up)
+        .await?;
+    tokio::io::copy_bidirectional(&mut inside, &mut outside).await?;
     Ok(())
 }
 
