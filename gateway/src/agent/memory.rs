@@ -173,15 +173,7 @@ mod tests {
 
     /// A session `s` with two settled turns.
     fn seed(db: &mut Db) -> StoreResult<()> {
-        put_session(
-            db,
-            &SessionRow {
-                id: "s".into(),
-                channel: "web".into(),
-                root: "/".into(),
-                ..Default::default()
-            },
-        )?;
+        put_session(db, &SessionRow::bare("s"))?;
         for (tid, ord) in [("t1", 1), ("t2", 2)] {
             let rec = format!("{{\"tid\":\"{tid}\"}}");
             put_turn(db, tid, "s", ord, "completed", None, &rec)?;
@@ -237,15 +229,7 @@ mod tests {
                     comp.summary = "second".into();
                     save_compaction(db, "s", &comp)?;
                     let newest = latest_compaction(db, "s")?;
-                    put_session(
-                        db,
-                        &SessionRow {
-                            id: "f".into(),
-                            channel: "web".into(),
-                            root: "/".into(),
-                            ..Default::default()
-                        },
-                    )?;
+                    put_session(db, &SessionRow::bare("f"))?;
                     let copied =
                         [("t1", "f1", 1, 5), ("t2", "f2", 2, 6)].map(|(o, n, oo, no)| CopiedTurn {
                             old_tid: o.into(),

@@ -2,10 +2,8 @@
 //! (atomically with the sink's registration), the others only when the client has taken the
 //! previous one, so a client that does not read holds one page, not its whole history.
 
-use crate::store::pg::get;
-use crate::store::{on_engine, Db, Store, StoreResult};
+use crate::store::{rows, Db, Store, StoreResult};
 use futures::future::BoxFuture;
-use rusqlite::{params, OptionalExtension};
 use vis_companion_api::replay::{ReplayPage, ReplayRest};
 use vis_companion_api::Frame;
 use vis_events::format_frame;
@@ -28,55 +26,24 @@ pub(super) struct Page {
 
 pub(super) fn read_page(db: &mut Db, sid: &str, after: i64, upto: i64) -> StoreResult<Page> {
     let limit = (REPLAY_PAGE_FRAMES + 1) as i64;
-    on_engine!(db, c => {
-        let trimmed: i64 = c
-            .prepare_cached("SELECT trimmed_through FROM sessions WHERE id = ?1")?
-            .query_row([sid], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        let mut st = c.prepare_cached(
-            "SELECT seq, type, data FROM events WHERE sid = ?1 AND seq > ?2 AND seq <= ?3 \
-             ORDER BY seq LIMIT ?4",
-        )?;
-        let rows = st.query_map(params![sid, after, upto, limit], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?;
-        page(rows.map(|r| r.map_err(Into::into)), trimmed, after, upto)
-    }, p => {
-        let trimmed = match p.query_opt("SELECT trimmed_through FROM sessions WHERE id = $1", &[&sid])? {
-            Some(r) => get(&r, 0)?,
-            None => 0,
-        };
-        let rows = p.query(
-            "SELECT seq, type, data FROM events WHERE sid = $1 AND seq > $2 AND seq <= $3 \
-             ORDER BY seq LIMIT $4",
-            &[&sid, &after, &upto, &limit],
-        )?;
-        page(rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?))), trimmed, after, upto)
-    })
-}
-
-/// A page of the `(seq, type, data)` rows, up to its frame and byte limits.
-fn page(
-    rows: impl Iterator<Item = StoreResult<(i64, String, String)>>,
-    trimmed: i64,
-    after: i64,
-    upto: i64,
-) -> StoreResult<Page> {
+    let trimmed = rows::trimmed_through(db, sid)?;
     let (mut frames, mut bytes, mut done) = (Vec::new(), 0usize, true);
-    for r in rows {
-        if frames.len() == REPLAY_PAGE_FRAMES || bytes >= REPLAY_PAGE_BYTES {
-            done = false;
-            break;
-        }
-        let (seq, kind, data) = r?;
-        let bytes_of = format_frame(Some(seq), &kind, &data);
-        bytes += bytes_of.len();
-        frames.push(Frame {
-            seq,
-            bytes: bytes_of,
-        });
-    }
+    db.scan(
+        "SELECT seq, type, data FROM events WHERE sid = ?1 AND seq > ?2 AND seq <= ?3 \
+         ORDER BY seq LIMIT ?4",
+        &[&sid, &after, &upto, &limit],
+        |r| {
+            if frames.len() == REPLAY_PAGE_FRAMES || bytes >= REPLAY_PAGE_BYTES {
+                done = false;
+                return Ok(false);
+            }
+            let (seq, kind, data) = rows::stored_event(r)?;
+            let text = format_frame(Some(seq), &kind, &data);
+            bytes += text.len();
+            frames.push(Frame { seq, bytes: text });
+            Ok(true)
+        },
+    )?;
     let through = frames
         .last()
         .map_or(if done { upto } else { after }, |f| f.seq);

@@ -343,12 +343,7 @@ mod tests {
         for (store, _keep) in crate::store::test_support::each_engine("artifacts").await {
             let (first, second, bytes) = store
                 .with(|db| {
-                    let row = SessionRow {
-                        id: "s".into(),
-                        channel: "web".into(),
-                        root: "/".into(),
-                        ..Default::default()
-                    };
+                    let row = SessionRow::bare("s");
                     put_session(db, &row)?;
                     let file = |b: &[u8]| ("a.txt".to_string(), "text/plain".to_string(), b.to_vec());
                     let first = insert(db, "s", "t", "t:1", None, "file", vec![file(b"one")])?;

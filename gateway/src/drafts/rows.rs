@@ -178,12 +178,7 @@ mod tests {
             let forks = store
                 .with(|db| {
                     for id in ["p", "c1"] {
-                        let row = SessionRow {
-                            id: id.into(),
-                            channel: "web".into(),
-                            root: "/".into(),
-                            ..Default::default()
-                        };
+                        let row = SessionRow::bare(id);
                         put_session(db, &row)?;
                     }
                     put_fork(db, "c1", "p", Some("t1"), 10)?;

@@ -1,6 +1,6 @@
-//! [`Db`]: what a store job works on, on either engine. The typed operations of each area
-//! (`rows.rs` and its neighbours) take a `&mut Db` and carry their SQL for both engines
-//! side by side (docs/decisions.md, C3).
+//! [`Db`]: what a store job works on, on either engine (docs/decisions.md, C3). The typed
+//! operations of each area (`rows.rs` and its neighbours) take a `&mut Db`; `sql.rs` runs
+//! their statements on either connection.
 
 use super::error::StoreResult;
 use super::pg::PgConn;
@@ -12,17 +12,6 @@ pub enum Db<'a> {
     Sqlite(&'a Connection),
     Postgres(&'a mut PgConn),
 }
-
-/// Runs the SQLite or the PostgreSQL form of one operation.
-macro_rules! on_engine {
-    ($db:expr, $c:ident => $sqlite:expr, $p:ident => $pg:expr) => {
-        match $db {
-            $crate::store::db::Db::Sqlite($c) => $sqlite,
-            $crate::store::db::Db::Postgres($p) => $pg,
-        }
-    };
-}
-pub(crate) use on_engine;
 
 impl Db<'_> {
     /// The statement text of this engine, where the two dialects differ.

@@ -12,7 +12,6 @@ pub mod pg;
 pub mod rows;
 pub mod sql;
 
-pub(crate) use db::on_engine;
 pub use db::Db;
 pub use error::{StoreError, StoreResult};
 
@@ -557,14 +556,7 @@ mod tests {
             );
             assert!(after.await.is_ok(), "a later job of the batch commits");
             let xs: Vec<i64> = store
-                .with(|db| match db {
-                    Db::Postgres(p) => p
-                        .query("SELECT x FROM t ORDER BY x", &[])?
-                        .iter()
-                        .map(|r| pg::get(r, 0))
-                        .collect(),
-                    Db::Sqlite(_) => unreachable!("a PostgreSQL store"),
-                })
+                .with(|db| db.column("SELECT x FROM t ORDER BY x", &[]))
                 .await
                 .expect("rows");
             assert_eq!(xs, vec![1, 3], "the failed job's first write is gone too");
@@ -589,16 +581,11 @@ mod tests {
             let (a, b) = (a.expect("first node"), b.expect("second node"));
             async fn versions(store: &Store) -> StoreResult<Vec<i32>> {
                 store
-                    .with(|db| match db {
-                        Db::Postgres(p) => p
-                            .query(
-                                "SELECT version FROM vis_gateway_migrations ORDER BY version",
-                                &[],
-                            )?
-                            .iter()
-                            .map(|r| pg::get::<i32>(r, 0))
-                            .collect(),
-                        Db::Sqlite(_) => unreachable!("a PostgreSQL store"),
+                    .with(|db| {
+                        db.column(
+                            "SELECT version FROM vis_gateway_migrations ORDER BY version",
+                            &[],
+                        )
                     })
                     .await
             }

@@ -4,7 +4,7 @@
 
 use super::error::{StoreError, StoreResult};
 use std::collections::HashMap;
-use tokio_postgres::types::{FromSql, ToSql};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 use vis_store::PgOptions;
 
@@ -381,11 +381,6 @@ pub(super) fn dollar_placeholders(sql: &str) -> String {
         }
     }
     out
-}
-
-/// Column `i` of `row`, typed; a type mismatch is an error, not a panic.
-pub fn get<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> StoreResult<T> {
-    Ok(row.try_get(i)?)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! Row-level operations on sessions, turns, the event journal, egress records and extension
-//! state, run on the store thread, each with its SQLite and its PostgreSQL form.
+//! state, run on the store thread, on either engine: one statement where the dialects
+//! agree, both side by side (`Db::pick`) where they do not.
 
-use super::pg::{get, PgConn};
-use super::{on_engine, Db, StoreResult};
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use super::sql::AnyRow;
+use super::{Db, StoreResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use vis_companion_api::events::EventKind;
@@ -32,20 +32,36 @@ pub struct SessionRow {
     pub cancel_floor: Option<i64>,
 }
 
-/// The session columns, the high-water including egress rows (which keep their seq).
-macro_rules! session_cols {
-    ($max:literal) => {
+impl SessionRow {
+    /// A session with only its id, channel and root set (for tests and fixtures).
+    #[cfg(test)]
+    pub fn bare(id: &str) -> SessionRow {
+        SessionRow {
+            id: id.into(),
+            channel: "web".into(),
+            root: "/".into(),
+            last_status: "idle".into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// The select of session rows (`$max` is the engine's two-argument maximum), the
+/// high-water including egress rows (which keep their seq).
+macro_rules! select_sessions {
+    ($max:literal, $rest:literal) => {
         concat!(
-            "id, channel, title, external_id, workspace_id, root, owner_id, created_at, modified_at, \
-             last_active_at, turn_count, first_request, favorite_rank, model_pref, ",
+            "SELECT id, channel, title, external_id, workspace_id, root, owner_id, created_at, \
+             modified_at, last_active_at, turn_count, first_request, favorite_rank, model_pref, ",
             $max,
             "(last_seq, COALESCE((SELECT MAX(e.seq) FROM egress e WHERE e.sid = sessions.id), 0)), \
-             trimmed_through, last_status, queue_paused, cancel_floor"
+             trimmed_through, last_status, queue_paused, cancel_floor FROM sessions",
+            $rest
         )
     };
 }
 
-fn session_from(r: &Row) -> rusqlite::Result<SessionRow> {
+fn session_from(r: &AnyRow) -> StoreResult<SessionRow> {
     let pref: Option<String> = r.get(13)?;
     Ok(SessionRow {
         id: r.get(0)?,
@@ -65,139 +81,69 @@ fn session_from(r: &Row) -> rusqlite::Result<SessionRow> {
         last_seq: r.get(14)?,
         trimmed_through: r.get(15)?,
         last_status: r.get(16)?,
-        queue_paused: r.get::<_, i64>(17)? != 0,
+        queue_paused: r.get(17)?,
         cancel_floor: r.get(18)?,
     })
 }
 
-fn session_from_pg(r: &tokio_postgres::Row) -> StoreResult<SessionRow> {
-    let pref: Option<String> = get(r, 13)?;
-    Ok(SessionRow {
-        id: get(r, 0)?,
-        channel: get(r, 1)?,
-        title: get(r, 2)?,
-        external_id: get(r, 3)?,
-        workspace_id: get(r, 4)?,
-        root: get(r, 5)?,
-        owner_id: get(r, 6)?,
-        created_at: get(r, 7)?,
-        modified_at: get(r, 8)?,
-        last_active_at: get(r, 9)?,
-        turn_count: get(r, 10)?,
-        first_request: get(r, 11)?,
-        favorite_rank: get(r, 12)?,
-        model_pref: pref.and_then(|p| serde_json::from_str(&p).ok()),
-        last_seq: get(r, 14)?,
-        trimmed_through: get(r, 15)?,
-        last_status: get(r, 16)?,
-        queue_paused: get(r, 17)?,
-        cancel_floor: get(r, 18)?,
-    })
-}
-
-/// Writes the whole session row (insert or replace), keeping the event counters stored
-/// by `insert_event`, which the caller does not own.
+/// Writes the whole session row (insert or update), keeping the event counters stored by
+/// `insert_event`, which the caller does not own.
 pub fn put_session(db: &mut Db, s: &SessionRow) -> StoreResult<()> {
     let pref = s.model_pref.as_ref().map(|v| v.to_string());
-    on_engine!(db, c => {
-        c.prepare_cached(
-            "INSERT INTO sessions (id, channel, title, external_id, workspace_id, root, owner_id, created_at, modified_at, \
-             last_active_at, turn_count, first_request, favorite_rank, model_pref, last_status, queue_paused, cancel_floor) \
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17) \
-             ON CONFLICT(id) DO UPDATE SET channel=?2, title=?3, external_id=?4, workspace_id=?5, root=?6, owner_id=?7, \
-             modified_at=?9, last_active_at=?10, turn_count=?11, first_request=?12, favorite_rank=?13, model_pref=?14, \
-             last_status=?15, queue_paused=?16, cancel_floor=?17",
-        )?
-        .execute(params![
-            s.id,
-            s.channel,
-            s.title,
-            s.external_id,
-            s.workspace_id,
-            s.root,
-            s.owner_id,
-            s.created_at,
-            s.modified_at,
-            s.last_active_at,
-            s.turn_count,
-            s.first_request,
-            s.favorite_rank,
-            pref,
-            s.last_status,
-            s.queue_paused as i64,
-            s.cancel_floor,
-        ])?;
-        Ok(())
-    }, p => {
-        p.execute(
-            "INSERT INTO sessions (id, channel, title, external_id, workspace_id, root, owner_id, created_at, modified_at, \
-             last_active_at, turn_count, first_request, favorite_rank, model_pref, last_status, queue_paused, cancel_floor) \
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) \
-             ON CONFLICT(id) DO UPDATE SET channel=$2, title=$3, external_id=$4, workspace_id=$5, root=$6, owner_id=$7, \
-             modified_at=$9, last_active_at=$10, turn_count=$11, first_request=$12, favorite_rank=$13, model_pref=$14, \
-             last_status=$15, queue_paused=$16, cancel_floor=$17",
-            &[
-                &s.id,
-                &s.channel,
-                &s.title,
-                &s.external_id,
-                &s.workspace_id,
-                &s.root,
-                &s.owner_id,
-                &s.created_at,
-                &s.modified_at,
-                &s.last_active_at,
-                &s.turn_count,
-                &s.first_request,
-                &s.favorite_rank,
-                &pref,
-                &s.last_status,
-                &s.queue_paused,
-                &s.cancel_floor,
-            ],
-        )?;
-        Ok(())
-    })
+    db.exec(
+        "INSERT INTO sessions (id, channel, title, external_id, workspace_id, root, owner_id, \
+         created_at, modified_at, last_active_at, turn_count, first_request, favorite_rank, \
+         model_pref, last_status, queue_paused, cancel_floor) \
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17) \
+         ON CONFLICT (id) DO UPDATE SET channel = ?2, title = ?3, external_id = ?4, \
+         workspace_id = ?5, root = ?6, owner_id = ?7, modified_at = ?9, last_active_at = ?10, \
+         turn_count = ?11, first_request = ?12, favorite_rank = ?13, model_pref = ?14, \
+         last_status = ?15, queue_paused = ?16, cancel_floor = ?17",
+        &[
+            &s.id,
+            &s.channel,
+            &s.title,
+            &s.external_id,
+            &s.workspace_id,
+            &s.root,
+            &s.owner_id,
+            &s.created_at,
+            &s.modified_at,
+            &s.last_active_at,
+            &s.turn_count,
+            &s.first_request,
+            &s.favorite_rank,
+            &pref,
+            &s.last_status,
+            &s.queue_paused,
+            &s.cancel_floor,
+        ],
+    )?;
+    Ok(())
 }
 
 pub fn get_session(db: &mut Db, id: &str) -> StoreResult<Option<SessionRow>> {
-    on_engine!(db, c => Ok(c
-        .prepare_cached(concat!("SELECT ", session_cols!("MAX"), " FROM sessions WHERE id = ?1"))?
-        .query_row([id], session_from)
-        .optional()?),
-    p => p
-        .query_opt(concat!("SELECT ", session_cols!("GREATEST"), " FROM sessions WHERE id = $1"), &[&id])?
-        .as_ref()
-        .map(session_from_pg)
-        .transpose())
+    let sql = db.pick(
+        select_sessions!("MAX", " WHERE id = ?1"),
+        select_sessions!("GREATEST", " WHERE id = ?1"),
+    );
+    db.row(sql, &[&id], session_from)
 }
 
 pub fn all_sessions(db: &mut Db) -> StoreResult<Vec<SessionRow>> {
-    on_engine!(db, c => {
-        let mut st = c.prepare_cached(concat!("SELECT ", session_cols!("MAX"), " FROM sessions"))?;
-        let rows = st.query_map([], session_from)?.collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
-    }, p => p
-        .query(concat!("SELECT ", session_cols!("GREATEST"), " FROM sessions"), &[])?
-        .iter()
-        .map(session_from_pg)
-        .collect())
+    let sql = db.pick(
+        select_sessions!("MAX", ""),
+        select_sessions!("GREATEST", ""),
+    );
+    db.rows(sql, &[], session_from)
 }
 
 pub fn delete_session(db: &mut Db, id: &str) -> StoreResult<()> {
-    on_engine!(db, c => {
-        c.execute("DELETE FROM events WHERE sid = ?1", [id])?;
-        c.execute("DELETE FROM egress WHERE sid = ?1", [id])?;
-        c.execute("DELETE FROM turns WHERE sid = ?1", [id])?;
-        c.execute("DELETE FROM sessions WHERE id = ?1", [id])?;
-        Ok(())
-    }, p => {
-        p.execute("DELETE FROM events WHERE sid = $1", &[&id])?;
-        p.execute("DELETE FROM egress WHERE sid = $1", &[&id])?;
-        p.execute("DELETE FROM turns WHERE sid = $1", &[&id])?;
-        p.execute("DELETE FROM sessions WHERE id = $1", &[&id])?;
-        Ok(())
-    })
+    db.exec("DELETE FROM events WHERE sid = ?1", &[&id])?;
+    db.exec("DELETE FROM egress WHERE sid = ?1", &[&id])?;
+    db.exec("DELETE FROM turns WHERE sid = ?1", &[&id])?;
+    db.exec("DELETE FROM sessions WHERE id = ?1", &[&id])?;
+    Ok(())
 }
 
 /// Stores a turn record (JSON) with its indexed columns.
@@ -210,85 +156,59 @@ pub fn put_turn(
     key: Option<&str>,
     record: &str,
 ) -> StoreResult<()> {
-    on_engine!(db, c => {
-        c.prepare_cached(
-            "INSERT INTO turns (tid, sid, ord, status, idempotency_key, record) VALUES (?1,?2,?3,?4,?5,?6) \
-             ON CONFLICT(tid) DO UPDATE SET status=?4, record=?6",
-        )?
-        .execute(params![tid, sid, ord, status, key, record])?;
-        Ok(())
-    }, p => {
-        p.execute(
-            "INSERT INTO turns (tid, sid, ord, status, idempotency_key, record) VALUES ($1,$2,$3,$4,$5,$6) \
-             ON CONFLICT(tid) DO UPDATE SET status=$4, record=$6",
-            &[&tid, &sid, &ord, &status, &key, &record],
-        )?;
-        Ok(())
-    })
+    db.exec(
+        "INSERT INTO turns (tid, sid, ord, status, idempotency_key, record) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+         ON CONFLICT (tid) DO UPDATE SET status = ?4, record = ?6",
+        &[&tid, &sid, &ord, &status, &key, &record],
+    )?;
+    Ok(())
 }
 
 pub fn delete_turn(db: &mut Db, tid: &str) -> StoreResult<()> {
-    on_engine!(db, c => {
-        c.execute("DELETE FROM turns WHERE tid = ?1", [tid])?;
-        Ok(())
-    }, p => {
-        p.execute("DELETE FROM turns WHERE tid = $1", &[&tid])?;
-        Ok(())
-    })
+    db.exec("DELETE FROM turns WHERE tid = ?1", &[&tid])?;
+    Ok(())
 }
 
 /// One turn record of a session.
 pub fn turn_of(db: &mut Db, sid: &str, tid: &str) -> StoreResult<Option<String>> {
-    on_engine!(db, c => Ok(c
-        .prepare_cached("SELECT record FROM turns WHERE sid = ?1 AND tid = ?2")?
-        .query_row([sid, tid], |r| r.get(0))
-        .optional()?),
-    p => p
-        .query_opt("SELECT record FROM turns WHERE sid = $1 AND tid = $2", &[&sid, &tid])?
-        .map(|r| get(&r, 0))
-        .transpose())
-}
-
-/// The first column of every row, as text.
-fn texts_pg(p: &mut PgConn, sql: &'static str, arg: &str) -> StoreResult<Vec<String>> {
-    p.query(sql, &[&arg])?.iter().map(|r| get(r, 0)).collect()
-}
-
-fn texts(c: &Connection, sql: &str, arg: &str) -> StoreResult<Vec<String>> {
-    let mut st = c.prepare_cached(sql)?;
-    let rows = st
-        .query_map([arg], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(rows)
+    db.value(
+        "SELECT record FROM turns WHERE sid = ?1 AND tid = ?2",
+        &[&sid, &tid],
+    )
 }
 
 /// Turn records of a session, oldest first.
 pub fn turns_of(db: &mut Db, sid: &str) -> StoreResult<Vec<String>> {
-    on_engine!(db, c => texts(c, "SELECT record FROM turns WHERE sid = ?1 ORDER BY ord", sid),
-        p => texts_pg(p, "SELECT record FROM turns WHERE sid = $1 ORDER BY ord", sid))
+    db.column(
+        "SELECT record FROM turns WHERE sid = ?1 ORDER BY ord",
+        &[&sid],
+    )
 }
 
 /// Turn records with one of the given statuses, across sessions, oldest first.
 pub fn turns_with_status(db: &mut Db, status: &str) -> StoreResult<Vec<String>> {
-    on_engine!(db, c => texts(c, "SELECT record FROM turns WHERE status = ?1 ORDER BY ord", status),
-        p => texts_pg(p, "SELECT record FROM turns WHERE status = $1 ORDER BY ord", status))
+    db.column(
+        "SELECT record FROM turns WHERE status = ?1 ORDER BY ord",
+        &[&status],
+    )
 }
 
 pub fn max_turn_ord(db: &mut Db) -> StoreResult<i64> {
-    on_engine!(db, c => Ok(c.query_row("SELECT COALESCE(MAX(ord), 0) FROM turns", [], |r| r.get(0))?),
-        p => get(&p.query("SELECT COALESCE(MAX(ord), 0)::BIGINT FROM turns", &[])?[0], 0))
+    Ok(db
+        .value::<Option<i64>>("SELECT MAX(ord) FROM turns", &[])?
+        .flatten()
+        .unwrap_or(0))
 }
 
 /// Raises the session's stored seq high-water to `seq`.
 pub fn bump_high_water(db: &mut Db, sid: &str, seq: i64) -> StoreResult<()> {
-    on_engine!(db, c => {
-        c.prepare_cached("UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1")?
-            .execute(params![sid, seq])?;
-        Ok(())
-    }, p => {
-        p.execute("UPDATE sessions SET last_seq = GREATEST(last_seq, $2) WHERE id = $1", &[&sid, &seq])?;
-        Ok(())
-    })
+    let sql = db.pick(
+        "UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1",
+        "UPDATE sessions SET last_seq = GREATEST(last_seq, ?2) WHERE id = ?1",
+    );
+    db.exec(sql, &[&sid, &seq])?;
+    Ok(())
 }
 
 /// Records an event: bumps the session's seq high-water (unless `seq_kept` says a row
@@ -308,18 +228,11 @@ pub fn insert_event(
         bump_high_water(db, sid, seq)?;
     }
     let Some(data) = data else { return Ok(()) };
-    on_engine!(db, c => {
-        c.prepare_cached(
-            "INSERT OR REPLACE INTO events (sid, seq, type, data) VALUES (?1, ?2, ?3, ?4)",
-        )?
-        .execute(params![sid, seq, kind, data])?;
-    }, p => {
-        p.execute(
-            "INSERT INTO events (sid, seq, type, data) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (sid, seq) DO UPDATE SET type = EXCLUDED.type, data = EXCLUDED.data",
-            &[&sid, &seq, &kind, &data],
-        )?;
-    });
+    db.exec(
+        "INSERT INTO events (sid, seq, type, data) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (sid, seq) DO UPDATE SET type = excluded.type, data = excluded.data",
+        &[&sid, &seq, &kind, &data],
+    )?;
     // Trim in steps so the delete runs once per `step` inserts, not on every event.
     let step = (retain / 16).max(1);
     if seq % step == 0 {
@@ -330,41 +243,41 @@ pub fn insert_event(
 
 /// Keeps the session's newest `retain` journal rows and records how far it trimmed.
 fn trim(db: &mut Db, sid: &str, retain: i64) -> StoreResult<()> {
-    on_engine!(db, c => {
-        let cutoff: Option<i64> = c
-            .prepare_cached(
-                "SELECT seq FROM events WHERE sid = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2",
-            )?
-            .query_row(params![sid, retain], |r| r.get(0))
-            .optional()?;
-        if let Some(cut) = cutoff {
-            c.prepare_cached("DELETE FROM events WHERE sid = ?1 AND seq <= ?2")?
-                .execute(params![sid, cut])?;
-            c.prepare_cached(
-                "UPDATE sessions SET trimmed_through = MAX(trimmed_through, ?2) WHERE id = ?1",
-            )?
-            .execute(params![sid, cut])?;
-        }
-        Ok(())
-    }, p => {
-        let cutoff = p.query_opt(
-            "SELECT seq FROM events WHERE sid = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2",
-            &[&sid, &retain],
+    let cutoff: Option<i64> = db.value(
+        "SELECT seq FROM events WHERE sid = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2",
+        &[&sid, &retain],
+    )?;
+    if let Some(cut) = cutoff {
+        db.exec(
+            "DELETE FROM events WHERE sid = ?1 AND seq <= ?2",
+            &[&sid, &cut],
         )?;
-        if let Some(row) = cutoff {
-            let cut: i64 = get(&row, 0)?;
-            p.execute("DELETE FROM events WHERE sid = $1 AND seq <= $2", &[&sid, &cut])?;
-            p.execute(
-                "UPDATE sessions SET trimmed_through = GREATEST(trimmed_through, $2) WHERE id = $1",
-                &[&sid, &cut],
-            )?;
-        }
-        Ok(())
-    })
+        let sql = db.pick(
+            "UPDATE sessions SET trimmed_through = MAX(trimmed_through, ?2) WHERE id = ?1",
+            "UPDATE sessions SET trimmed_through = GREATEST(trimmed_through, ?2) WHERE id = ?1",
+        );
+        db.exec(sql, &[&sid, &cut])?;
+    }
+    Ok(())
+}
+
+/// How far retention trimmed the session's journal (0 when nothing was trimmed).
+pub fn trimmed_through(db: &mut Db, sid: &str) -> StoreResult<i64> {
+    Ok(db
+        .value(
+            "SELECT trimmed_through FROM sessions WHERE id = ?1",
+            &[&sid],
+        )?
+        .unwrap_or(0))
 }
 
 /// A stored event as `(seq, type, data)`.
 pub type StoredEvent = (i64, String, String);
+
+/// A journal row as a [`StoredEvent`].
+pub fn stored_event(r: &AnyRow) -> StoreResult<StoredEvent> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+}
 
 /// Stored events with `after < seq <= upto`, plus the session's `trimmed_through`.
 pub fn events_between(
@@ -373,55 +286,30 @@ pub fn events_between(
     after: i64,
     upto: i64,
 ) -> StoreResult<(i64, Vec<StoredEvent>)> {
-    on_engine!(db, c => {
-        let trimmed: i64 = c
-            .prepare_cached("SELECT trimmed_through FROM sessions WHERE id = ?1")?
-            .query_row([sid], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        let mut st = c.prepare_cached(
-            "SELECT seq, type, data FROM events WHERE sid = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq",
-        )?;
-        let rows = st
-            .query_map(params![sid, after, upto], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((trimmed, rows))
-    }, p => {
-        let trimmed = match p.query_opt("SELECT trimmed_through FROM sessions WHERE id = $1", &[&sid])? {
-            Some(r) => get(&r, 0)?,
-            None => 0,
-        };
-        let rows = p
-            .query(
-                "SELECT seq, type, data FROM events WHERE sid = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
-                &[&sid, &after, &upto],
-            )?
-            .iter()
-            .map(|r| Ok((get(r, 0)?, get(r, 1)?, get(r, 2)?)))
-            .collect::<StoreResult<Vec<_>>>()?;
-        Ok((trimmed, rows))
-    })
+    let trimmed = trimmed_through(db, sid)?;
+    let rows = db.rows(
+        "SELECT seq, type, data FROM events WHERE sid = ?1 AND seq > ?2 AND seq <= ?3 \
+         ORDER BY seq",
+        &[&sid, &after, &upto],
+        stored_event,
+    )?;
+    Ok((trimmed, rows))
 }
 
 pub fn count_events(db: &mut Db) -> StoreResult<i64> {
-    on_engine!(db, c => Ok(c.query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))?),
-        p => get(&p.query("SELECT COUNT(*) FROM events", &[])?[0], 0))
+    Ok(db
+        .value::<i64>("SELECT COUNT(*) FROM events", &[])?
+        .unwrap_or(0))
 }
 
 /// Stores an egress decision record under its seq.
 pub fn insert_egress(db: &mut Db, sid: &str, seq: i64, data: &str) -> StoreResult<()> {
-    on_engine!(db, c => {
-        c.prepare_cached("INSERT OR REPLACE INTO egress (sid, seq, data) VALUES (?1, ?2, ?3)")?
-            .execute(params![sid, seq, data])?;
-        Ok(())
-    }, p => {
-        p.execute(
-            "INSERT INTO egress (sid, seq, data) VALUES ($1, $2, $3) \
-             ON CONFLICT (sid, seq) DO UPDATE SET data = EXCLUDED.data",
-            &[&sid, &seq, &data],
-        )?;
-        Ok(())
-    })
+    db.exec(
+        "INSERT INTO egress (sid, seq, data) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (sid, seq) DO UPDATE SET data = excluded.data",
+        &[&sid, &seq, &data],
+    )?;
+    Ok(())
 }
 
 /// Egress records newest first, `seq < before`, at most `limit + 1` (to tell `has_more`).
@@ -432,48 +320,26 @@ pub fn egress_page(
     limit: usize,
 ) -> StoreResult<Vec<(i64, String)>> {
     let (before, n) = (before.unwrap_or(i64::MAX), (limit + 1) as i64);
-    on_engine!(db, c => {
-        let mut st = c.prepare_cached(
-            "SELECT seq, data FROM egress WHERE sid = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
-        )?;
-        let rows = st
-            .query_map(params![sid, before, n], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
-    }, p => p
-        .query(
-            "SELECT seq, data FROM egress WHERE sid = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
-            &[&sid, &before, &n],
-        )?
-        .iter()
-        .map(|r| Ok((get(r, 0)?, get(r, 1)?)))
-        .collect())
+    db.rows(
+        "SELECT seq, data FROM egress WHERE sid = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+        &[&sid, &before, &n],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 /// `(type, id)` of a session's journal events of the given types, in seq order; the SQL
-/// picks the id out of the event's JSON.
+/// (SQLite's `json_extract` or PostgreSQL's jsonb operators) picks the id out of the
+/// event's JSON.
 fn typed_ids(
     db: &mut Db,
-    sqlite: &str,
+    sqlite: &'static str,
     pg: &'static str,
     args: &[&str],
 ) -> StoreResult<Vec<(String, Option<String>)>> {
-    on_engine!(db, c => {
-        let mut st = c.prepare_cached(sqlite)?;
-        let rows = st
-            .query_map(rusqlite::params_from_iter(args), |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
-    }, p => {
-        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            args.iter().map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
-        p.query(pg, &params)?
-            .iter()
-            .map(|r| Ok((get(r, 0)?, get(r, 1)?)))
-            .collect()
-    })
+    let sql = db.pick(sqlite, pg);
+    let args: Vec<&dyn super::sql::Param> =
+        args.iter().map(|a| a as &dyn super::sql::Param).collect();
+    db.rows(sql, &args, |r| Ok((r.get(0)?, r.get(1)?)))
 }
 
 /// Content blocks of a turn that the journal shows opened but never completed.
@@ -540,47 +406,34 @@ pub fn dangling_human_input(db: &mut Db, sid: &str) -> StoreResult<Vec<(bool, St
 
 /// Extension state (docs/decisions.md, E6), keyed by extension name; values are JSON text.
 pub fn state_get(db: &mut Db, ext: &str, key: &str) -> StoreResult<Option<String>> {
-    on_engine!(db, c => Ok(c
-        .prepare_cached("SELECT value FROM extension_state WHERE extension = ?1 AND key = ?2")?
-        .query_row(params![ext, key], |r| r.get(0))
-        .optional()?),
-    p => p
-        .query_opt("SELECT value FROM extension_state WHERE extension = $1 AND key = $2", &[&ext, &key])?
-        .map(|r| get(&r, 0))
-        .transpose())
+    db.value(
+        "SELECT value FROM extension_state WHERE extension = ?1 AND key = ?2",
+        &[&ext, &key],
+    )
 }
 
 pub fn state_put(db: &mut Db, ext: &str, key: &str, value: &str) -> StoreResult<()> {
-    on_engine!(db, c => {
-        c.prepare_cached(
-            "INSERT OR REPLACE INTO extension_state (extension, key, value) VALUES (?1, ?2, ?3)",
-        )?
-        .execute(params![ext, key, value])?;
-        Ok(())
-    }, p => {
-        p.execute(
-            "INSERT INTO extension_state (extension, key, value) VALUES ($1, $2, $3) \
-             ON CONFLICT (extension, key) DO UPDATE SET value = EXCLUDED.value",
-            &[&ext, &key, &value],
-        )?;
-        Ok(())
-    })
+    db.exec(
+        "INSERT INTO extension_state (extension, key, value) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (extension, key) DO UPDATE SET value = excluded.value",
+        &[&ext, &key, &value],
+    )?;
+    Ok(())
 }
 
 pub fn state_delete(db: &mut Db, ext: &str, key: &str) -> StoreResult<()> {
-    on_engine!(db, c => {
-        c.prepare_cached("DELETE FROM extension_state WHERE extension = ?1 AND key = ?2")?
-            .execute(params![ext, key])?;
-        Ok(())
-    }, p => {
-        p.execute("DELETE FROM extension_state WHERE extension = $1 AND key = $2", &[&ext, &key])?;
-        Ok(())
-    })
+    db.exec(
+        "DELETE FROM extension_state WHERE extension = ?1 AND key = ?2",
+        &[&ext, &key],
+    )?;
+    Ok(())
 }
 
 pub fn state_keys(db: &mut Db, ext: &str) -> StoreResult<Vec<String>> {
-    on_engine!(db, c => texts(c, "SELECT key FROM extension_state WHERE extension = ?1 ORDER BY key", ext),
-        p => texts_pg(p, "SELECT key FROM extension_state WHERE extension = $1 ORDER BY key", ext))
+    db.column(
+        "SELECT key FROM extension_state WHERE extension = ?1 ORDER BY key",
+        &[&ext],
+    )
 }
 
 #[cfg(test)]

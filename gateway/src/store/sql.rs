@@ -2,7 +2,8 @@
 //! (upserts with `ON CONFLICT … DO UPDATE`, `RETURNING`, plain selects), an operation is
 //! written once with `?1`, `?2`, … placeholders and runs on either engine through
 //! [`Db::exec`], [`Db::rows`] and [`Db::row`]. What only one engine says (`MAX(a, b)` against
-//! `GREATEST`, `rowid`, jsonb operators, FTS5) stays side by side under `on_engine!`.
+//! `GREATEST`, `rowid`, jsonb operators, FTS5) has both texts side by side, chosen by
+//! [`Db::pick`].
 
 use super::db::Db;
 use super::error::StoreResult;
@@ -69,6 +70,36 @@ impl Db<'_> {
                 Ok(out)
             }
             Db::Postgres(p) => pg_rows(p, sql, args, f),
+        }
+    }
+
+    /// Reads a query's rows in order until `f` answers `false`: SQLite steps no further
+    /// (a page cut at its byte limit reads no more rows); PostgreSQL's were all received.
+    pub fn scan(
+        &mut self,
+        sql: &'static str,
+        args: &[&dyn Param],
+        mut f: impl FnMut(&AnyRow) -> StoreResult<bool>,
+    ) -> StoreResult<()> {
+        match self {
+            Db::Sqlite(c) => {
+                let mut st = c.prepare_cached(sql)?;
+                let mut rows = st.query(sqlite_args(args))?;
+                while let Some(r) = rows.next()? {
+                    if !f(&AnyRow::Sqlite(r))? {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Db::Postgres(p) => {
+                for r in p.query(sql, &pg_args(args))? {
+                    if !f(&AnyRow::Postgres(&r))? {
+                        break;
+                    }
+                }
+                Ok(())
+            }
         }
     }
 

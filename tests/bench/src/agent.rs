@@ -166,7 +166,7 @@ async fn main() -> Result<()> {
             llm.openai_base_url()
         ),
     )?;
-    let gw = start(&bin, &home, &root, &llm)?;
+    let gw = start(&bin, &home, &root, &llm, &[])?;
     let big = gw.session(&root, Some("openai/gpt-4.1")).await?;
     let small = gw.session(&root, Some("small/small-model")).await?;
     println!("| turns in the session | window | request bytes | submit → request p50 | p90 |");

@@ -40,12 +40,20 @@ impl Gw {
     }
 }
 
-pub fn start(bin: &Path, home: &Path, root: &Path, llm: &FixtureLlm) -> Result<Gw> {
+/// Starts the gateway with `extra` arguments after `start` (say, `--database-url …`).
+pub fn start(
+    bin: &Path,
+    home: &Path,
+    root: &Path,
+    llm: &FixtureLlm,
+    extra: &[String],
+) -> Result<Gw> {
     let child = Command::new(bin)
         .arg("--home")
         .arg(home)
         .args(["start", "--port", "0", "--root"])
         .arg(root)
+        .args(extra)
         .env_remove("VIS_MODEL_TOOLS")
         .env_remove("ANTHROPIC_API_KEY")
         .env("OPENAI_API_KEY", "bench")

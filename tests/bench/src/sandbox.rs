@@ -167,7 +167,7 @@ async fn main() -> Result<()> {
     std::fs::create_dir_all(&scratch)?;
     std::fs::write(home.join("extensions/bench.py"), EXTENSION)?;
     let llm = FixtureLlm::start().await;
-    let gw = start(Path::new(bin), &home, &scratch, &llm)?;
+    let gw = start(Path::new(bin), &home, &scratch, &llm, &[])?;
 
     // Cold: the first block of new sessions.
     let mut cold = Vec::new();
