@@ -564,6 +564,47 @@ mod tests {
     }
 
     #[test]
+    fn on_postgres_a_job_goes_on_after_its_failed_atomic_unit_and_keeps_only_its_later_write() {
+        rt().block_on(async {
+            let Some((store, _schema)) = super::test_support::temp_pg_store("unit").await else {
+                return;
+            };
+            pg_batch(&store, "CREATE TABLE t (x BIGINT PRIMARY KEY)")
+                .await
+                .expect("schema");
+            let insert = |db: &mut Db, x: i64| -> StoreResult<()> {
+                db.exec("INSERT INTO t (x) VALUES (?1)", &[&x])?;
+                Ok(())
+            };
+            let held = hold(&store);
+            let mut first = Box::pin(store.with(move |db| insert(db, 1)));
+            queue(&mut first).await;
+            // As the bus does: the event's unit fails, the job then records what it can.
+            let mut job = Box::pin(store.with(move |db| {
+                let unit = db.atomically(|db| {
+                    insert(db, 5)?;
+                    insert(db, 5)
+                });
+                insert(db, 6)?;
+                Ok(unit.is_err())
+            }));
+            queue(&mut job).await;
+            let _ = held.send(());
+            first.await.expect("the earlier job");
+            assert_eq!(
+                job.await.ok(),
+                Some(true),
+                "the unit failed, the job did not"
+            );
+            let xs: Vec<i64> = store
+                .with(|db| db.column("SELECT x FROM t ORDER BY x", &[]))
+                .await
+                .expect("rows");
+            assert_eq!(xs, vec![1, 6], "the failed unit left nothing");
+        });
+    }
+
+    #[test]
     fn on_postgres_a_second_node_opening_the_same_schema_applies_no_migration_twice() {
         use vis_store::testing::{pg_addr, pg_url, reachable};
         if !reachable("PostgreSQL", &pg_addr()) {

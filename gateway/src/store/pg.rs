@@ -202,6 +202,11 @@ pub struct PgConn {
     prepared: HashMap<&'static str, Statement>,
     /// Inside a transaction the store thread began (a batch, or an atomic job on its own).
     in_tx: bool,
+    /// The running job's `SAVEPOINT` is not sent yet: it goes out with the job's first
+    /// statement, in the same round trip (a job that writes nothing sends none).
+    savepoint_pending: bool,
+    /// No statement ran since the job's savepoint: an atomic unit opened now can use it.
+    fresh: bool,
     opts: PgOptions,
 }
 
@@ -240,6 +245,8 @@ impl PgConn {
             client,
             prepared: HashMap::new(),
             in_tx: false,
+            savepoint_pending: false,
+            fresh: false,
             opts: opts.clone(),
         })
     }
@@ -277,13 +284,21 @@ impl PgConn {
     /// One store job inside the batch transaction: what its statements wrote stays, as on
     /// SQLite, but a statement that failed (which makes PostgreSQL refuse every later one
     /// in the transaction) is undone back to the job's start, so the batch's other jobs
-    /// still commit. Outside a transaction each statement commits on its own.
+    /// still commit. Outside a transaction each statement commits on its own. The job's
+    /// savepoint rides with its first statement, so a one-statement job costs one round
+    /// trip plus its `RELEASE`.
     pub fn job<T>(&mut self, f: impl FnOnce(&mut PgConn) -> StoreResult<T>) -> StoreResult<T> {
         if !self.in_tx {
             return f(self);
         }
-        self.batch("SAVEPOINT job")?;
+        self.savepoint_pending = true;
+        self.fresh = true;
         let out = f(self);
+        let sent = !std::mem::take(&mut self.savepoint_pending);
+        self.fresh = false;
+        if !sent {
+            return out;
+        }
         if self.batch("RELEASE SAVEPOINT job").is_err() {
             self.batch("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job")?;
             if out.is_ok() {
@@ -302,6 +317,15 @@ impl PgConn {
         &mut self,
         f: impl FnOnce(&mut PgConn) -> StoreResult<T>,
     ) -> StoreResult<T> {
+        if self.in_tx && self.fresh {
+            // Nothing ran since the job's savepoint: it is this unit's start too.
+            let out = f(self);
+            if out.is_err() && !self.savepoint_pending {
+                self.batch("ROLLBACK TO SAVEPOINT job")?;
+                self.fresh = true;
+            }
+            return out;
+        }
         if self.in_tx {
             self.batch("SAVEPOINT job")?;
             let out = f(self);
@@ -329,6 +353,11 @@ impl PgConn {
             return Ok(st.clone());
         }
         let text = dollar_placeholders(sql);
+        // A statement that fails to prepare aborts the transaction: the job's savepoint
+        // must be in place first.
+        if self.take_savepoint() {
+            self.batch("SAVEPOINT job")?;
+        }
         let st = self.rt.block_on(self.client.prepare(&text))?;
         self.prepared.insert(sql, st.clone());
         Ok(st)
@@ -341,7 +370,13 @@ impl PgConn {
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<u64> {
         let st = self.statement(sql)?;
-        Ok(self.rt.block_on(self.client.execute(&st, params))?)
+        let savepoint = self.take_savepoint();
+        pipelined(
+            &self.rt,
+            &self.client,
+            savepoint,
+            self.client.execute(&st, params),
+        )
     }
 
     pub fn query(
@@ -350,7 +385,13 @@ impl PgConn {
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<Row>> {
         let st = self.statement(sql)?;
-        Ok(self.rt.block_on(self.client.query(&st, params))?)
+        let savepoint = self.take_savepoint();
+        pipelined(
+            &self.rt,
+            &self.client,
+            savepoint,
+            self.client.query(&st, params),
+        )
     }
 
     pub fn query_opt(
@@ -359,13 +400,45 @@ impl PgConn {
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Option<Row>> {
         let st = self.statement(sql)?;
-        Ok(self.rt.block_on(self.client.query_opt(&st, params))?)
+        let savepoint = self.take_savepoint();
+        pipelined(
+            &self.rt,
+            &self.client,
+            savepoint,
+            self.client.query_opt(&st, params),
+        )
+    }
+
+    /// Whether the job's savepoint must go out now (and from here on, none is pending);
+    /// a statement is about to run.
+    fn take_savepoint(&mut self) -> bool {
+        self.fresh = false;
+        std::mem::take(&mut self.savepoint_pending)
     }
 
     /// Statements without parameters (transaction control).
     pub fn batch(&mut self, sql: &str) -> StoreResult<()> {
         Ok(self.rt.block_on(self.client.batch_execute(sql))?)
     }
+}
+
+/// Runs `op`, after the job's `SAVEPOINT` when `savepoint`: both requests go out together
+/// (the client pipelines requests polled together), one round trip instead of two.
+fn pipelined<R>(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    savepoint: bool,
+    op: impl std::future::Future<Output = Result<R, tokio_postgres::Error>>,
+) -> StoreResult<R> {
+    if !savepoint {
+        return Ok(rt.block_on(op)?);
+    }
+    let (sp, out) = rt.block_on(futures::future::join(
+        client.batch_execute("SAVEPOINT job"),
+        op,
+    ));
+    sp?;
+    Ok(out?)
 }
 
 /// `?N` placeholders as PostgreSQL's `$N` (a `?` not followed by a digit, as in jsonb's

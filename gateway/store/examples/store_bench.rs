@@ -92,15 +92,6 @@ async fn run(journal: &Journal, setup: &Setup, tag: &str) -> (f64, f64) {
     (secs, stored_bytes as f64 / setup.events as f64)
 }
 
-async fn drop_schema(url: &str, schema: &str) {
-    if let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-        tokio::spawn(conn);
-        let _ = client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .await;
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let setup = Setup {
@@ -199,7 +190,7 @@ async fn main() {
         pg_rates.push(rate);
         println!("| {round} | PostgreSQL | {secs:.2} | {rate:.0} | {size:.0} |");
         drop(pg);
-        drop_schema(&url, &schema).await;
+        vis_store::testing::drop_schema_at(&url, &schema).await;
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (s, p) = (mean(&sqlite_rates), mean(&pg_rates));

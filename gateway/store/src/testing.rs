@@ -51,17 +51,7 @@ pub fn drop_schema(schema: String) {
         else {
             return;
         };
-        rt.block_on(async {
-            let Ok((client, conn)) =
-                tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await
-            else {
-                return;
-            };
-            tokio::spawn(conn);
-            let _ = client
-                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                .await;
-        });
+        rt.block_on(drop_schema_at(&pg_url(), &schema));
     });
     let wait = || {
         let _ = done.join();
@@ -73,4 +63,16 @@ pub fn drop_schema(schema: String) {
         }
         _ => wait(),
     }
+}
+
+/// Drops `schema` (and everything in it) from the database at `url`; a failure is ignored
+/// (a benchmark's or a test's clean-up).
+pub async fn drop_schema_at(url: &str, schema: &str) {
+    let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
+        return;
+    };
+    tokio::spawn(conn);
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .await;
 }

@@ -180,18 +180,9 @@ async fn round(
     }
     .await;
     if engine == Engine::Postgres {
-        drop_schema(pg_url, &schema).await;
+        vis_store::testing::drop_schema_at(pg_url, &schema).await;
     }
     out
-}
-
-async fn drop_schema(url: &str, schema: &str) {
-    if let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-        tokio::spawn(conn);
-        let _ = client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .await;
-    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -201,6 +192,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    vis_tests::init_crypto();
     let args: Vec<String> = std::env::args().collect();
     let Some(bin) = args.get(1) else {
         bail!("usage: bench-store <vis-gateway> [turns] [rounds] [postgres URL]");
