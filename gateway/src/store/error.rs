@@ -45,10 +45,6 @@ impl StoreError {
             _ => false,
         }
     }
-
-    pub(crate) fn from_journal(e: vis_store::StoreError) -> Self {
-        StoreError::Journal(e)
-    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -218,7 +218,7 @@ impl PgConn {
             .enable_all()
             .build()
             .map_err(|e| StoreError::Other(format!("cannot start the PostgreSQL runtime: {e}")))?;
-        let cfg = opts.config().map_err(StoreError::from_journal)?;
+        let cfg = opts.config().map_err(StoreError::Journal)?;
         let schema = opts.schema.clone();
         let client = rt.block_on(async move {
             let (mut client, connection) = cfg.connect(tokio_postgres::NoTls).await?;
@@ -229,7 +229,7 @@ impl PgConn {
             });
             vis_store::migrate_postgres(&mut client, schema.as_deref())
                 .await
-                .map_err(StoreError::from_journal)?;
+                .map_err(StoreError::Journal)?;
             vis_store::apply_postgres_migrations(
                 &mut client,
                 schema.as_deref(),
@@ -237,7 +237,7 @@ impl PgConn {
                 MIGRATIONS,
             )
             .await
-            .map_err(StoreError::from_journal)?;
+            .map_err(StoreError::Journal)?;
             Ok::<_, StoreError>(client)
         })?;
         Ok(PgConn {
@@ -369,8 +369,7 @@ impl PgConn {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<u64> {
-        let st = self.statement(sql)?;
-        let savepoint = self.take_savepoint();
+        let (st, savepoint) = self.ready(sql)?;
         pipelined(
             &self.rt,
             &self.client,
@@ -384,8 +383,7 @@ impl PgConn {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<Row>> {
-        let st = self.statement(sql)?;
-        let savepoint = self.take_savepoint();
+        let (st, savepoint) = self.ready(sql)?;
         pipelined(
             &self.rt,
             &self.client,
@@ -394,19 +392,10 @@ impl PgConn {
         )
     }
 
-    pub fn query_opt(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> StoreResult<Option<Row>> {
+    /// The prepared statement, and whether the job's savepoint goes out with it.
+    fn ready(&mut self, sql: &'static str) -> StoreResult<(Statement, bool)> {
         let st = self.statement(sql)?;
-        let savepoint = self.take_savepoint();
-        pipelined(
-            &self.rt,
-            &self.client,
-            savepoint,
-            self.client.query_opt(&st, params),
-        )
+        Ok((st, self.take_savepoint()))
     }
 
     /// Whether the job's savepoint must go out now (and from here on, none is pending);

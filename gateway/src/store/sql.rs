@@ -7,7 +7,6 @@
 
 use super::db::Db;
 use super::error::StoreResult;
-use super::pg::PgConn;
 
 /// A value both engines can bind.
 pub trait Param: rusqlite::ToSql + tokio_postgres::types::ToSql + Sync {}
@@ -59,18 +58,12 @@ impl Db<'_> {
         args: &[&dyn Param],
         mut f: impl FnMut(&AnyRow) -> StoreResult<T>,
     ) -> StoreResult<Vec<T>> {
-        match self {
-            Db::Sqlite(c) => {
-                let mut st = c.prepare_cached(sql)?;
-                let mut rows = st.query(sqlite_args(args))?;
-                let mut out = Vec::new();
-                while let Some(r) = rows.next()? {
-                    out.push(f(&AnyRow::Sqlite(r))?);
-                }
-                Ok(out)
-            }
-            Db::Postgres(p) => pg_rows(p, sql, args, f),
-        }
+        let mut out = Vec::new();
+        self.scan(sql, args, |r| {
+            out.push(f(r)?);
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// Reads a query's rows in order until `f` answers `false`: SQLite steps no further
@@ -103,24 +96,22 @@ impl Db<'_> {
         }
     }
 
-    /// The first row of a query, if any, read by `f`.
+    /// The first row of a query, if any, read by `f` (on both engines the rest are not
+    /// read).
     pub fn row<T>(
         &mut self,
         sql: &'static str,
         args: &[&dyn Param],
         f: impl FnOnce(&AnyRow) -> StoreResult<T>,
     ) -> StoreResult<Option<T>> {
-        match self {
-            Db::Sqlite(c) => {
-                let mut st = c.prepare_cached(sql)?;
-                let mut rows = st.query(sqlite_args(args))?;
-                rows.next()?.map(|r| f(&AnyRow::Sqlite(r))).transpose()
+        let (mut f, mut out) = (Some(f), None);
+        self.scan(sql, args, |r| {
+            if let Some(f) = f.take() {
+                out = Some(f(r)?);
             }
-            Db::Postgres(p) => p
-                .query_opt(sql, &pg_args(args))?
-                .map(|r| f(&AnyRow::Postgres(&r)))
-                .transpose(),
-        }
+            Ok(false)
+        })?;
+        Ok(out)
     }
 
     /// The first column of every row.
@@ -140,18 +131,6 @@ impl Db<'_> {
     ) -> StoreResult<Option<T>> {
         self.row(sql, args, |r| r.get(0))
     }
-}
-
-fn pg_rows<T>(
-    p: &mut PgConn,
-    sql: &'static str,
-    args: &[&dyn Param],
-    mut f: impl FnMut(&AnyRow) -> StoreResult<T>,
-) -> StoreResult<Vec<T>> {
-    p.query(sql, &pg_args(args))?
-        .iter()
-        .map(|r| f(&AnyRow::Postgres(r)))
-        .collect()
 }
 
 #[cfg(test)]
