@@ -32,8 +32,10 @@ use vis_events::{now_ms, Envelope};
 use vis_store::{CommitSink, Committed};
 
 mod lost;
+mod relay;
 mod replay;
 pub use lost::{Lost, LostSeqs};
+pub use relay::Relay;
 
 /// A store row written together with an event, given the event's seq.
 pub type SeqRow = Box<dyn FnOnce(&mut Db, i64) -> crate::store::StoreResult<()> + Send>;
@@ -51,6 +53,11 @@ struct Channel {
     /// The last seq whose write is committed: a seq at or below it is never handed out again.
     durable: i64,
     sinks: Vec<Sink>,
+    /// Homed on another node of the cluster: nothing is published here, and the live
+    /// frames come from that node's events (`relay.rs`).
+    remote: bool,
+    /// A relay task feeds this (remote) channel.
+    relaying: bool,
 }
 
 /// How an event's extra row relates to its seq.
@@ -70,6 +77,8 @@ pub struct Bus {
     lost: Arc<LostSeqs>,
     /// Where committed events also go (the NATS publisher); `None` once publishing stopped.
     commits: Mutex<Option<CommitSink>>,
+    /// Where other nodes' events come from, on a cluster node.
+    relay: std::sync::OnceLock<Relay>,
 }
 
 impl Bus {
@@ -86,7 +95,14 @@ impl Bus {
             channels: Mutex::new(HashMap::new()),
             lost: Arc::new(LostSeqs::default()),
             commits: Mutex::new(commits),
+            relay: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Makes this bus a cluster node's: channels of sessions homed elsewhere are fed by
+    /// `relay`. Set once, before sessions are loaded.
+    pub fn set_relay(&self, relay: Relay) {
+        let _ = self.relay.set(relay);
     }
 
     /// Stops handing events to the commit sink (at shutdown, once the store is flushed):
@@ -97,6 +113,33 @@ impl Bus {
 
     /// Registers a session's channel with its stored high-water (idempotent).
     pub fn open(&self, sid: &str, last_seq: i64) {
+        self.open_channel(sid, last_seq, false);
+    }
+
+    /// Registers the channel of a session homed on another node (idempotent): publishing
+    /// on it does nothing; its streams replay the journal and then take that node's events.
+    pub fn open_remote(&self, sid: &str, last_seq: i64) {
+        self.open_channel(sid, last_seq, true);
+    }
+
+    /// Whether the session's channel is another node's session's.
+    pub fn is_remote(&self, sid: &str) -> bool {
+        self.channel(sid).is_some_and(|c| c.lock().remote)
+    }
+
+    /// Raises a remote channel's high-water to what the journal holds, unless a relay is
+    /// feeding it: a stream joining then replays up to there and takes the rest live.
+    pub fn catch_up_remote(&self, sid: &str, stored: i64) {
+        if let Some(chan) = self.channel(sid) {
+            let mut ch = chan.lock();
+            if ch.remote && !ch.relaying {
+                ch.seq = ch.seq.max(stored);
+                ch.durable = ch.durable.max(stored);
+            }
+        }
+    }
+
+    fn open_channel(&self, sid: &str, last_seq: i64, remote: bool) {
         self.channels
             .lock()
             .entry(sid.to_string())
@@ -105,6 +148,8 @@ impl Bus {
                     seq: last_seq,
                     durable: last_seq,
                     sinks: Vec::new(),
+                    remote,
+                    relaying: false,
                 }))
             });
     }
@@ -175,6 +220,14 @@ impl Bus {
             return 0;
         };
         let mut ch = chan.lock();
+        if ch.remote {
+            tracing::debug!(
+                session = sid,
+                kind = kind.as_str(),
+                "event for a session homed on another node not published here"
+            );
+            return 0;
+        }
         ch.seq += 1;
         let seq = ch.seq;
         let envelope = Envelope::new(seq, now_ms(), sid, kind.as_str(), payload);
@@ -259,7 +312,7 @@ impl Bus {
             return Ok(None);
         };
         let (tx, rx) = live::channel(SSE_QUEUE_CAP);
-        let high = {
+        let (high, start_relay) = {
             let mut ch = chan.lock();
             let high = ch.seq;
             ch.sinks.push(Sink {
@@ -267,8 +320,16 @@ impl Bus {
                 kick,
                 from: high,
             });
-            high
+            let start = ch.remote && !ch.relaying;
+            ch.relaying |= start;
+            (high, start)
         };
+        if start_relay {
+            match self.relay.get() {
+                Some(relay) => relay.start(sid, &chan, high),
+                None => chan.lock().relaying = false,
+            }
+        }
         // Queued behind every journal write published before the registration (FIFO), so the
         // stored high-water it reads is the fate of every seq up to `high`.
         let (sid_owned, start) = (sid.to_string(), running.as_ref().map(|(_, s)| *s));

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 mod agent;
 mod bus;
 mod cli;
+mod cluster;
 mod companion;
 mod config;
 mod configuration;

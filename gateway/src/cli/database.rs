@@ -53,21 +53,31 @@ pub fn redacted(url: &str) -> String {
 
 /// Opens the store: PostgreSQL when a URL is given (the gateway does not start when the
 /// server cannot be reached or its schema cannot be brought up to date), else the home's
-/// SQLite file.
-pub(super) async fn open(url: Option<&str>, schema: Option<&str>, home: &Home) -> Result<Store> {
+/// SQLite file. A cluster node's PostgreSQL store fences its event writes with `fence`.
+pub(super) async fn open(
+    url: Option<&str>,
+    schema: Option<&str>,
+    home: &Home,
+    fence: Option<vis_store::Writer>,
+) -> Result<Store> {
     let Some(url) = url else {
         let path = home.db_path();
         return Store::open(&path)
             .with_context(|| format!("cannot open the database {}", path.display()));
     };
-    let mut opts = vis_store::PgOptions::new(url);
-    if let Some(s) = schema {
-        opts = opts.with_schema(s);
-    }
     let shown = redacted(url);
-    Store::open_postgres(&opts, shown.clone())
+    Store::open_postgres(&pg_options(url, schema), shown.clone(), fence)
         .await
         .with_context(|| format!("cannot open the PostgreSQL store at {shown}"))
+}
+
+/// The connection options of `--database-url` and `--database-schema`.
+pub(super) fn pg_options(url: &str, schema: Option<&str>) -> vis_store::PgOptions {
+    let opts = vis_store::PgOptions::new(url);
+    match schema {
+        Some(s) => opts.with_schema(s),
+        None => opts,
+    }
 }
 
 #[cfg(test)]

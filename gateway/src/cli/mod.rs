@@ -1,6 +1,7 @@
 //! Sub-commands.
 
 pub mod client;
+mod cluster;
 mod database;
 mod http;
 pub mod logging;

@@ -43,7 +43,7 @@ pub(super) async fn start_publishing(
     url: Option<&str>,
     stream: &str,
     prefix: &str,
-) -> Result<Option<(CommitSink, Publisher)>> {
+) -> Result<Option<(CommitSink, Publisher, Nats)>> {
     let Some(url) = url else {
         return Ok(None);
     };
@@ -59,7 +59,8 @@ pub(super) async fn start_publishing(
         subjects = %format!("{prefix}.<session id>"),
         "publishing events on NATS JetStream"
     );
-    Ok(Some(nats.start_publisher()))
+    let (sink, publisher) = nats.start_publisher();
+    Ok(Some((sink, publisher, nats)))
 }
 
 #[cfg(test)]

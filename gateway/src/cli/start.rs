@@ -56,6 +56,17 @@ pub struct StartArgs {
     /// `public`).
     #[arg(long, env = "VIS_DATABASE_SCHEMA", requires = "database_url", value_parser = super::database::schema)]
     pub database_schema: Option<String>,
+    /// This node's id among the gateways sharing the database (default: the host name).
+    #[arg(long, env = "VIS_NODE_ID", requires = "database_url", value_parser = super::cluster::node_id)]
+    pub node_id: Option<String>,
+    /// The URL the other nodes reach this one at (default: http://<host>:<port>, with the
+    /// machine's name for a wildcard bind).
+    #[arg(long, env = "VIS_ADVERTISE_URL", requires = "database_url", value_parser = super::cluster::advertise_url)]
+    pub advertise_url: Option<String>,
+    /// How long this node's lease lasts without a heartbeat, in milliseconds: a node silent
+    /// that long is taken over (its sessions move to a live node).
+    #[arg(long, env = "VIS_LEASE_TTL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1000..))]
+    pub lease_ttl_ms: u64,
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -118,41 +129,6 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
     let (h, r) = (home.dir.clone(), root.clone());
     let config = tokio::task::spawn_blocking(move || crate::config::load(&h, &r)).await??;
     python.await?.map_err(anyhow::Error::msg)?;
-    let publishing = super::nats::start_publishing(
-        args.nats_url.as_deref(),
-        &args.nats_stream,
-        &args.nats_subject_prefix,
-    )
-    .await?;
-    let store = super::database::open(
-        args.database_url.as_deref(),
-        args.database_schema.as_deref(),
-        &home,
-    )
-    .await?;
-    let gw = Gateway::new(
-        store,
-        home.clone(),
-        root,
-        config,
-        env_usize("VIS_GATEWAY_MAX_CONCURRENT_TURNS", 50),
-        env_usize("VIS_GATEWAY_EVENT_RING_MAX", 2000) as i64,
-        publishing.as_ref().map(|(sink, _)| sink.clone()),
-    )
-    .await?;
-    let publisher = publishing.map(|(_, publisher)| publisher);
-    let loaded = gw.load_extensions().await;
-    for f in &loaded.failures {
-        tracing::warn!(file = %f.file.display(), error = %f.error.message, "extension failed to load");
-    }
-    let recovered = gw.turns().recover().await?;
-    if recovered > 0 {
-        tracing::warn!(
-            turns = recovered,
-            "turns interrupted by the previous stop were marked failed"
-        );
-    }
-
     let bind_host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -169,6 +145,63 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         } else {
             None
         };
+    let publishing = super::nats::start_publishing(
+        args.nats_url.as_deref(),
+        &args.nats_stream,
+        &args.nats_subject_prefix,
+    )
+    .await?;
+    // On PostgreSQL this gateway is a node of a cluster: it registers (a lease) before its
+    // store opens, so every event it writes is fenced with that lease (C4).
+    let cluster = match args.database_url.as_deref() {
+        Some(url) => {
+            let pg = super::database::pg_options(url, args.database_schema.as_deref());
+            let node = args
+                .node_id
+                .clone()
+                .unwrap_or_else(super::cluster::host_name);
+            let address = args
+                .advertise_url
+                .clone()
+                .unwrap_or_else(|| super::cluster::default_address(&bind_host, port));
+            let nats = publishing.as_ref().map(|(_, _, n)| n.clone());
+            Some(super::cluster::join(&pg, &node, address, args.lease_ttl_ms, nats).await?)
+        }
+        None => None,
+    };
+    let store = super::database::open(
+        args.database_url.as_deref(),
+        args.database_schema.as_deref(),
+        &home,
+        cluster.as_ref().map(|c| c.writer()),
+    )
+    .await?;
+    let gw = Gateway::new(
+        store,
+        home.clone(),
+        root,
+        config,
+        env_usize("VIS_GATEWAY_MAX_CONCURRENT_TURNS", 50),
+        env_usize("VIS_GATEWAY_EVENT_RING_MAX", 2000) as i64,
+        publishing.as_ref().map(|(sink, _, _)| sink.clone()),
+    )
+    .await?;
+    if let Some(c) = &cluster {
+        gw.join_cluster(c);
+    }
+    let publisher = publishing.map(|(_, publisher, _)| publisher);
+    let loaded = gw.load_extensions().await;
+    for f in &loaded.failures {
+        tracing::warn!(file = %f.file.display(), error = %f.error.message, "extension failed to load");
+    }
+    let recovered = gw.turns().recover().await?;
+    if recovered > 0 {
+        tracing::warn!(
+            turns = recovered,
+            "turns interrupted by the previous stop were marked failed"
+        );
+    }
+
     let proxy_port = gw.start_sandbox(vec![port]).await?;
     tracing::info!(port = proxy_port, "egress proxy listening on 127.0.0.1");
     let resumed = gw.turns().resume_backlogs().await?;
@@ -226,7 +259,13 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
         proxy_port: Some(proxy_port),
         started_at: crate::engine::now_ms(),
     })?;
-    let app = vis_companion_api::app(crate::engine::areas::areas(&gw), cfg);
+    let mut app = vis_companion_api::app(crate::engine::areas::areas(&gw), cfg);
+    if let Some(c) = &cluster {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            c.clone(),
+            crate::cluster::forward,
+        ));
+    }
     let shutdown = CancellationToken::new();
     let mut servers = vec![tokio::spawn(vis_companion_api::serve(
         listener,

@@ -310,6 +310,24 @@ impl Gateway {
     }
 
     /// The turn engine, for the binary's start (recovery at start-up).
+    /// Makes this gateway a node of `cluster` (docs/decisions.md, C4): streams of sessions
+    /// homed elsewhere are fed from the shared journal and NATS, the lease is kept alive
+    /// (the process stops when it is lost), and lost nodes' sessions are taken over.
+    pub fn join_cluster(self: &Arc<Self>, cluster: &Arc<crate::cluster::Cluster>) {
+        self.bus.set_relay(crate::bus::Relay {
+            journal: cluster.journal().clone(),
+            nats: cluster.nats().cloned(),
+        });
+        cluster.spawn_heartbeat(|why| {
+            tracing::error!(
+                why,
+                "this node lost its lease: stopping, since another node owns its sessions now"
+            );
+            std::process::exit(3);
+        });
+        cluster.spawn_watch(Arc::new(Adopter(self.turns.clone())));
+    }
+
     pub fn turns(&self) -> &Arc<Turns> {
         &self.turns
     }
@@ -352,5 +370,15 @@ impl Turns {
         while self.sessions.running_count() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// Hands sessions taken over from a lost node to the turn engine.
+struct Adopter(Arc<Turns>);
+
+#[async_trait::async_trait]
+impl crate::cluster::Adopt for Adopter {
+    async fn adopt(&self, sids: Vec<String>) {
+        self.0.adopt(&sids).await;
     }
 }

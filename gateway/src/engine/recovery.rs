@@ -5,12 +5,44 @@ use super::turn_machine::Terminal;
 use super::{now_ms, Turns};
 use crate::records::turn::Turn;
 use serde_json::json;
+use std::collections::HashSet;
 use std::sync::Arc;
 use vis_companion_api::events::{Event, HumanInputClose, LiveClose};
 
 impl Turns {
     /// Every turn still stored as running gets `turn.failed` (interrupted) (docs/decisions.md, G3).
     pub async fn recover(self: &Arc<Self>) -> anyhow::Result<usize> {
+        self.recover_in(None).await
+    }
+
+    /// Sessions just homed here from a node whose lease ran out (docs/decisions.md, C4):
+    /// their state is read afresh from the store, their running turns end as interrupted
+    /// (as after a crash) and their queues go on here.
+    pub async fn adopt(self: &Arc<Self>, sids: &[String]) {
+        for sid in sids {
+            self.sessions.forget(sid);
+        }
+        match self.store.with(crate::store::rows::max_turn_ord).await {
+            Ok(ord) => self.sessions.raise_ord(ord + 1),
+            Err(e) => tracing::warn!(error = %e, "cannot read the turn order"),
+        }
+        let only: HashSet<String> = sids.iter().cloned().collect();
+        match self.recover_in(Some(&only)).await {
+            Ok(n) if n > 0 => {
+                tracing::warn!(
+                    turns = n,
+                    "turns running on the lost node were marked failed"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "cannot settle the lost node's turns"),
+        }
+        if let Err(e) = self.resume_backlogs_in(Some(&only)).await {
+            tracing::error!(error = %e, "cannot resume the lost node's queued turns");
+        }
+    }
+
+    async fn recover_in(self: &Arc<Self>, only: Option<&HashSet<String>>) -> anyhow::Result<usize> {
         let records = self
             .store
             .with(|db| crate::store::rows::turns_with_status(db, "streaming"))
@@ -20,9 +52,15 @@ impl Turns {
             let Ok(t) = serde_json::from_str::<Turn>(&rec) else {
                 continue;
             };
+            if only.is_some_and(|o| !o.contains(&t.sid)) {
+                continue;
+            }
             let Ok(shared) = self.sessions.get(&t.sid).await else {
                 continue;
             };
+            if self.bus.is_remote(&t.sid) {
+                continue; // running on its own node
+            }
             let (sid, tid) = (t.sid.clone(), t.tid.clone());
             let open_blocks = self
                 .store
@@ -42,6 +80,13 @@ impl Turns {
     /// left off: each such session drains its oldest queued turn, so nothing submitted after
     /// the start overtakes them. Call once the sandbox runs, before the API serves.
     pub async fn resume_backlogs(self: &Arc<Self>) -> anyhow::Result<usize> {
+        self.resume_backlogs_in(None).await
+    }
+
+    async fn resume_backlogs_in(
+        self: &Arc<Self>,
+        only: Option<&HashSet<String>>,
+    ) -> anyhow::Result<usize> {
         let records = self
             .store
             .with(|db| crate::store::rows::turns_with_status(db, "queued"))
@@ -51,7 +96,7 @@ impl Turns {
             .iter()
             .filter_map(|r| serde_json::from_str::<Turn>(r).ok())
         {
-            if !sids.contains(&t.sid) {
+            if !sids.contains(&t.sid) && only.is_none_or(|o| o.contains(&t.sid)) {
                 sids.push(t.sid);
             }
         }
@@ -60,6 +105,9 @@ impl Turns {
             let Ok(shared) = self.sessions.get(&sid).await else {
                 continue;
             };
+            if self.bus.is_remote(&sid) {
+                continue; // its own node runs its queue
+            }
             let now = now_ms();
             if self.transition(&shared, |st| st.drain(now)).is_some() {
                 n += 1;

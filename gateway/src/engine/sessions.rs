@@ -81,10 +81,11 @@ impl Sessions {
                 let Some(row) = rows::get_session(db, &id)? else {
                     return Ok(None);
                 };
-                Ok(Some((row, rows::turns_of(db, &id)?)))
+                let remote = rows::homed_elsewhere(db, &id)?;
+                Ok(Some((row, rows::turns_of(db, &id)?, remote)))
             })
             .await?;
-        let Some((row, records)) = loaded else {
+        let Some((row, records, remote)) = loaded else {
             return Err(SessionError::not_found(sid));
         };
         let mut keys = HashMap::new();
@@ -104,7 +105,11 @@ impl Sessions {
         if let Some(s) = map.get(sid) {
             return Ok(s.clone());
         }
-        self.bus.open(sid, row.last_seq);
+        if remote {
+            self.bus.open_remote(sid, row.last_seq);
+        } else {
+            self.bus.open(sid, row.last_seq);
+        }
         let mut state = SessionState::new(row);
         state.queue = queue;
         state.keys = keys;
@@ -159,6 +164,12 @@ impl Sessions {
             }
         }
         Ok(turns)
+    }
+
+    /// Moves the next turn order past `ord` (turns of sessions taken over from another
+    /// node keep sorting after their earlier turns).
+    pub fn raise_ord(&self, ord: i64) {
+        self.next_ord.fetch_max(ord, Ordering::Relaxed);
     }
 
     /// Drops a session from memory and closes its streams.

@@ -22,6 +22,14 @@ impl Db<'_> {
         }
     }
 
+    /// The node identity event writes are fenced with (a cluster node on PostgreSQL).
+    pub fn fence(&self) -> Option<&vis_store::Writer> {
+        match self {
+            Db::Sqlite(_) => None,
+            Db::Postgres(p) => p.fence(),
+        }
+    }
+
     /// Runs `f` as one unit: its statements commit together or not at all. Inside the store
     /// thread's batch transaction it is a savepoint, so a failing job leaves the batch's
     /// other jobs (and, on PostgreSQL, the transaction itself) intact.

@@ -12,6 +12,9 @@ pub enum StoreError {
     },
     #[error(transparent)]
     Journal(#[from] vis_store::StoreError),
+    /// The session is not homed on this node at its lease epoch: another node owns it now.
+    #[error("session {sid} is homed on another node; this node may not write for it")]
+    Fenced { sid: String },
     #[error("the store thread has stopped")]
     Gone,
     #[error("{0}")]

@@ -64,17 +64,19 @@ impl Store {
 
     /// The store on PostgreSQL (docs/decisions.md, C3): the thread connects, brings the
     /// schema up to date and answers; the caller's worker never waits on the database.
-    /// `location` is how the database is shown (without a password).
+    /// `location` is how the database is shown (without a password). With `fence` (a node
+    /// of a cluster), every event write is checked against the session's home (C4).
     pub async fn open_postgres(
         opts: &vis_store::PgOptions,
         location: String,
+        fence: Option<vis_store::Writer>,
     ) -> StoreResult<Store> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
         let opts = opts.clone();
         std::thread::Builder::new()
             .name("vis-store".into())
-            .spawn(move || match PgConn::open(&opts) {
+            .spawn(move || match PgConn::open(&opts, fence) {
                 Ok(conn) => {
                     let _ = ready_tx.send(Ok(()));
                     run(Conn::Postgres(Box::new(conn)), rx)
@@ -359,7 +361,7 @@ pub mod test_support {
         let schema = format!("vis_gw_{label}_{}", uuid::Uuid::new_v4().simple());
         let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema.clone());
         let guard = PgSchema::new(schema);
-        let store = Store::open_postgres(&opts, String::new())
+        let store = Store::open_postgres(&opts, String::new(), None)
             .await
             .expect("store on PostgreSQL");
         Some((store, guard))
@@ -616,8 +618,8 @@ mod tests {
             let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema);
             // Two nodes start together on an empty schema.
             let (a, b) = tokio::join!(
-                Store::open_postgres(&opts, String::new()),
-                Store::open_postgres(&opts, String::new())
+                Store::open_postgres(&opts, String::new(), None),
+                Store::open_postgres(&opts, String::new(), None)
             );
             let (a, b) = (a.expect("first node"), b.expect("second node"));
             async fn versions(store: &Store) -> StoreResult<Vec<i32>> {

@@ -208,12 +208,15 @@ pub struct PgConn {
     /// No statement ran since the job's savepoint: an atomic unit opened now can use it.
     fresh: bool,
     opts: PgOptions,
+    /// This node's identity when nodes share the database: every event write checks that
+    /// the session is homed here at this lease epoch (docs/decisions.md, C4).
+    fence: Option<vis_store::Writer>,
 }
 
 impl PgConn {
     /// Connects and brings the schema up to date (the journal's migrations, then the
     /// gateway's). Call on the store thread: it makes the thread's own runtime.
-    pub fn open(opts: &PgOptions) -> StoreResult<PgConn> {
+    pub fn open(opts: &PgOptions, fence: Option<vis_store::Writer>) -> StoreResult<PgConn> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -248,6 +251,7 @@ impl PgConn {
             savepoint_pending: false,
             fresh: false,
             opts: opts.clone(),
+            fence,
         })
     }
 
@@ -255,9 +259,14 @@ impl PgConn {
     /// before a batch). The old one's prepared statements went with it.
     pub fn reconnect_if_closed(&mut self) -> StoreResult<()> {
         if self.client.is_closed() {
-            *self = PgConn::open(&self.opts)?;
+            *self = PgConn::open(&self.opts, self.fence.take())?;
         }
         Ok(())
+    }
+
+    /// The writer every event write is checked against, when nodes share the database.
+    pub fn fence(&self) -> Option<&vis_store::Writer> {
+        self.fence.as_ref()
     }
 
     /// Whether a transaction the store thread began is open.

@@ -3,7 +3,7 @@
 //! agree, both side by side (`Db::pick`) where they do not.
 
 use super::sql::AnyRow;
-use super::{Db, StoreResult};
+use super::{Db, StoreError, StoreResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use vis_companion_api::events::EventKind;
@@ -119,6 +119,14 @@ pub fn put_session(db: &mut Db, s: &SessionRow) -> StoreResult<()> {
             &s.cancel_floor,
         ],
     )?;
+    // A cluster node homes the sessions it makes (C4).
+    if let Some(w) = db.fence() {
+        let (node, epoch) = (w.node.as_str().to_string(), w.epoch);
+        db.exec(
+            "UPDATE sessions SET home_node = ?2, home_epoch = ?3 WHERE id = ?1 AND home_node IS NULL",
+            &[&s.id, &node, &epoch],
+        )?;
+    }
     Ok(())
 }
 
@@ -201,8 +209,53 @@ pub fn max_turn_ord(db: &mut Db) -> StoreResult<i64> {
         .unwrap_or(0))
 }
 
-/// Raises the session's stored seq high-water to `seq`.
+/// Whether the session is homed on another node than this one (a cluster node's store;
+/// always false on a single node, and for a session no node owns yet).
+pub fn homed_elsewhere(db: &mut Db, sid: &str) -> StoreResult<bool> {
+    let Some(me) = db.fence().map(|w| w.node.as_str().to_string()) else {
+        return Ok(false);
+    };
+    let home: Option<Option<String>> =
+        db.value("SELECT home_node FROM sessions WHERE id = ?1", &[&sid])?;
+    Ok(home.flatten().is_some_and(|n| n != me))
+}
+
+/// The session's running turn as the store has it: its id and the seq of the last
+/// `turn.started` (what a stream of a session running on another node joins at).
+pub fn running_turn(db: &mut Db, sid: &str) -> StoreResult<Option<(String, i64)>> {
+    let tid: Option<String> = db.value(
+        "SELECT tid FROM turns WHERE sid = ?1 AND status = 'streaming' ORDER BY ord DESC LIMIT 1",
+        &[&sid],
+    )?;
+    let Some(tid) = tid else { return Ok(None) };
+    let started: Option<Option<i64>> = db.value(
+        "SELECT MAX(seq) FROM events WHERE sid = ?1 AND type = 'turn.started'",
+        &[&sid],
+    )?;
+    Ok(Some((tid, started.flatten().unwrap_or(0))))
+}
+
+/// Raises the session's stored seq high-water to `seq`. On a cluster node the same
+/// statement is the fence (docs/decisions.md, C4): it changes the row only while the session
+/// is homed on this node at its lease epoch (a session no node owns yet is claimed), and
+/// [`StoreError::Fenced`] answers otherwise, so the job writes nothing.
 pub fn bump_high_water(db: &mut Db, sid: &str, seq: i64) -> StoreResult<()> {
+    if let Some(w) = db.fence() {
+        let (node, epoch) = (w.node.as_str().to_string(), w.epoch);
+        let changed = db.exec(
+            "UPDATE sessions SET last_seq = GREATEST(last_seq, ?2), \
+             home_node = COALESCE(home_node, ?3), \
+             home_epoch = CASE WHEN home_node IS NULL THEN ?4 ELSE home_epoch END \
+             WHERE id = ?1 AND (home_node IS NULL OR (home_node = ?3 AND home_epoch = ?4))",
+            &[&sid, &seq, &node, &epoch],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::Fenced {
+                sid: sid.to_string(),
+            });
+        }
+        return Ok(());
+    }
     let sql = db.pick(
         "UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1",
         "UPDATE sessions SET last_seq = GREATEST(last_seq, ?2) WHERE id = ?1",
@@ -224,7 +277,8 @@ pub fn insert_event(
     retain: i64,
     seq_kept: bool,
 ) -> StoreResult<()> {
-    if !seq_kept || data.is_some() {
+    // A cluster node always runs the fenced bump: it is what refuses the write.
+    if !seq_kept || data.is_some() || db.fence().is_some() {
         bump_high_water(db, sid, seq)?;
     }
     let Some(data) = data else { return Ok(()) };

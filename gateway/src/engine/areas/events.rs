@@ -15,11 +15,27 @@ impl EventsApi for GatewayAreas {
         kick: CancellationToken,
     ) -> ApiResult<Subscription> {
         let shared = self.0.sessions.get(sid).await?;
-        let running = shared
-            .lock()
-            .running
-            .as_ref()
-            .map(|r| (r.turn.tid.clone(), r.started_seq));
+        let running = if self.0.bus.is_remote(sid) {
+            // Running on the session's home node: the store says which turn, and how far.
+            let id = sid.to_string();
+            let (stored, running) = self
+                .0
+                .store
+                .with(move |db| {
+                    let stored =
+                        crate::store::rows::get_session(db, &id)?.map_or(0, |r| r.last_seq);
+                    Ok((stored, crate::store::rows::running_turn(db, &id)?))
+                })
+                .await?;
+            self.0.bus.catch_up_remote(sid, stored);
+            running
+        } else {
+            shared
+                .lock()
+                .running
+                .as_ref()
+                .map(|r| (r.turn.tid.clone(), r.started_seq))
+        };
         self.0
             .bus
             .try_subscribe(sid, cursor.0, running, kick)
@@ -46,6 +62,15 @@ impl EventsApi for GatewayAreas {
             } else {
                 Err(ApiError::session_not_found(sid))
             };
+        }
+        if self.0.bus.is_remote(sid) {
+            let id = sid.to_string();
+            let stored = self
+                .0
+                .store
+                .with(move |db| crate::store::rows::get_session(db, &id))
+                .await?;
+            return Ok(stored.map_or(0, |r| r.last_seq));
         }
         self.0
             .bus
