@@ -326,7 +326,10 @@ impl Bus {
         };
         if start_relay {
             match self.relay.get() {
-                Some(relay) => relay.start(sid, &chan, high),
+                Some(relay) => {
+                    let target: Arc<dyn relay::Target> = chan.clone();
+                    relay.start(sid, &target, high)
+                }
                 None => chan.lock().relaying = false,
             }
         }
@@ -425,6 +428,31 @@ fn deliver(chan: &Mutex<Channel>, frame: Frame) {
             Err(PushError::Closed) => false,
         }
     });
+}
+
+/// A remote session's channel, fed by its relay.
+impl relay::Target for Mutex<Channel> {
+    fn hand(&self, frame: Frame) {
+        {
+            let mut ch = self.lock();
+            ch.seq = ch.seq.max(frame.seq);
+        }
+        deliver(self, frame);
+    }
+
+    fn listened(&self) -> bool {
+        !self.lock().sinks.is_empty()
+    }
+
+    fn skipped(&self, to: i64) {
+        let mut ch = self.lock();
+        ch.seq = ch.seq.max(to);
+        ch.durable = ch.durable.max(to);
+    }
+
+    fn stopped(&self) {
+        self.lock().relaying = false;
+    }
 }
 
 #[cfg(test)]

@@ -65,6 +65,9 @@ enum Cmd {
     /// Python extensions of the running gateway.
     #[command(subcommand)]
     Extension(cli::client::ExtensionCmd),
+    /// Move the store between files and engines (JSON lines), e.g. a home onto PostgreSQL.
+    #[command(subcommand)]
+    Store(cli::transfer::StoreCmd),
     /// Internal: an extension worker process (embedded CPython), driven by the gateway.
     #[command(hide = true)]
     Worker(extensions::worker::WorkerArgs),
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Cmd::Exec(a) => cli::client::exec(args.home, a),
         Cmd::Proxy(a) => cli::client::proxy(a),
         Cmd::Extension(c) => cli::client::extension(args.home, c),
+        Cmd::Store(c) => cli::transfer::run(args.home, c),
         Cmd::Worker(a) => extensions::worker::run(args.home, a),
     };
     match result {

@@ -8,8 +8,6 @@
 //! task ends when the channel goes (the session is taken over here, or dropped) or has had
 //! no subscriber for [`IDLE`].
 
-use super::{deliver, Channel};
-use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use vis_companion_api::Frame;
@@ -23,6 +21,20 @@ const IDLE: Duration = Duration::from_secs(30);
 /// Events read per journal query.
 const PAGE: usize = 512;
 
+/// What a relay feeds: a remote session's channel (the bus implements it).
+pub trait Target: Send + Sync + 'static {
+    /// Hands one of the home node's events, as its frame, to the channel's streams.
+    fn hand(&self, frame: Frame);
+    /// Whether a stream listens now.
+    fn listened(&self) -> bool;
+    /// The events through `to` were trimmed from the journal before they were read.
+    fn skipped(&self, to: i64);
+    /// The relay stopped: a new subscriber starts another.
+    fn stopped(&self);
+}
+
+type Fed = Weak<dyn Target>;
+
 /// Where a cluster node takes other nodes' events from.
 #[derive(Clone)]
 pub struct Relay {
@@ -32,7 +44,7 @@ pub struct Relay {
 
 impl Relay {
     /// Starts feeding `chan` (session `sid`) with the events after `from`.
-    pub(super) fn start(&self, sid: &str, chan: &Arc<Mutex<Channel>>, from: i64) {
+    pub fn start(&self, sid: &str, chan: &Arc<dyn Target>, from: i64) {
         let (this, sid, weak) = (self.clone(), sid.to_string(), Arc::downgrade(chan));
         tokio::spawn(async move {
             let why = match &this.nats {
@@ -40,7 +52,7 @@ impl Relay {
                 None => poll(&this.journal, &sid, &weak, from).await,
             };
             if let Some(chan) = weak.upgrade() {
-                chan.lock().relaying = false;
+                chan.stopped();
             }
             tracing::debug!(session = sid, why, "relay of a remote session stopped");
         });
@@ -49,22 +61,18 @@ impl Relay {
 
 /// Hands one of the home node's events to the channel's streams; false once the channel
 /// is gone or idle (the relay ends).
-fn hand(weak: &Weak<Mutex<Channel>>, ev: Event, idle_since: &mut Option<Instant>) -> bool {
+fn hand(weak: &Fed, ev: Event, idle_since: &mut Option<Instant>) -> bool {
     let Some(chan) = weak.upgrade() else {
         return false;
     };
-    {
-        let mut ch = chan.lock();
-        ch.seq = ch.seq.max(ev.seq);
-    }
     let bytes = vis_events::format_frame(Some(ev.seq), &ev.kind, &ev.data);
-    deliver(&chan, Frame { seq: ev.seq, bytes });
-    still_wanted(&chan, idle_since)
+    chan.hand(Frame { seq: ev.seq, bytes });
+    still_wanted(chan.as_ref(), idle_since)
 }
 
 /// Whether someone still listens (or stopped less than [`IDLE`] ago).
-fn still_wanted(chan: &Mutex<Channel>, idle_since: &mut Option<Instant>) -> bool {
-    if !chan.lock().sinks.is_empty() {
+fn still_wanted(chan: &dyn Target, idle_since: &mut Option<Instant>) -> bool {
+    if chan.listened() {
         *idle_since = None;
         return true;
     }
@@ -72,13 +80,7 @@ fn still_wanted(chan: &Mutex<Channel>, idle_since: &mut Option<Instant>) -> bool
     since.elapsed() < IDLE
 }
 
-async fn follow(
-    nats: &Nats,
-    journal: &Journal,
-    sid: &str,
-    weak: &Weak<Mutex<Channel>>,
-    from: i64,
-) -> &'static str {
+async fn follow(nats: &Nats, journal: &Journal, sid: &str, weak: &Fed, from: i64) -> &'static str {
     let mut follower = match nats.follow(journal.clone(), sid, from).await {
         Ok(f) => f,
         Err(e) => {
@@ -100,9 +102,7 @@ async fn follow(
                 let Some(chan) = weak.upgrade() else {
                     return "channel closed";
                 };
-                let mut ch = chan.lock();
-                ch.seq = ch.seq.max(to);
-                ch.durable = ch.durable.max(to);
+                chan.skipped(to);
             }
             Ok(Some(Err(e))) => {
                 tracing::warn!(session = sid, error = %e, "following the session failed");
@@ -113,7 +113,7 @@ async fn follow(
                 let Some(chan) = weak.upgrade() else {
                     return "channel closed";
                 };
-                if !still_wanted(&chan, &mut idle_since) {
+                if !still_wanted(chan.as_ref(), &mut idle_since) {
                     return "no subscriber";
                 }
             }
@@ -121,12 +121,7 @@ async fn follow(
     }
 }
 
-async fn poll(
-    journal: &Journal,
-    sid: &str,
-    weak: &Weak<Mutex<Channel>>,
-    mut last: i64,
-) -> &'static str {
+async fn poll(journal: &Journal, sid: &str, weak: &Fed, mut last: i64) -> &'static str {
     let mut idle_since = None;
     loop {
         match journal.range(sid, last, PAGE).await {
@@ -147,7 +142,7 @@ async fn poll(
         let Some(chan) = weak.upgrade() else {
             return "channel closed";
         };
-        if !still_wanted(&chan, &mut idle_since) {
+        if !still_wanted(chan.as_ref(), &mut idle_since) {
             return "no subscriber";
         }
         drop(chan);

@@ -68,7 +68,12 @@ pub(super) async fn join(
         .await
         .map_err(|_| anyhow::anyhow!("no answer within 15 s"))
         .and_then(|r| r.map_err(anyhow::Error::from))
-        .with_context(|| format!("cannot register node {node} on the database"))?;
+        .with_context(|| {
+            format!(
+                "cannot open the PostgreSQL store at {} (registering node {node})",
+                super::database::redacted(&pg.url)
+            )
+        })?;
     tracing::info!(
         node,
         address = %shown,

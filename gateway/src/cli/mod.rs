@@ -7,3 +7,4 @@ mod http;
 pub mod logging;
 mod nats;
 pub mod start;
+pub mod transfer;

@@ -263,7 +263,7 @@ async fn serve(home_flag: Option<PathBuf>, args: StartArgs) -> Result<ExitCode> 
     if let Some(c) = &cluster {
         app = app.layer(axum::middleware::from_fn_with_state(
             c.clone(),
-            crate::cluster::forward,
+            crate::engine::routes::cluster::forward,
         ));
     }
     let shutdown = CancellationToken::new();

@@ -7,17 +7,12 @@
 //! back. The event streams (`events`, `events-since`, `seq`, `egress`) are served by any
 //! node from the shared journal. Every answer says which node gave it (`vis-node`).
 
-use super::Cluster;
+use super::node::Cluster;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::extract::Request;
+use axum::http::{header, HeaderName, HeaderValue, Method, Uri};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
-use std::sync::Arc;
-use std::time::Duration;
-use vis_companion_api::ApiError;
+use axum::response::Response;
 
 /// The node that answered (on every response of a cluster node).
 pub const NODE_HEADER: &str = "vis-node";
@@ -26,15 +21,6 @@ const FORWARDED_BY: &str = "vis-forwarded-by";
 
 /// Session routes any node serves from the shared journal.
 const SERVED_ANYWHERE: &[&str] = &["events", "events-since", "seq", "egress"];
-
-pub(super) type Client = hyper_util::client::legacy::Client<HttpConnector, Body>;
-
-pub(super) fn client() -> Client {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(Duration::from_secs(3)));
-    http.set_nodelay(true);
-    hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(http)
-}
 
 /// The session a request is about, unless any node may answer it.
 fn homed_session(method: &Method, path: &str) -> Option<String> {
@@ -49,28 +35,26 @@ fn homed_session(method: &Method, path: &str) -> Option<String> {
     Some(sid.to_string())
 }
 
-/// The middleware: answers here, or carries the request to the session's home.
-pub async fn forward(State(cluster): State<Arc<Cluster>>, req: Request, next: Next) -> Response {
-    let mut resp = match route(&cluster, req, next).await {
-        Ok(resp) => resp,
-        Err(e) => e.into_response(),
-    };
-    if !resp.headers().contains_key(NODE_HEADER) {
-        if let Ok(v) = HeaderValue::from_str(cluster.node().as_str()) {
-            resp.headers_mut().insert(NODE_HEADER, v);
-        }
-    }
-    resp
+/// Why a request about a session could not be answered here or carried to its home.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The shared database could not be read.
+    Database(String),
+    /// The session's home cannot answer now (its lease ran out, it cannot be reached, or
+    /// the session moved while the request was on its way): a live node takes it over
+    /// within the lease time, so the client should retry.
+    Unavailable { sid: String, message: String },
 }
 
-async fn route(cluster: &Cluster, req: Request, next: Next) -> Result<Response, ApiError> {
+/// Answers a request here, or carries it to the session's home node (the HTTP mapping of
+/// [`ForwardError`] and the `vis-node` header are the adapter's).
+pub async fn route(cluster: &Cluster, req: Request, next: Next) -> Result<Response, ForwardError> {
     let Some(sid) = homed_session(req.method(), req.uri().path()) else {
         return Ok(next.run(req).await);
     };
-    let home = cluster
-        .home(&sid)
-        .await
-        .map_err(|e| ApiError::engine(format!("cannot read the home of session {sid}: {e}")))?;
+    let home = cluster.home(&sid).await.map_err(|e| {
+        ForwardError::Database(format!("cannot read the home of session {sid}: {e}"))
+    })?;
     let node = match home.and_then(|h| h.node) {
         Some(node) if &node != cluster.node() => node,
         // Here, unknown (404 from the routes), or owned by no node (claimed by the first
@@ -86,7 +70,7 @@ async fn route(cluster: &Cluster, req: Request, next: Next) -> Result<Response, 
     let Some(address) = cluster
         .live_address(&node)
         .await
-        .map_err(|e| ApiError::engine(format!("cannot read the cluster's leases: {e}")))?
+        .map_err(|e| ForwardError::Database(format!("cannot read the cluster's leases: {e}")))?
     else {
         return Err(unavailable(
             &sid,
@@ -122,7 +106,7 @@ async fn carry(cluster: &Cluster, req: Request, address: &str) -> Result<Respons
             .insert(HeaderName::from_static(FORWARDED_BY), v);
     }
     let resp = cluster
-        .http
+        .http()
         .request(Request::from_parts(parts, body))
         .await
         .map_err(|e| format!("cannot reach it: {e}"))?;
@@ -143,15 +127,11 @@ const HOP_BY_HOP: &[HeaderName] = &[
     header::UPGRADE,
 ];
 
-/// 503 with a retry hint: the session's node cannot answer now.
-fn unavailable(sid: &str, message: String) -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "session_node_unavailable",
+fn unavailable(sid: &str, message: String) -> ForwardError {
+    ForwardError::Unavailable {
+        sid: sid.to_string(),
         message,
-    )
-    .with("session_id", sid)
-    .with("retry_after_s", 2)
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The node's lease kept alive, and lost nodes taken over.
 
-use super::Cluster;
+use super::node::Cluster;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;

@@ -23,6 +23,15 @@ async fn write_event(store: &Store, sid: &str, seq: i64) -> Result<(), StoreErro
         .await
 }
 
+/// The same write outside a unit of its own: the bump and the insert go out together, so
+/// the insert must check the fence too.
+async fn write_event_unguarded(store: &Store, sid: &str, seq: i64) -> Result<(), StoreError> {
+    let sid = sid.to_string();
+    store
+        .with(move |db| rows::insert_event(db, &sid, seq, "turn.queued", Some("{}"), 100, false))
+        .await
+}
+
 async fn stored_seqs(store: &Store, sid: &str) -> Vec<i64> {
     let sid = sid.to_string();
     let (_, evs) = store
@@ -69,6 +78,11 @@ async fn a_node_writes_only_for_sessions_homed_on_it_at_its_lease_epoch() {
         Some(NodeId::new("a"))
     );
     let refused = write_event(&store_b, "s1", 2).await;
+    assert!(
+        matches!(refused, Err(StoreError::Fenced { .. })),
+        "{refused:?}"
+    );
+    let refused = write_event_unguarded(&store_b, "s1", 3).await;
     assert!(
         matches!(refused, Err(StoreError::Fenced { .. })),
         "{refused:?}"

@@ -11,6 +11,7 @@ pub(crate) mod migrations;
 pub mod pg;
 pub mod rows;
 pub mod sql;
+pub mod transfer;
 
 pub use db::Db;
 pub use error::{StoreError, StoreResult};

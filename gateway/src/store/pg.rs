@@ -207,6 +207,10 @@ pub struct PgConn {
     savepoint_pending: bool,
     /// No statement ran since the job's savepoint: an atomic unit opened now can use it.
     fresh: bool,
+    /// The last job's savepoint is not released yet: its `RELEASE` goes out with the next
+    /// request (a `COMMIT` releases it anyway), so a job that succeeds costs no round trip
+    /// of its own to close.
+    release_pending: bool,
     opts: PgOptions,
     /// This node's identity when nodes share the database: every event write checks that
     /// the session is homed here at this lease epoch (docs/decisions.md, C4).
@@ -250,6 +254,7 @@ impl PgConn {
             in_tx: false,
             savepoint_pending: false,
             fresh: false,
+            release_pending: false,
             opts: opts.clone(),
             fence,
         })
@@ -282,11 +287,13 @@ impl PgConn {
 
     pub fn commit(&mut self) -> StoreResult<()> {
         self.in_tx = false;
+        self.release_pending = false;
         self.batch("COMMIT")
     }
 
     pub fn rollback(&mut self) -> StoreResult<()> {
         self.in_tx = false;
+        self.release_pending = false;
         self.batch("ROLLBACK")
     }
 
@@ -306,6 +313,10 @@ impl PgConn {
         let sent = !std::mem::take(&mut self.savepoint_pending);
         self.fresh = false;
         if !sent {
+            return out;
+        }
+        if out.is_ok() {
+            self.release_pending = true;
             return out;
         }
         if self.batch("RELEASE SAVEPOINT job").is_err() {
@@ -378,13 +389,39 @@ impl PgConn {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<u64> {
-        let (st, savepoint) = self.ready(sql)?;
+        let (st, prefix) = self.ready(sql)?;
         pipelined(
             &self.rt,
             &self.client,
-            savepoint,
+            prefix,
             self.client.execute(&st, params),
         )
+    }
+
+    /// Runs statements in order, sent together (one round trip, with the job's savepoint);
+    /// answers each one's changed rows, or the first failure (PostgreSQL refuses the rest
+    /// of a transaction after one).
+    pub fn execute_all(
+        &mut self,
+        stmts: &[(&'static str, &[&(dyn ToSql + Sync)])],
+    ) -> StoreResult<Vec<u64>> {
+        let mut prepared = Vec::with_capacity(stmts.len());
+        for (sql, _) in stmts {
+            prepared.push(self.statement(sql)?);
+        }
+        let prefix = self.prefix();
+        let client = &self.client;
+        let all = futures::future::join_all(
+            prepared
+                .iter()
+                .zip(stmts)
+                .map(|(st, (_, params))| client.execute(st, params)),
+        );
+        let results = pipelined(&self.rt, client, prefix, async { Ok(all.await) })?;
+        results
+            .into_iter()
+            .map(|r| r.map_err(StoreError::from))
+            .collect()
     }
 
     pub fn query(
@@ -392,19 +429,31 @@ impl PgConn {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<Row>> {
-        let (st, savepoint) = self.ready(sql)?;
+        let (st, prefix) = self.ready(sql)?;
         pipelined(
             &self.rt,
             &self.client,
-            savepoint,
+            prefix,
             self.client.query(&st, params),
         )
     }
 
-    /// The prepared statement, and whether the job's savepoint goes out with it.
-    fn ready(&mut self, sql: &'static str) -> StoreResult<(Statement, bool)> {
+    /// The prepared statement, and what goes out before it (see [`PgConn::prefix`]).
+    fn ready(&mut self, sql: &'static str) -> StoreResult<(Statement, Option<&'static str>)> {
         let st = self.statement(sql)?;
-        Ok((st, self.take_savepoint()))
+        Ok((st, self.prefix()))
+    }
+
+    /// What must go out before the statement about to run, in the same round trip: the
+    /// last job's deferred `RELEASE` and this job's `SAVEPOINT`.
+    fn prefix(&mut self) -> Option<&'static str> {
+        let release = std::mem::take(&mut self.release_pending);
+        match (release, self.take_savepoint()) {
+            (true, true) => Some("RELEASE SAVEPOINT job; SAVEPOINT job"),
+            (true, false) => Some("RELEASE SAVEPOINT job"),
+            (false, true) => Some("SAVEPOINT job"),
+            (false, false) => None,
+        }
     }
 
     /// Whether the job's savepoint must go out now (and from here on, none is pending);
@@ -414,27 +463,29 @@ impl PgConn {
         std::mem::take(&mut self.savepoint_pending)
     }
 
-    /// Statements without parameters (transaction control).
+    /// Statements without parameters (transaction control), after the last job's deferred
+    /// `RELEASE` if any.
     pub fn batch(&mut self, sql: &str) -> StoreResult<()> {
+        if std::mem::take(&mut self.release_pending) {
+            let both = format!("RELEASE SAVEPOINT job; {sql}");
+            return Ok(self.rt.block_on(self.client.batch_execute(&both))?);
+        }
         Ok(self.rt.block_on(self.client.batch_execute(sql))?)
     }
 }
 
-/// Runs `op`, after the job's `SAVEPOINT` when `savepoint`: both requests go out together
+/// Runs `op`, after `prefix` (transaction control) if any: both requests go out together
 /// (the client pipelines requests polled together), one round trip instead of two.
 fn pipelined<R>(
     rt: &tokio::runtime::Runtime,
     client: &Client,
-    savepoint: bool,
+    prefix: Option<&'static str>,
     op: impl std::future::Future<Output = Result<R, tokio_postgres::Error>>,
 ) -> StoreResult<R> {
-    if !savepoint {
+    let Some(prefix) = prefix else {
         return Ok(rt.block_on(op)?);
-    }
-    let (sp, out) = rt.block_on(futures::future::join(
-        client.batch_execute("SAVEPOINT job"),
-        op,
-    ));
+    };
+    let (sp, out) = rt.block_on(futures::future::join(client.batch_execute(prefix), op));
     sp?;
     Ok(out?)
 }

@@ -2,7 +2,7 @@
 //! state, run on the store thread, on either engine: one statement where the dialects
 //! agree, both side by side (`Db::pick`) where they do not.
 
-use super::sql::AnyRow;
+use super::sql::{AnyRow, Param};
 use super::{Db, StoreError, StoreResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -235,39 +235,36 @@ pub fn running_turn(db: &mut Db, sid: &str) -> StoreResult<Option<(String, i64)>
     Ok(Some((tid, started.flatten().unwrap_or(0))))
 }
 
-/// Raises the session's stored seq high-water to `seq`. On a cluster node the same
-/// statement is the fence (docs/decisions.md, C4): it changes the row only while the session
-/// is homed on this node at its lease epoch (a session no node owns yet is claimed), and
-/// [`StoreError::Fenced`] answers otherwise, so the job writes nothing.
+/// The fenced high-water update of a cluster node (docs/decisions.md, C4): it changes the
+/// row only while the session is homed on this node at its lease epoch (a session no node
+/// owns yet is claimed), so no matched row means the write must be refused.
+const FENCED_BUMP: &str = "UPDATE sessions SET last_seq = GREATEST(last_seq, ?2), \
+     home_node = COALESCE(home_node, ?3), \
+     home_epoch = CASE WHEN home_node IS NULL THEN ?4 ELSE home_epoch END \
+     WHERE id = ?1 AND (home_node IS NULL OR (home_node = ?3 AND home_epoch = ?4))";
+const BUMP_SQLITE: &str = "UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1";
+const BUMP_POSTGRES: &str = "UPDATE sessions SET last_seq = GREATEST(last_seq, ?2) WHERE id = ?1";
+const INSERT_EVENT: &str = "INSERT INTO events (sid, seq, type, data) VALUES (?1, ?2, ?3, ?4) \
+     ON CONFLICT (sid, seq) DO UPDATE SET type = excluded.type, data = excluded.data";
+/// The cluster node's insert, sent in the same round trip as [`FENCED_BUMP`]: it writes
+/// only while the session is homed here at this epoch, so a refused bump never leaves its
+/// event behind (inside or outside a transaction). PostgreSQL only.
+const FENCED_INSERT: &str = "INSERT INTO events (sid, seq, type, data) \
+     SELECT ?1::text, ?2::bigint, ?3::text, ?4::text \
+     WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND home_node = ?5 AND home_epoch = ?6) \
+     ON CONFLICT (sid, seq) DO UPDATE SET type = excluded.type, data = excluded.data";
+
+/// Raises the session's stored seq high-water to `seq`; on a cluster node this is the
+/// fence: [`StoreError::Fenced`] when the session is not homed here, and nothing changes.
 pub fn bump_high_water(db: &mut Db, sid: &str, seq: i64) -> StoreResult<()> {
-    if let Some(w) = db.fence() {
-        let (node, epoch) = (w.node.as_str().to_string(), w.epoch);
-        let changed = db.exec(
-            "UPDATE sessions SET last_seq = GREATEST(last_seq, ?2), \
-             home_node = COALESCE(home_node, ?3), \
-             home_epoch = CASE WHEN home_node IS NULL THEN ?4 ELSE home_epoch END \
-             WHERE id = ?1 AND (home_node IS NULL OR (home_node = ?3 AND home_epoch = ?4))",
-            &[&sid, &seq, &node, &epoch],
-        )?;
-        if changed == 0 {
-            return Err(StoreError::Fenced {
-                sid: sid.to_string(),
-            });
-        }
-        return Ok(());
-    }
-    let sql = db.pick(
-        "UPDATE sessions SET last_seq = MAX(last_seq, ?2) WHERE id = ?1",
-        "UPDATE sessions SET last_seq = GREATEST(last_seq, ?2) WHERE id = ?1",
-    );
-    db.exec(sql, &[&sid, &seq])?;
-    Ok(())
+    insert_event(db, sid, seq, "", None, 0, false)
 }
 
 /// Records an event: bumps the session's seq high-water (unless `seq_kept` says a row
 /// written with the event keeps the seq: egress rows, which the session's high-water on
-/// load includes) and, for stored events, appends it to the journal and trims the journal
-/// to `retain` rows.
+/// load includes; a cluster node always runs its fenced bump, which is what refuses the
+/// write) and, for stored events, appends it to the journal (in the same round trip on
+/// PostgreSQL) and trims the journal to `retain` rows.
 pub fn insert_event(
     db: &mut Db,
     sid: &str,
@@ -277,20 +274,49 @@ pub fn insert_event(
     retain: i64,
     seq_kept: bool,
 ) -> StoreResult<()> {
-    // A cluster node always runs the fenced bump: it is what refuses the write.
-    if !seq_kept || data.is_some() || db.fence().is_some() {
-        bump_high_water(db, sid, seq)?;
+    let fence = db.fence().map(|w| (w.node.as_str().to_string(), w.epoch));
+    let bump_sql = match fence {
+        Some(_) => FENCED_BUMP,
+        None => db.pick(BUMP_SQLITE, BUMP_POSTGRES),
+    };
+    let fenced_args;
+    let bump: (&'static str, &[&dyn Param]) = match &fence {
+        Some((node, epoch)) => {
+            fenced_args = [&sid as &dyn Param, &seq, node, epoch];
+            (bump_sql, &fenced_args)
+        }
+        None => (bump_sql, &[&sid, &seq]),
+    };
+    let plain_args;
+    let fenced_insert_args;
+    let insert: Option<(&'static str, &[&dyn Param])> = match (&data, &fence) {
+        (None, _) => None,
+        (Some(d), None) => {
+            plain_args = [&sid as &dyn Param, &seq, &kind, d];
+            Some((INSERT_EVENT, &plain_args))
+        }
+        (Some(d), Some((node, epoch))) => {
+            fenced_insert_args = [&sid as &dyn Param, &seq, &kind, d, node, epoch];
+            Some((FENCED_INSERT, &fenced_insert_args))
+        }
+    };
+    let mut stmts: Vec<(&'static str, &[&dyn Param])> = Vec::with_capacity(2);
+    if !seq_kept || data.is_some() || fence.is_some() {
+        stmts.push(bump);
     }
-    let Some(data) = data else { return Ok(()) };
-    db.exec(
-        "INSERT INTO events (sid, seq, type, data) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (sid, seq) DO UPDATE SET type = excluded.type, data = excluded.data",
-        &[&sid, &seq, &kind, &data],
-    )?;
-    // Trim in steps so the delete runs once per `step` inserts, not on every event.
-    let step = (retain / 16).max(1);
-    if seq % step == 0 {
-        trim(db, sid, retain)?;
+    stmts.extend(insert);
+    let changed = db.exec_all(&stmts)?;
+    if fence.is_some() && changed.first() == Some(&0) {
+        return Err(StoreError::Fenced {
+            sid: sid.to_string(),
+        });
+    }
+    if data.is_some() {
+        // Trim in steps so the delete runs once per `step` inserts, not on every event.
+        let step = (retain / 16).max(1);
+        if seq % step == 0 {
+            trim(db, sid, retain)?;
+        }
     }
     Ok(())
 }
