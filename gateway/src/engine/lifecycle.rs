@@ -174,7 +174,12 @@ impl Turns {
             (Ok(s.record), s.effects)
         });
         match answer {
-            Ok(record) => Ok((false, record)),
+            Ok(record) => {
+                // Answered once the turn's row is committed: an accepted turn (and its
+                // idempotency key) survives a crash or a node's loss right after the answer.
+                self.store.flush().await;
+                Ok((false, record))
+            }
             Err(r) => self.replayed(sid, r).await,
         }
     }
