@@ -237,6 +237,8 @@ fn row(name: &str, w: &Window) -> String {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // reqwest is built without a default TLS provider in this workspace.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut args = std::env::args().skip(1);
     let bin = std::path::PathBuf::from(
         args.next()
