@@ -54,22 +54,19 @@ impl Db<'_> {
     /// Runs statements in order; answers each one's changed rows. On PostgreSQL they go
     /// out together, in one round trip.
     pub fn exec_all(&mut self, stmts: &[(&'static str, &[&dyn Param])]) -> StoreResult<Vec<u64>> {
-        match self {
-            Db::Sqlite(c) => stmts
+        let Db::Postgres(p) = self else {
+            return stmts
                 .iter()
-                .map(|(sql, args)| Ok(c.prepare_cached(sql)?.execute(sqlite_args(args))? as u64))
-                .collect(),
-            Db::Postgres(p) => {
-                let args: Vec<_> = stmts.iter().map(|(_, a)| pg_args(a)).collect();
-                let with: Vec<(&'static str, &[&(dyn tokio_postgres::types::ToSql + Sync)])> =
-                    stmts
-                        .iter()
-                        .zip(&args)
-                        .map(|((sql, _), a)| (*sql, a.as_slice()))
-                        .collect();
-                p.execute_all(&with)
-            }
-        }
+                .map(|(sql, args)| self.exec(sql, args))
+                .collect();
+        };
+        let args: Vec<_> = stmts.iter().map(|(_, a)| pg_args(a)).collect();
+        let with: Vec<(&'static str, &[&(dyn tokio_postgres::types::ToSql + Sync)])> = stmts
+            .iter()
+            .zip(&args)
+            .map(|((sql, _), a)| (*sql, a.as_slice()))
+            .collect();
+        p.execute_all(&with)
     }
 
     /// Every row of a query, each read by `f`.

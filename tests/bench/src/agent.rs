@@ -26,14 +26,9 @@ use vis_tests::{is_summary_request, FixtureLlm, Script};
 
 impl Gw {
     async fn session(&self, root: &Path, model: Option<&str>) -> Result<String> {
-        let v: Value = self
-            .req(reqwest::Method::POST, "/v1/sessions")
-            .json(&json!({"root": root, "channel": "api"}))
-            .send()
-            .await?
-            .json()
+        let sid = self
+            .create_session(json!({"root": root, "channel": "api"}))
             .await?;
-        let sid = v["id"].as_str().context("session id")?.to_string();
         if let Some((provider, model)) = model.and_then(|m| m.split_once('/')) {
             let r = self
                 .req(reqwest::Method::PATCH, &format!("/v1/sessions/{sid}/model"))

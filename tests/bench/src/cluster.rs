@@ -21,7 +21,7 @@ mod subscribers;
 use anyhow::{Context, Result};
 use gwproc::{start, Gw, Work};
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -138,14 +138,7 @@ async fn window(nodes: &[Gw], sid: &str, n: usize, llm: &FixtureLlm) -> Result<W
 }
 
 async fn session(gw: &Gw) -> Result<String> {
-    let v: Value = gw
-        .req(Method::POST, "/v1/sessions")
-        .json(&json!({"channel": "bench"}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(v["id"].as_str().context("a session id")?.to_string())
+    gw.create_session(json!({"channel": "bench"})).await
 }
 
 async fn one_node(bin: &Path, n: usize, llm: &FixtureLlm) -> Result<Window> {

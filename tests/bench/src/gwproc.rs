@@ -31,6 +31,18 @@ impl Drop for Gw {
 }
 
 impl Gw {
+    /// Makes a session from `body` (the create request) and answers its id.
+    pub async fn create_session(&self, body: Value) -> Result<String> {
+        let v: Value = self
+            .req(reqwest::Method::POST, "/v1/sessions")
+            .json(&body)
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok(v["id"].as_str().context("a session id")?.to_string())
+    }
+
     pub fn req(&self, m: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
             .request(m, format!("{}{path}", self.url))

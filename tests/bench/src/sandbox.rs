@@ -52,14 +52,8 @@ vis.register(vis.Extension(name="bench", alias="bench", description="Benchmark s
 
 impl Gw {
     async fn session(&self, root: &Path) -> Result<String> {
-        let v: Value = self
-            .req(reqwest::Method::POST, "/v1/sessions")
-            .json(&json!({"root": root, "channel": "api"}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        Ok(v["id"].as_str().context("session id")?.to_string())
+        self.create_session(json!({"root": root, "channel": "api"}))
+            .await
     }
 
     /// Runs one turn whose model calls `python_execution` once per block; returns the

@@ -18,7 +18,7 @@
 #[path = "gwproc.rs"]
 mod gwproc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use gwproc::{start, Gw, Work};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -50,14 +50,7 @@ struct Round {
 }
 
 async fn session(gw: &Gw) -> Result<String> {
-    let v: Value = gw
-        .req(Method::POST, "/v1/sessions")
-        .json(&json!({"channel": "bench"}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(v["id"].as_str().context("a session id")?.to_string())
+    gw.create_session(json!({"channel": "bench"})).await
 }
 
 async fn submit(gw: &Gw, sid: &str) -> Result<()> {
