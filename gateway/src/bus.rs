@@ -17,7 +17,7 @@
 //! handed to it in commit order, with the envelope text the journal stores: the NATS
 //! publisher puts it on the session's subject (docs/decisions.md, C2).
 
-use crate::store::{rows, Db, Store};
+use crate::store::{rows, Db, Store, Written};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -243,23 +243,33 @@ impl Bus {
         let lost = self.lost.clone();
         let commits = self.commits.lock().clone();
         self.store.queue("event", move |db| {
-            let out = db.atomically(|db| {
-                rows::insert_event(
-                    db,
-                    &sid_owned,
-                    seq,
-                    kind.as_str(),
-                    stored.then_some(data.as_str()),
-                    retain,
-                    seq_kept,
-                )?;
-                match row {
-                    Row::KeepsSeq(row) | Row::Alongside(row) => row(db, seq),
-                    Row::None => Ok(()),
+            let stored_data = stored.then_some(data.as_str());
+            let (out, written) = match row {
+                Row::None => {
+                    match rows::store_event(db, &sid_owned, seq, kind.as_str(), stored_data, retain)
+                    {
+                        Ok(written) => (Ok(()), written),
+                        Err(e) => (Err(e), Written::new(false)),
+                    }
                 }
-            });
-            let written = out.is_ok();
-            if !written && seq_kept {
+                Row::KeepsSeq(row) | Row::Alongside(row) => {
+                    let out = db.atomically(|db| {
+                        rows::insert_event(
+                            db,
+                            &sid_owned,
+                            seq,
+                            kind.as_str(),
+                            stored_data,
+                            retain,
+                            seq_kept,
+                        )?;
+                        row(db, seq)
+                    });
+                    let written = Written::new(out.is_ok());
+                    (out, written)
+                }
+            };
+            if !written.get() && seq_kept {
                 // The row that would have kept the seq is gone; record the seq where the
                 // next start reads the high-water (if the database takes that write).
                 let _ = rows::bump_high_water(db, &sid_owned, seq);
@@ -267,7 +277,7 @@ impl Bus {
             // Live streams get the frame once it is committed: a client never sees an event
             // that a crash could take back. Jobs commit in seq order, so frames stay in order.
             crate::store::after_commit(move || {
-                if written && crate::store::committed() {
+                if written.get() && crate::store::committed() {
                     deliver(&live, frame);
                     if let Some(sink) = commits {
                         hand_on(&sink, sid_owned, seq, kind, data);

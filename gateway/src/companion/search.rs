@@ -350,6 +350,21 @@ mod tests {
             "an updated reply replaces the old one"
         );
         assert_eq!(side("watering").await, Some(HitSide::Reply));
+        let tomato = find("tomato").await.expect("search").matches;
+        assert_eq!(
+            (tomato.len(), tomato[0].hits.len()),
+            (1, 1),
+            "the unchanged request is indexed once"
+        );
+        assert_eq!(side("irrigation").await, Some(HitSide::Thinking));
+        let rec = json!({"request": "water the tomatoes", "created_at": 5}).to_string();
+        store
+            .with(move |db| rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec))
+            .await
+            .expect("write");
+        assert_eq!(side("watering").await, None, "a reply taken away leaves");
+        assert_eq!(side("irrigation").await, None);
+        assert_eq!(side("tomato").await, Some(HitSide::Request));
         row.title = Some("Orchard".into());
         let r2 = row.clone();
         store

@@ -67,3 +67,24 @@ pub fn atomically<T>(
 pub(super) fn exec(c: &Connection, sql: &str) -> rusqlite::Result<usize> {
     c.prepare_cached(sql)?.execute([])
 }
+
+/// Whether an event's write went in. Known when its job ran, or, for an event whose write
+/// PostgreSQL batches with others (`pg/events.rs`), once the batch's events are sent, which
+/// is before the batch commits: an after-commit action always reads the final answer. Lives
+/// on the store thread only.
+#[derive(Clone)]
+pub struct Written(std::rc::Rc<std::cell::Cell<bool>>);
+
+impl Written {
+    pub fn new(written: bool) -> Written {
+        Written(std::rc::Rc::new(std::cell::Cell::new(written)))
+    }
+
+    pub fn set(&self, written: bool) {
+        self.0.set(written);
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.get()
+    }
+}

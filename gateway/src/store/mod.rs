@@ -13,7 +13,7 @@ pub mod rows;
 pub mod sql;
 pub mod transfer;
 
-pub use db::Db;
+pub use db::{Db, Written};
 pub use error::{StoreError, StoreResult};
 
 use db::exec;

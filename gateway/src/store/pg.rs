@@ -4,6 +4,9 @@
 
 use super::error::{StoreError, StoreResult};
 use std::collections::HashMap;
+
+mod events;
+use events::{Deferred, EventStatements};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 use vis_store::PgOptions;
@@ -192,6 +195,53 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER search_title AFTER INSERT OR DELETE OR UPDATE OF title ON sessions
         FOR EACH ROW EXECUTE FUNCTION search_title_sync();
     "#,
+    // 4: a turn's record is written several times while it runs (queued, running, settled)
+    // and its request rarely changes: a side whose text is unchanged keeps its row and its
+    // index entries; only changed sides are replaced.
+    r#"
+    CREATE OR REPLACE FUNCTION search_turn_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        r JSONB;
+        v_at BIGINT;
+        v_side TEXT;
+        v_body TEXT;
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            DELETE FROM search_text WHERE tid = OLD.tid AND side <> 'title';
+            RETURN OLD;
+        END IF;
+        r := NEW.record::JSONB;
+        v_at := CASE WHEN jsonb_typeof(r->'created_at') = 'number'
+                     THEN (r->>'created_at')::NUMERIC::BIGINT END;
+        FOR v_side, v_body IN
+            SELECT 'request', COALESCE(r->>'display_request', r->>'request')
+            UNION ALL
+            SELECT 'reply', string_agg(e->>'markdown', E'\n')
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'content') = 'array'
+                                           THEN r->'content' ELSE '[]'::JSONB END) e
+            WHERE e->>'type' = 'prose'
+            UNION ALL
+            SELECT 'thinking', string_agg(e->>'thinking', E'\n')
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'iterations') = 'array'
+                                           THEN r->'iterations' ELSE '[]'::JSONB END) e
+            WHERE COALESCE(e->>'thinking', '') <> ''
+        LOOP
+            v_body := NULLIF(v_body, '');
+            IF TG_OP = 'UPDATE' THEN
+                CONTINUE WHEN v_body IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM search_text
+                    WHERE tid = NEW.tid AND side = v_side AND sid = NEW.sid AND body = v_body
+                      AND at IS NOT DISTINCT FROM v_at AND ord = NEW.ord);
+                DELETE FROM search_text WHERE tid = NEW.tid AND side = v_side;
+            END IF;
+            IF v_body IS NOT NULL THEN
+                INSERT INTO search_text (sid, tid, side, at, ord, body)
+                VALUES (NEW.sid, NEW.tid, v_side, v_at, NEW.ord, v_body);
+            END IF;
+        END LOOP;
+        RETURN NEW;
+    END $$;
+    "#,
 ];
 
 /// The store thread's PostgreSQL connection.
@@ -202,15 +252,22 @@ pub struct PgConn {
     prepared: HashMap<&'static str, Statement>,
     /// Inside a transaction the store thread began (a batch, or an atomic job on its own).
     in_tx: bool,
+    /// The transaction's `BEGIN` is not sent yet: it goes out with the first statement (a
+    /// batch that writes nothing sends none).
+    begin_pending: bool,
     /// The running job's `SAVEPOINT` is not sent yet: it goes out with the job's first
     /// statement, in the same round trip (a job that writes nothing sends none).
     savepoint_pending: bool,
     /// No statement ran since the job's savepoint: an atomic unit opened now can use it.
     fresh: bool,
-    /// The last job's savepoint is not released yet: its `RELEASE` goes out with the next
-    /// request (a `COMMIT` releases it anyway), so a job that succeeds costs no round trip
-    /// of its own to close.
-    release_pending: bool,
+    /// The savepoint (the last job's, or the last event flush's) not released yet: its
+    /// `RELEASE` goes out with the next request (a `COMMIT` releases it anyway), so a unit
+    /// that succeeds costs no round trip of its own to close.
+    release_pending: Option<&'static str>,
+    /// Event writes of the batch waiting to go out together (`events.rs`).
+    deferred: Vec<Deferred>,
+    /// The statements that write deferred events, prepared when the connection opens.
+    event_statements: EventStatements,
     opts: PgOptions,
     /// This node's identity when nodes share the database: every event write checks that
     /// the session is homed here at this lease epoch (docs/decisions.md, C4).
@@ -245,16 +302,21 @@ impl PgConn {
             )
             .await
             .map_err(StoreError::Journal)?;
-            Ok::<_, StoreError>(client)
+            let statements = EventStatements::prepare(&client).await?;
+            Ok::<_, StoreError>((client, statements))
         })?;
+        let (client, event_statements) = client;
         Ok(PgConn {
             rt,
             client,
             prepared: HashMap::new(),
             in_tx: false,
+            begin_pending: false,
             savepoint_pending: false,
             fresh: false,
-            release_pending: false,
+            release_pending: None,
+            deferred: Vec::new(),
+            event_statements,
             opts: opts.clone(),
             fence,
         })
@@ -279,21 +341,32 @@ impl PgConn {
         self.in_tx && !self.client.is_closed()
     }
 
+    /// Opens a transaction; its `BEGIN` goes out with the first statement.
     pub fn begin(&mut self) -> StoreResult<()> {
-        self.batch("BEGIN")?;
+        self.begin_pending = true;
         self.in_tx = true;
         Ok(())
     }
 
+    /// Commits, after sending the deferred event writes. A transaction that sent nothing
+    /// has nothing to commit.
     pub fn commit(&mut self) -> StoreResult<()> {
+        self.send_deferred()?;
         self.in_tx = false;
-        self.release_pending = false;
+        self.release_pending = None;
+        if std::mem::take(&mut self.begin_pending) {
+            return Ok(());
+        }
         self.batch("COMMIT")
     }
 
     pub fn rollback(&mut self) -> StoreResult<()> {
+        self.drop_deferred();
         self.in_tx = false;
-        self.release_pending = false;
+        self.release_pending = None;
+        if std::mem::take(&mut self.begin_pending) {
+            return Ok(());
+        }
         self.batch("ROLLBACK")
     }
 
@@ -316,7 +389,7 @@ impl PgConn {
             return out;
         }
         if out.is_ok() {
-            self.release_pending = true;
+            self.release_pending = Some("job");
             return out;
         }
         // A failed statement left the transaction refusing the RELEASE: undo the job.
@@ -365,6 +438,9 @@ impl PgConn {
     }
 
     fn statement(&mut self, sql: &'static str) -> StoreResult<Statement> {
+        // The batch's deferred events go out before anything that could read them, and
+        // before this job's savepoint (they are not part of the job).
+        self.send_deferred()?;
         if let Some(st) = self.prepared.get(sql) {
             return Ok(st.clone());
         }
@@ -389,7 +465,7 @@ impl PgConn {
         pipelined(
             &self.rt,
             &self.client,
-            prefix,
+            prefix.as_deref(),
             self.client.execute(&st, params),
         )
     }
@@ -405,7 +481,8 @@ impl PgConn {
         for (sql, _) in stmts {
             prepared.push(self.statement(sql)?);
         }
-        let prefix = self.prefix();
+        let savepoint = self.take_savepoint();
+        let prefix = self.control(savepoint);
         let client = &self.client;
         let all = futures::future::join_all(
             prepared
@@ -413,7 +490,7 @@ impl PgConn {
                 .zip(stmts)
                 .map(|(st, (_, params))| client.execute(st, params)),
         );
-        let results = pipelined(&self.rt, client, prefix, async { Ok(all.await) })?;
+        let results = pipelined(&self.rt, client, prefix.as_deref(), async { Ok(all.await) })?;
         results
             .into_iter()
             .map(|r| r.map_err(StoreError::from))
@@ -429,27 +506,33 @@ impl PgConn {
         pipelined(
             &self.rt,
             &self.client,
-            prefix,
+            prefix.as_deref(),
             self.client.query(&st, params),
         )
     }
 
-    /// The prepared statement, and what goes out before it (see [`PgConn::prefix`]).
-    fn ready(&mut self, sql: &'static str) -> StoreResult<(Statement, Option<&'static str>)> {
+    /// The prepared statement, and what goes out before it (see [`PgConn::control`]).
+    fn ready(&mut self, sql: &'static str) -> StoreResult<(Statement, Option<String>)> {
         let st = self.statement(sql)?;
-        Ok((st, self.prefix()))
+        let savepoint = self.take_savepoint();
+        Ok((st, self.control(savepoint)))
     }
 
-    /// What must go out before the statement about to run, in the same round trip: the
-    /// last job's deferred `RELEASE` and this job's `SAVEPOINT`.
-    fn prefix(&mut self) -> Option<&'static str> {
-        let release = std::mem::take(&mut self.release_pending);
-        match (release, self.take_savepoint()) {
-            (true, true) => Some("RELEASE SAVEPOINT job; SAVEPOINT job"),
-            (true, false) => Some("RELEASE SAVEPOINT job"),
-            (false, true) => Some("SAVEPOINT job"),
-            (false, false) => None,
+    /// The transaction control owed before the next request, sent in the same round trip:
+    /// the transaction's `BEGIN`, the last unit's deferred `RELEASE`, and (with
+    /// `savepoint`) this job's `SAVEPOINT`.
+    fn control(&mut self, savepoint: bool) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        if std::mem::take(&mut self.begin_pending) {
+            parts.push("BEGIN".into());
         }
+        if let Some(name) = self.release_pending.take() {
+            parts.push(format!("RELEASE SAVEPOINT {name}"));
+        }
+        if savepoint {
+            parts.push("SAVEPOINT job".into());
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 
     /// Whether the job's savepoint must go out now (and from here on, none is pending);
@@ -459,11 +542,17 @@ impl PgConn {
         std::mem::take(&mut self.savepoint_pending)
     }
 
-    /// Statements without parameters (transaction control), after the last job's deferred
-    /// `RELEASE` if any.
+    /// Statements without parameters (transaction control), after the deferred events and
+    /// the control owed (see [`PgConn::control`]).
     pub fn batch(&mut self, sql: &str) -> StoreResult<()> {
-        if std::mem::take(&mut self.release_pending) {
-            let both = format!("RELEASE SAVEPOINT job; {sql}");
+        self.send_deferred()?;
+        self.batch_now(sql)
+    }
+
+    /// [`PgConn::batch`] without sending the deferred events first.
+    fn batch_now(&mut self, sql: &str) -> StoreResult<()> {
+        if let Some(control) = self.control(false) {
+            let both = format!("{control}; {sql}");
             return Ok(self.rt.block_on(self.client.batch_execute(&both))?);
         }
         Ok(self.rt.block_on(self.client.batch_execute(sql))?)
@@ -475,7 +564,7 @@ impl PgConn {
 fn pipelined<R>(
     rt: &tokio::runtime::Runtime,
     client: &Client,
-    prefix: Option<&'static str>,
+    prefix: Option<&str>,
     op: impl std::future::Future<Output = Result<R, tokio_postgres::Error>>,
 ) -> StoreResult<R> {
     let Some(prefix) = prefix else {

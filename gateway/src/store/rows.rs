@@ -3,7 +3,7 @@
 //! agree, both side by side (`Db::pick`) where they do not.
 
 use super::sql::{AnyRow, Param};
-use super::{Db, StoreError, StoreResult};
+use super::{Db, StoreError, StoreResult, Written};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use vis_companion_api::events::EventKind;
@@ -90,45 +90,48 @@ fn session_from(r: &AnyRow) -> StoreResult<SessionRow> {
 /// `insert_event`, which the caller does not own.
 pub fn put_session(db: &mut Db, s: &SessionRow) -> StoreResult<()> {
     let pref = s.model_pref.as_ref().map(|v| v.to_string());
-    db.exec(
-        "INSERT INTO sessions (id, channel, title, external_id, workspace_id, root, owner_id, \
-         created_at, modified_at, last_active_at, turn_count, first_request, favorite_rank, \
-         model_pref, last_status, queue_paused, cancel_floor) \
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17) \
-         ON CONFLICT (id) DO UPDATE SET channel = ?2, title = ?3, external_id = ?4, \
-         workspace_id = ?5, root = ?6, owner_id = ?7, modified_at = ?9, last_active_at = ?10, \
-         turn_count = ?11, first_request = ?12, favorite_rank = ?13, model_pref = ?14, \
-         last_status = ?15, queue_paused = ?16, cancel_floor = ?17",
-        &[
-            &s.id,
-            &s.channel,
-            &s.title,
-            &s.external_id,
-            &s.workspace_id,
-            &s.root,
-            &s.owner_id,
-            &s.created_at,
-            &s.modified_at,
-            &s.last_active_at,
-            &s.turn_count,
-            &s.first_request,
-            &s.favorite_rank,
-            &pref,
-            &s.last_status,
-            &s.queue_paused,
-            &s.cancel_floor,
-        ],
-    )?;
-    // A cluster node homes the sessions it makes (C4).
-    if let Some(w) = db.fence() {
-        let (node, epoch) = (w.node.as_str().to_string(), w.epoch);
-        db.exec(
-            "UPDATE sessions SET home_node = ?2, home_epoch = ?3 WHERE id = ?1 AND home_node IS NULL",
-            &[&s.id, &node, &epoch],
-        )?;
+    let row: [&dyn Param; 17] = [
+        &s.id,
+        &s.channel,
+        &s.title,
+        &s.external_id,
+        &s.workspace_id,
+        &s.root,
+        &s.owner_id,
+        &s.created_at,
+        &s.modified_at,
+        &s.last_active_at,
+        &s.turn_count,
+        &s.first_request,
+        &s.favorite_rank,
+        &pref,
+        &s.last_status,
+        &s.queue_paused,
+        &s.cancel_floor,
+    ];
+    // A cluster node homes the sessions it makes (C4), in the same round trip.
+    let home = db.fence().map(|w| (w.node.as_str().to_string(), w.epoch));
+    let home_args;
+    let mut stmts: Vec<(&'static str, &[&dyn Param])> = vec![(PUT_SESSION, &row)];
+    if let Some((node, epoch)) = &home {
+        home_args = [&s.id as &dyn Param, node, epoch];
+        stmts.push((HOME_SESSION, &home_args));
     }
+    db.exec_all(&stmts)?;
     Ok(())
 }
+
+const PUT_SESSION: &str =
+    "INSERT INTO sessions (id, channel, title, external_id, workspace_id, root, owner_id, \
+     created_at, modified_at, last_active_at, turn_count, first_request, favorite_rank, \
+     model_pref, last_status, queue_paused, cancel_floor) \
+     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17) \
+     ON CONFLICT (id) DO UPDATE SET channel = ?2, title = ?3, external_id = ?4, \
+     workspace_id = ?5, root = ?6, owner_id = ?7, modified_at = ?9, last_active_at = ?10, \
+     turn_count = ?11, first_request = ?12, favorite_rank = ?13, model_pref = ?14, \
+     last_status = ?15, queue_paused = ?16, cancel_floor = ?17";
+const HOME_SESSION: &str =
+    "UPDATE sessions SET home_node = ?2, home_epoch = ?3 WHERE id = ?1 AND home_node IS NULL";
 
 pub fn get_session(db: &mut Db, id: &str) -> StoreResult<Option<SessionRow>> {
     let sql = db.pick(
@@ -311,14 +314,38 @@ pub fn insert_event(
             sid: sid.to_string(),
         });
     }
-    if data.is_some() {
-        // Trim in steps so the delete runs once per `step` inserts, not on every event.
-        let step = (retain / 16).max(1);
-        if seq % step == 0 {
-            trim(db, sid, retain)?;
-        }
+    if data.is_some() && trims_at(seq, retain) {
+        trim(db, sid, retain)?;
     }
     Ok(())
+}
+
+/// Whether storing event `seq` trims the journal: in steps, so the delete runs once per
+/// `retain / 16` inserts, not on every event.
+fn trims_at(seq: i64, retain: i64) -> bool {
+    seq % (retain / 16).max(1) == 0
+}
+
+/// Stores an event that has no row alongside it. On PostgreSQL, inside a batch, its write
+/// goes out with the batch's other events in one statement (`pg/events.rs`), and the answer
+/// says whether it went in once that statement ran; an event whose write trims the journal
+/// is written at once, like on SQLite.
+pub fn store_event(
+    db: &mut Db,
+    sid: &str,
+    seq: i64,
+    kind: &str,
+    data: Option<&str>,
+    retain: i64,
+) -> StoreResult<Written> {
+    let trims = data.is_some() && trims_at(seq, retain);
+    if let (Db::Postgres(p), false) = (&mut *db, trims) {
+        if let Some(written) = p.defer_event(sid, seq, kind, data) {
+            return Ok(written);
+        }
+    }
+    db.atomically(|db| insert_event(db, sid, seq, kind, data, retain, false))?;
+    Ok(Written::new(true))
 }
 
 /// Keeps the session's newest `retain` journal rows and records how far it trimmed.
