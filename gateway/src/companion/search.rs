@@ -365,6 +365,17 @@ mod tests {
         assert_eq!(side("watering").await, None, "a reply taken away leaves");
         assert_eq!(side("irrigation").await, None);
         assert_eq!(side("tomato").await, Some(HitSide::Request));
+        let r1 = row.clone();
+        store
+            .with(move |db| rows::put_session(db, &r1))
+            .await
+            .expect("write");
+        let garden = find("garden").await.expect("search").matches;
+        assert_eq!(
+            (garden.len(), garden[0].hits.len()),
+            (1, 1),
+            "a session row written again with its title keeps one title entry"
+        );
         row.title = Some("Orchard".into());
         let r2 = row.clone();
         store

@@ -355,6 +355,14 @@ pub mod test_support {
     /// A store on the machine's PostgreSQL in a fresh schema; `None` (after a note) when
     /// the server does not answer and `CI` is not set.
     pub async fn temp_pg_store(label: &str) -> Option<(Store, PgSchema)> {
+        temp_pg_node(label, None).await
+    }
+
+    /// [`temp_pg_store`] for a node of a cluster: event writes fenced with `fence`.
+    pub async fn temp_pg_node(
+        label: &str,
+        fence: Option<vis_store::Writer>,
+    ) -> Option<(Store, PgSchema)> {
         use vis_store::testing::{pg_addr, pg_url, reachable};
         if !reachable("PostgreSQL", &pg_addr()) {
             return None;
@@ -362,7 +370,7 @@ pub mod test_support {
         let schema = format!("vis_gw_{label}_{}", uuid::Uuid::new_v4().simple());
         let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema.clone());
         let guard = PgSchema::new(schema);
-        let store = Store::open_postgres(&opts, String::new(), None)
+        let store = Store::open_postgres(&opts, String::new(), fence)
             .await
             .expect("store on PostgreSQL");
         Some((store, guard))

@@ -197,7 +197,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "#,
     // 4: a turn's record is written several times while it runs (queued, running, settled)
     // and its request rarely changes: a side whose text is unchanged keeps its row and its
-    // index entries; only changed sides are replaced.
+    // index entries; only changed sides are replaced, and an unchanged record or title
+    // (every session row write names the title) touches nothing.
     r#"
     CREATE OR REPLACE FUNCTION search_turn_sync() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
@@ -209,6 +210,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         IF TG_OP = 'DELETE' THEN
             DELETE FROM search_text WHERE tid = OLD.tid AND side <> 'title';
             RETURN OLD;
+        END IF;
+        IF TG_OP = 'UPDATE' AND OLD.record = NEW.record AND OLD.sid = NEW.sid
+           AND OLD.ord = NEW.ord THEN
+            RETURN NEW;
         END IF;
         r := NEW.record::JSONB;
         v_at := CASE WHEN jsonb_typeof(r->'created_at') = 'number'
@@ -239,6 +244,23 @@ pub(super) const MIGRATIONS: &[&str] = &[
                 VALUES (NEW.sid, NEW.tid, v_side, v_at, NEW.ord, v_body);
             END IF;
         END LOOP;
+        RETURN NEW;
+    END $$;
+    CREATE OR REPLACE FUNCTION search_title_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'UPDATE' AND OLD.title IS NOT DISTINCT FROM NEW.title THEN
+            RETURN NEW;
+        END IF;
+        IF TG_OP <> 'INSERT' THEN
+            DELETE FROM search_text WHERE sid = OLD.id AND side = 'title';
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        IF NEW.title IS NOT NULL AND NEW.title <> '' THEN
+            INSERT INTO search_text (sid, side, at, body)
+            VALUES (NEW.id, 'title', NEW.created_at, NEW.title);
+        END IF;
         RETURN NEW;
     END $$;
     "#,

@@ -198,26 +198,10 @@ fn failed(event: &Deferred, e: &StoreError) {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::test_support::{hold, PgSchema};
+    use crate::store::test_support::{hold, temp_pg_node};
     use crate::store::{after_commit, committed, rows, Db, Store};
     use std::sync::mpsc;
-    use vis_store::testing::{pg_addr, pg_url, reachable};
     use vis_store::{NodeId, Writer};
-
-    /// A store on a fresh schema of the machine's PostgreSQL, as a cluster node with
-    /// `fence`; `None` when the server does not answer and `CI` is not set.
-    async fn pg_store(fence: Option<Writer>) -> Option<(Store, PgSchema)> {
-        if !reachable("PostgreSQL", &pg_addr()) {
-            return None;
-        }
-        let schema = format!("vis_gw_events_{}", uuid::Uuid::new_v4().simple());
-        let opts = vis_store::PgOptions::new(pg_url()).with_schema(schema.clone());
-        let guard = PgSchema::new(schema);
-        let store = Store::open_postgres(&opts, String::new(), fence)
-            .await
-            .expect("store on PostgreSQL");
-        Some((store, guard))
-    }
 
     async fn session(store: &Store, sid: &'static str, home: Option<(&'static str, i64)>) {
         store
@@ -297,7 +281,7 @@ mod tests {
     #[test]
     fn events_of_one_batch_go_out_in_one_statement_and_raise_each_sessions_high_water() {
         rt().block_on(async {
-            let Some((store, _schema)) = pg_store(None).await else {
+            let Some((store, _schema)) = temp_pg_node("events", None).await else {
                 return;
             };
             session(&store, "a", None).await;
@@ -330,7 +314,7 @@ mod tests {
     #[test]
     fn an_event_postgres_refuses_is_lost_alone_and_the_rest_of_its_batch_is_written() {
         rt().block_on(async {
-            let Some((store, _schema)) = pg_store(None).await else {
+            let Some((store, _schema)) = temp_pg_node("events", None).await else {
                 return;
             };
             session(&store, "a", None).await;
@@ -361,7 +345,7 @@ mod tests {
                 node: NodeId::new("node-a"),
                 epoch: 4,
             };
-            let Some((store, _schema)) = pg_store(Some(me)).await else {
+            let Some((store, _schema)) = temp_pg_node("events", Some(me)).await else {
                 return;
             };
             session(&store, "mine", Some(("node-a", 4))).await;
