@@ -3,13 +3,13 @@
 //! order and no tokio worker ever waits on the database.
 
 use super::error::{StoreError, StoreResult};
-use std::collections::HashMap;
-
-mod events;
 use events::{Deferred, EventStatements};
+use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 use vis_store::PgOptions;
+
+mod events;
 
 /// The gateway's own tables and columns, on top of the journal's schema (`vis_store`'s
 /// migrations: sessions with their home and seq high-water, events, egress, leases).
@@ -306,7 +306,7 @@ impl PgConn {
             .map_err(|e| StoreError::Other(format!("cannot start the PostgreSQL runtime: {e}")))?;
         let cfg = opts.config().map_err(StoreError::Journal)?;
         let schema = opts.schema.clone();
-        let client = rt.block_on(async move {
+        let (client, event_statements) = rt.block_on(async move {
             let (mut client, connection) = cfg.connect(tokio_postgres::NoTls).await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
@@ -327,7 +327,6 @@ impl PgConn {
             let statements = EventStatements::prepare(&client).await?;
             Ok::<_, StoreError>((client, statements))
         })?;
-        let (client, event_statements) = client;
         Ok(PgConn {
             rt,
             client,
