@@ -1,6 +1,7 @@
-//! Full-text search over session titles and turn texts, kept in step with every write of
-//! `sessions` and `turns` by triggers: SQLite FTS5 (table `search_text`, migration 2), or on
-//! PostgreSQL a `tsvector` column with a GIN index (its migration 3).
+//! Full-text search over session titles and turn texts: SQLite FTS5 (table `search_text`,
+//! migration 2) kept in step with every write of `sessions` and `turns` by triggers, or on
+//! PostgreSQL a `tsvector` column with a GIN index (its migration 3), whose turn texts are
+//! indexed off the write path and brought up to date before each search (migration 5).
 //!
 //! One ranked full-text query answers; hits are grouped per session, each session ranked by
 //! its best band (title, request, reply, thinking) and then by its text score (bm25 on
@@ -60,6 +61,7 @@ pub fn search(db: &mut Db, q: &str) -> StoreResult<SearchResults> {
     let Some(words) = words(q) else {
         return Ok(SearchResults::default());
     };
+    db.index_search()?;
     let last = words.last().cloned().unwrap_or_default();
     let sql = db.pick(
         "SELECT 1 FROM search_terms WHERE term = ?1",

@@ -30,6 +30,16 @@ impl Db<'_> {
         }
     }
 
+    /// Brings the search index up to date with every committed turn: on PostgreSQL turn
+    /// texts are indexed off the write path (`pg/search.rs`); SQLite's triggers index them
+    /// as they are written.
+    pub fn index_search(&mut self) -> StoreResult<()> {
+        match self {
+            Db::Sqlite(_) => Ok(()),
+            Db::Postgres(p) => p.index_search(),
+        }
+    }
+
     /// Runs `f` as one unit: its statements commit together or not at all. Inside the store
     /// thread's batch transaction it is a savepoint, so a failing job leaves the batch's
     /// other jobs (and, on PostgreSQL, the transaction itself) intact.

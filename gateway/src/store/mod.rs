@@ -38,6 +38,8 @@ pub struct Store {
     /// Where the data lives, for people: the SQLite file, or the PostgreSQL URL without its
     /// password.
     location: String,
+    /// PostgreSQL's search indexer, stopped with the last handle.
+    _indexer: Option<std::sync::Arc<pg::search::Indexer>>,
 }
 
 const MAX_BATCH: usize = 512;
@@ -60,6 +62,7 @@ impl Store {
         Ok(Store {
             tx,
             location: path.display().to_string(),
+            _indexer: None,
         })
     }
 
@@ -74,6 +77,7 @@ impl Store {
     ) -> StoreResult<Store> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = oneshot::channel();
+        let indexer_cfg = opts.config().map_err(StoreError::Journal)?;
         let opts = opts.clone();
         std::thread::Builder::new()
             .name("vis-store".into())
@@ -88,7 +92,14 @@ impl Store {
             })
             .map_err(|e| StoreError::Other(format!("cannot start the store thread: {e}")))?;
         ready_rx.await.map_err(|_| StoreError::Gone)??;
-        Ok(Store { tx, location })
+        // The schema is up to date (the thread migrated it): turn texts queued for search
+        // can be indexed.
+        let indexer = pg::search::Indexer::spawn(indexer_cfg);
+        Ok(Store {
+            tx,
+            location,
+            _indexer: Some(std::sync::Arc::new(indexer)),
+        })
     }
 
     /// Where the data lives: the SQLite file, or the PostgreSQL URL without its password.
@@ -343,6 +354,10 @@ pub mod test_support {
     impl PgSchema {
         pub fn new(schema: String) -> PgSchema {
             PgSchema(schema)
+        }
+
+        pub fn name(&self) -> &str {
+            &self.0
         }
     }
 

@@ -10,6 +10,7 @@ use tokio_postgres::{Client, Row, Statement};
 use vis_store::PgOptions;
 
 mod events;
+pub(crate) mod search;
 
 /// The gateway's own tables and columns, on top of the journal's schema (`vis_store`'s
 /// migrations: sessions with their home and seq high-water, events, egress, leases).
@@ -261,6 +262,103 @@ pub(super) const MIGRATIONS: &[&str] = &[
             INSERT INTO search_text (sid, side, at, body)
             VALUES (NEW.id, 'title', NEW.created_at, NEW.title);
         END IF;
+        RETURN NEW;
+    END $$;
+    "#,
+    // 5: turn texts are indexed off the write path. A turn write only queues the turn in
+    // `search_pending`; `search_index_pending` indexes the queue (the background indexer on
+    // its own connection, and a search first, so it answers from an index in step with
+    // every committed turn). `search_indexer`'s one row is the lock that lets one indexer
+    // of the database work at a time.
+    r#"
+    CREATE TABLE search_pending (
+        id BIGSERIAL PRIMARY KEY,
+        tid TEXT NOT NULL
+    );
+    CREATE TABLE search_indexer (one BOOLEAN PRIMARY KEY DEFAULT true CHECK (one));
+    INSERT INTO search_indexer DEFAULT VALUES;
+    CREATE FUNCTION search_turn_index(p_tid TEXT, p_sid TEXT, p_ord BIGINT, p_record TEXT)
+    RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        r JSONB;
+        v_at BIGINT;
+        v_side TEXT;
+        v_body TEXT;
+    BEGIN
+        r := p_record::JSONB;
+        v_at := CASE WHEN jsonb_typeof(r->'created_at') = 'number'
+                     THEN (r->>'created_at')::NUMERIC::BIGINT END;
+        FOR v_side, v_body IN
+            SELECT 'request', COALESCE(r->>'display_request', r->>'request')
+            UNION ALL
+            SELECT 'reply', string_agg(e->>'markdown', E'\n')
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'content') = 'array'
+                                           THEN r->'content' ELSE '[]'::JSONB END) e
+            WHERE e->>'type' = 'prose'
+            UNION ALL
+            SELECT 'thinking', string_agg(e->>'thinking', E'\n')
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'iterations') = 'array'
+                                           THEN r->'iterations' ELSE '[]'::JSONB END) e
+            WHERE COALESCE(e->>'thinking', '') <> ''
+        LOOP
+            v_body := NULLIF(v_body, '');
+            CONTINUE WHEN v_body IS NOT NULL AND EXISTS (
+                SELECT 1 FROM search_text
+                WHERE tid = p_tid AND side = v_side AND sid = p_sid AND body = v_body
+                  AND at IS NOT DISTINCT FROM v_at AND ord = p_ord);
+            DELETE FROM search_text WHERE tid = p_tid AND side = v_side;
+            IF v_body IS NOT NULL THEN
+                INSERT INTO search_text (sid, tid, side, at, ord, body)
+                VALUES (p_sid, p_tid, v_side, v_at, p_ord, v_body);
+            END IF;
+        END LOOP;
+    END $$;
+    -- Indexes up to `p_limit` queued writes (NULL: all); answers how many it took off the
+    -- queue. With `p_wait` it waits for another indexer to finish, else it leaves at once.
+    -- A turn row locked by a delete in progress is left queued (the delete may roll back);
+    -- a turn that is gone leaves the queue. The indexer locks the turns it reads against
+    -- deletion only, so it never waits for a writer and a delete waits for it.
+    CREATE FUNCTION search_index_pending(p_limit INT, p_wait BOOLEAN)
+    RETURNS INT LANGUAGE plpgsql AS $$
+    DECLARE
+        v_ids BIGINT[];
+        v_tids TEXT[];
+        v_done TEXT[] := '{}';
+        t RECORD;
+    BEGIN
+        IF p_wait THEN
+            PERFORM 1 FROM search_indexer FOR UPDATE;
+        ELSE
+            PERFORM 1 FROM search_indexer FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                RETURN 0;
+            END IF;
+        END IF;
+        SELECT array_agg(id), array_agg(DISTINCT tid) INTO v_ids, v_tids
+        FROM (SELECT id, tid FROM search_pending ORDER BY id LIMIT p_limit) q;
+        IF v_ids IS NULL THEN
+            RETURN 0;
+        END IF;
+        FOR t IN SELECT tid, sid, ord, record FROM turns WHERE tid = ANY(v_tids)
+                 FOR KEY SHARE SKIP LOCKED LOOP
+            PERFORM search_turn_index(t.tid, t.sid, t.ord, t.record);
+            v_done := v_done || t.tid;
+        END LOOP;
+        DELETE FROM search_pending q WHERE q.id = ANY(v_ids)
+            AND (q.tid = ANY(v_done) OR NOT EXISTS (SELECT 1 FROM turns WHERE turns.tid = q.tid));
+        RETURN cardinality(v_ids);
+    END $$;
+    CREATE OR REPLACE FUNCTION search_turn_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            DELETE FROM search_text WHERE tid = OLD.tid AND side <> 'title';
+            RETURN OLD;
+        END IF;
+        IF TG_OP = 'UPDATE' AND OLD.record = NEW.record AND OLD.sid = NEW.sid
+           AND OLD.ord = NEW.ord THEN
+            RETURN NEW;
+        END IF;
+        INSERT INTO search_pending (tid) VALUES (NEW.tid);
         RETURN NEW;
     END $$;
     "#,

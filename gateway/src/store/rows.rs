@@ -109,29 +109,46 @@ pub fn put_session(db: &mut Db, s: &SessionRow) -> StoreResult<()> {
         &s.queue_paused,
         &s.cancel_floor,
     ];
-    // A cluster node homes the sessions it makes (C4), in the same round trip.
+    // A cluster node homes the sessions it makes (C4), in the same statement.
     let home = db.fence().map(|w| (w.node.as_str().to_string(), w.epoch));
-    let home_args;
-    let mut stmts: Vec<(&'static str, &[&dyn Param])> = vec![(PUT_SESSION, &row)];
-    if let Some((node, epoch)) = &home {
-        home_args = [&s.id as &dyn Param, node, epoch];
-        stmts.push((HOME_SESSION, &home_args));
-    }
-    db.exec_all(&stmts)?;
+    match &home {
+        Some((node, epoch)) => {
+            let mut homed: Vec<&dyn Param> = row.to_vec();
+            homed.extend([node as &dyn Param, epoch]);
+            db.exec(PUT_SESSION_HOMED, &homed)?
+        }
+        None => db.exec(PUT_SESSION, &row)?,
+    };
     Ok(())
 }
 
-const PUT_SESSION: &str =
-    "INSERT INTO sessions (id, channel, title, external_id, workspace_id, root, owner_id, \
-     created_at, modified_at, last_active_at, turn_count, first_request, favorite_rank, \
-     model_pref, last_status, queue_paused, cancel_floor) \
-     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17) \
-     ON CONFLICT (id) DO UPDATE SET channel = ?2, title = ?3, external_id = ?4, \
-     workspace_id = ?5, root = ?6, owner_id = ?7, modified_at = ?9, last_active_at = ?10, \
-     turn_count = ?11, first_request = ?12, favorite_rank = ?13, model_pref = ?14, \
-     last_status = ?15, queue_paused = ?16, cancel_floor = ?17";
-const HOME_SESSION: &str =
-    "UPDATE sessions SET home_node = ?2, home_epoch = ?3 WHERE id = ?1 AND home_node IS NULL";
+/// The session row's upsert; the arguments add columns to the insert and to the update.
+macro_rules! put_session {
+    ($columns:literal, $values:literal, $update:literal) => {
+        concat!(
+            "INSERT INTO sessions (id, channel, title, external_id, workspace_id, root, owner_id, \
+             created_at, modified_at, last_active_at, turn_count, first_request, favorite_rank, \
+             model_pref, last_status, queue_paused, cancel_floor",
+            $columns,
+            ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17",
+            $values,
+            ") ON CONFLICT (id) DO UPDATE SET channel = ?2, title = ?3, external_id = ?4, \
+             workspace_id = ?5, root = ?6, owner_id = ?7, modified_at = ?9, last_active_at = ?10, \
+             turn_count = ?11, first_request = ?12, favorite_rank = ?13, model_pref = ?14, \
+             last_status = ?15, queue_paused = ?16, cancel_floor = ?17",
+            $update
+        )
+    };
+}
+const PUT_SESSION: &str = put_session!("", "", "");
+/// A cluster node's (PostgreSQL): a session homed nowhere is homed here (`?18` node, `?19`
+/// lease epoch); one homed anywhere keeps its home.
+const PUT_SESSION_HOMED: &str = put_session!(
+    ", home_node, home_epoch",
+    ",?18,?19",
+    ", home_node = COALESCE(sessions.home_node, ?18), \
+     home_epoch = CASE WHEN sessions.home_node IS NULL THEN ?19 ELSE sessions.home_epoch END"
+);
 
 pub fn get_session(db: &mut Db, id: &str) -> StoreResult<Option<SessionRow>> {
     let sql = db.pick(
