@@ -341,7 +341,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         END IF;
         FOR t IN SELECT tid, sid, ord, record FROM turns WHERE tid = ANY(v_tids)
                  FOR KEY SHARE SKIP LOCKED LOOP
-            PERFORM search_turn_index(t.tid, t.sid, t.ord, t.record);
+            -- A record the index cannot read (a `\u0000` jsonb refuses, a number out of
+            -- range) keeps the texts it had and leaves the queue: one turn never holds
+            -- up the others, or a search.
+            BEGIN
+                PERFORM search_turn_index(t.tid, t.sid, t.ord, t.record);
+            EXCEPTION WHEN OTHERS THEN
+                RAISE WARNING 'turn % not indexed for search: %', t.tid, SQLERRM;
+            END;
             v_done := v_done || t.tid;
         END LOOP;
         DELETE FROM search_pending q WHERE q.id = ANY(v_ids)

@@ -175,6 +175,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_record_the_index_cannot_read_is_stored_and_holds_up_no_other_turn() {
+        let Some((store, _schema)) = temp_pg_store("search").await else {
+            return;
+        };
+        session(&store).await;
+        // serde_json writes a NUL character as `\u0000`, which jsonb refuses.
+        let (bad, good) = (record("a NUL \u{0} inside"), record("Water at dawn"));
+        store
+            .with(move |db| {
+                rows::put_turn(db, "t1", "s1", 1, "completed", None, &bad)?;
+                rows::put_turn(db, "t2", "s1", 2, "completed", None, &good)
+            })
+            .await
+            .expect("both turns are stored");
+        store
+            .with(|db| db.index_search())
+            .await
+            .expect("the catch-up goes past the unreadable record");
+        assert_eq!(index(&store).await, (texts("t2", "Water at dawn"), 0));
+    }
+
+    #[tokio::test]
     async fn indexing_beside_rewrites_and_deletes_ends_with_exactly_the_live_turns_texts() {
         let Some((store, schema)) = temp_pg_store("search").await else {
             return;
