@@ -12,6 +12,34 @@ use vis_store::PgOptions;
 mod events;
 pub(crate) mod search;
 
+/// The texts of a turn's record, one row per side (request, reply prose, thinking), as a
+/// PL/pgSQL loop header over `r` (the record, parsed from `$record`) and `v_at`: the same in
+/// migration 4's trigger and migration 5's indexer.
+macro_rules! turn_sides {
+    ($record:literal) => {
+        concat!(
+            "        r := ",
+            $record,
+            r#"::JSONB;
+        v_at := CASE WHEN jsonb_typeof(r->'created_at') = 'number'
+                     THEN (r->>'created_at')::NUMERIC::BIGINT END;
+        FOR v_side, v_body IN
+            SELECT 'request', COALESCE(r->>'display_request', r->>'request')
+            UNION ALL
+            SELECT 'reply', string_agg(e->>'markdown', E'\n')
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'content') = 'array'
+                                           THEN r->'content' ELSE '[]'::JSONB END) e
+            WHERE e->>'type' = 'prose'
+            UNION ALL
+            SELECT 'thinking', string_agg(e->>'thinking', E'\n')
+            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'iterations') = 'array'
+                                           THEN r->'iterations' ELSE '[]'::JSONB END) e
+            WHERE COALESCE(e->>'thinking', '') <> ''
+"#
+        )
+    };
+}
+
 /// The gateway's own tables and columns, on top of the journal's schema (`vis_store`'s
 /// migrations: sessions with their home and seq high-water, events, egress, leases).
 /// Numbered like the SQLite ones, recorded in `vis_gateway_migrations`.
@@ -200,7 +228,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // and its request rarely changes: a side whose text is unchanged keeps its row and its
     // index entries; only changed sides are replaced, and an unchanged record or title
     // (every session row write names the title) touches nothing.
-    r#"
+    concat!(
+        r#"
     CREATE OR REPLACE FUNCTION search_turn_sync() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
         r JSONB;
@@ -216,22 +245,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
            AND OLD.ord = NEW.ord THEN
             RETURN NEW;
         END IF;
-        r := NEW.record::JSONB;
-        v_at := CASE WHEN jsonb_typeof(r->'created_at') = 'number'
-                     THEN (r->>'created_at')::NUMERIC::BIGINT END;
-        FOR v_side, v_body IN
-            SELECT 'request', COALESCE(r->>'display_request', r->>'request')
-            UNION ALL
-            SELECT 'reply', string_agg(e->>'markdown', E'\n')
-            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'content') = 'array'
-                                           THEN r->'content' ELSE '[]'::JSONB END) e
-            WHERE e->>'type' = 'prose'
-            UNION ALL
-            SELECT 'thinking', string_agg(e->>'thinking', E'\n')
-            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'iterations') = 'array'
-                                           THEN r->'iterations' ELSE '[]'::JSONB END) e
-            WHERE COALESCE(e->>'thinking', '') <> ''
-        LOOP
+"#,
+        turn_sides!("NEW.record"),
+        r#"        LOOP
             v_body := NULLIF(v_body, '');
             IF TG_OP = 'UPDATE' THEN
                 CONTINUE WHEN v_body IS NOT NULL AND EXISTS (
@@ -264,13 +280,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
         END IF;
         RETURN NEW;
     END $$;
-    "#,
+    "#
+    ),
     // 5: turn texts are indexed off the write path. A turn write only queues the turn in
     // `search_pending`; `search_index_pending` indexes the queue (the background indexer on
     // its own connection, and a search first, so it answers from an index in step with
     // every committed turn). `search_indexer`'s one row is the lock that lets one indexer
     // of the database work at a time.
-    r#"
+    concat!(
+        r#"
     CREATE TABLE search_pending (
         id BIGSERIAL PRIMARY KEY,
         tid TEXT NOT NULL
@@ -285,22 +303,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
         v_side TEXT;
         v_body TEXT;
     BEGIN
-        r := p_record::JSONB;
-        v_at := CASE WHEN jsonb_typeof(r->'created_at') = 'number'
-                     THEN (r->>'created_at')::NUMERIC::BIGINT END;
-        FOR v_side, v_body IN
-            SELECT 'request', COALESCE(r->>'display_request', r->>'request')
-            UNION ALL
-            SELECT 'reply', string_agg(e->>'markdown', E'\n')
-            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'content') = 'array'
-                                           THEN r->'content' ELSE '[]'::JSONB END) e
-            WHERE e->>'type' = 'prose'
-            UNION ALL
-            SELECT 'thinking', string_agg(e->>'thinking', E'\n')
-            FROM jsonb_array_elements(CASE WHEN jsonb_typeof(r->'iterations') = 'array'
-                                           THEN r->'iterations' ELSE '[]'::JSONB END) e
-            WHERE COALESCE(e->>'thinking', '') <> ''
-        LOOP
+"#,
+        turn_sides!("p_record"),
+        r#"        LOOP
             v_body := NULLIF(v_body, '');
             CONTINUE WHEN v_body IS NOT NULL AND EXISTS (
                 SELECT 1 FROM search_text
@@ -368,7 +373,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         INSERT INTO search_pending (tid) VALUES (NEW.tid);
         RETURN NEW;
     END $$;
-    "#,
+    "#
+    ),
 ];
 
 /// The store thread's PostgreSQL connection.
