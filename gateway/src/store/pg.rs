@@ -329,6 +329,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
         v_ids BIGINT[];
         v_tids TEXT[];
         v_done TEXT[] := '{}';
+        v_taken INT;
         t RECORD;
     BEGIN
         IF p_wait THEN
@@ -358,7 +359,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         END LOOP;
         DELETE FROM search_pending q WHERE q.id = ANY(v_ids)
             AND (q.tid = ANY(v_done) OR NOT EXISTS (SELECT 1 FROM turns WHERE turns.tid = q.tid));
-        RETURN cardinality(v_ids);
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        RETURN v_taken;
     END $$;
     CREATE OR REPLACE FUNCTION search_turn_sync() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN

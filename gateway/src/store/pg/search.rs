@@ -12,7 +12,9 @@ use std::time::Duration;
 
 /// Indexes the whole queue, waiting for another indexer of the database to finish first.
 const CATCH_UP: &str = "SELECT search_index_pending(NULL, true)";
-/// Indexes up to `$1` queued writes, or nothing when another indexer is at work.
+/// Indexes up to `$1` queued writes, or nothing when another indexer is at work; answers how
+/// many left the queue (a full pass means more may wait; turns whose delete is in progress
+/// stay queued and do not count, so they cannot keep the indexer from sleeping).
 const PASS: &str = "SELECT search_index_pending($1, false)";
 /// Queued writes one pass takes: a pass is one transaction, and a turn being deleted waits
 /// for it, so it stays short (tens of milliseconds).
