@@ -338,7 +338,7 @@ impl Turns {
     pub fn save_row(&self, row: &SessionRow) {
         let row = row.clone();
         self.store
-            .queue("session", move |db| rows::put_session(db, &row));
+            .queue("session", move |db| rows::put_session_alone(db, &row));
     }
 
     /// Persists a turn record.
@@ -354,7 +354,7 @@ impl Turns {
             return;
         };
         self.store.queue("turn", move |db| {
-            rows::put_turn(db, &tid, &sid, ord, status, key.as_deref(), &rec)
+            rows::put_turn_alone(db, &tid, &sid, ord, status, key.as_deref(), rec)
         });
     }
 

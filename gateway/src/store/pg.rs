@@ -3,7 +3,7 @@
 //! order and no tokio worker ever waits on the database.
 
 use super::error::{StoreError, StoreResult};
-use events::{Deferred, EventStatements};
+use events::{Deferred, DeferredWrite, EventStatements};
 use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
@@ -377,6 +377,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     END $$;
     "#
     ),
+    // 6: a turn's search rows by turn and side. The indexer's check and delete name both;
+    // with only `(tid)` and `(sid, side)` to choose from, a table not yet analyzed was read
+    // through the session's index, every turn of the session and side.
+    r#"
+    CREATE INDEX search_text_turn_side ON search_text (tid, side);
+    DROP INDEX search_text_turn;
+    "#,
 ];
 
 /// The store thread's PostgreSQL connection.
@@ -399,8 +406,13 @@ pub struct PgConn {
     /// `RELEASE` goes out with the next request (a `COMMIT` releases it anyway), so a unit
     /// that succeeds costs no round trip of its own to close.
     release_pending: Option<&'static str>,
+    /// The statements running now let the waiting events be (see
+    /// [`PgConn::beside_events`]).
+    beside_events: bool,
     /// Event writes of the batch waiting to go out together (`events.rs`).
     deferred: Vec<Deferred>,
+    /// Jobs' only writes waiting to go out with them, in order (`events.rs`).
+    deferred_writes: Vec<DeferredWrite>,
     /// The statements that write deferred events, prepared when the connection opens.
     event_statements: EventStatements,
     opts: PgOptions,
@@ -449,7 +461,9 @@ impl PgConn {
             savepoint_pending: false,
             fresh: false,
             release_pending: None,
+            beside_events: false,
             deferred: Vec::new(),
+            deferred_writes: Vec::new(),
             event_statements,
             opts: opts.clone(),
             fence,
@@ -526,9 +540,11 @@ impl PgConn {
             self.release_pending = Some("job");
             return out;
         }
-        // A failed statement left the transaction refusing the RELEASE: undo the job.
-        if self.batch("RELEASE SAVEPOINT job").is_err() {
-            self.batch("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job")?;
+        // A failed statement left the transaction refusing the RELEASE: undo the job. The
+        // batch's waiting writes are not the job's: they stay waiting (sent now, inside the
+        // job's savepoint, they would be undone with it).
+        if self.batch_now("RELEASE SAVEPOINT job").is_err() {
+            self.batch_now("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job")?;
         }
         out
     }
@@ -544,7 +560,7 @@ impl PgConn {
             // Nothing ran since the job's savepoint: it is this unit's start too.
             let out = f(self);
             if out.is_err() && !self.savepoint_pending {
-                self.batch("ROLLBACK TO SAVEPOINT job")?;
+                self.batch_now("ROLLBACK TO SAVEPOINT job")?;
                 self.fresh = true;
             }
             return out;
@@ -553,9 +569,9 @@ impl PgConn {
             self.batch("SAVEPOINT job")?;
             let out = f(self);
             match out {
-                Ok(v) => self.batch("RELEASE SAVEPOINT job").map(|_| v),
+                Ok(v) => self.batch_now("RELEASE SAVEPOINT job").map(|_| v),
                 Err(e) => {
-                    let _ = self.batch("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job");
+                    let _ = self.batch_now("ROLLBACK TO SAVEPOINT job; RELEASE SAVEPOINT job");
                     Err(e)
                 }
             }
@@ -572,9 +588,13 @@ impl PgConn {
     }
 
     fn statement(&mut self, sql: &'static str) -> StoreResult<Statement> {
-        // The batch's deferred events go out before anything that could read them, and
-        // before this job's savepoint (they are not part of the job).
-        self.send_deferred()?;
+        // The batch's deferred writes go out before any other statement, its deferred
+        // events before anything that could read them or depends on their order (the hot
+        // path of a turn lets them wait); both before this job's savepoint (they are not
+        // part of the job).
+        if !self.deferred_writes.is_empty() || !self.beside_events {
+            self.send_deferred()?;
+        }
         if let Some(st) = self.prepared.get(sql) {
             return Ok(st.clone());
         }

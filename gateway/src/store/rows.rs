@@ -2,7 +2,7 @@
 //! state, run on the store thread, on either engine: one statement where the dialects
 //! agree, both side by side (`Db::pick`) where they do not.
 
-use super::sql::{AnyRow, Param};
+use super::sql::{borrowed, AnyRow, OwnedParam, Param};
 use super::{Db, StoreError, StoreResult, Written};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -89,37 +89,49 @@ fn session_from(r: &AnyRow) -> StoreResult<SessionRow> {
 /// Writes the whole session row (insert or update), keeping the event counters stored by
 /// `insert_event`, which the caller does not own.
 pub fn put_session(db: &mut Db, s: &SessionRow) -> StoreResult<()> {
-    let pref = s.model_pref.as_ref().map(|v| v.to_string());
-    let row: [&dyn Param; 17] = [
-        &s.id,
-        &s.channel,
-        &s.title,
-        &s.external_id,
-        &s.workspace_id,
-        &s.root,
-        &s.owner_id,
-        &s.created_at,
-        &s.modified_at,
-        &s.last_active_at,
-        &s.turn_count,
-        &s.first_request,
-        &s.favorite_rank,
-        &pref,
-        &s.last_status,
-        &s.queue_paused,
-        &s.cancel_floor,
-    ];
-    // A cluster node homes the sessions it makes (C4), in the same statement.
-    let home = db.fence().map(|w| (w.node.as_str().to_string(), w.epoch));
-    match &home {
-        Some((node, epoch)) => {
-            let mut homed: Vec<&dyn Param> = row.to_vec();
-            homed.extend([node as &dyn Param, epoch]);
-            db.exec(PUT_SESSION_HOMED, &homed)?
-        }
-        None => db.exec(PUT_SESSION, &row)?,
-    };
+    let (sql, args) = session_write(db, s);
+    db.beside_events(|db| db.exec(sql, &borrowed(&args)))?;
     Ok(())
+}
+
+/// [`put_session`] as the job's only write (see [`Db::write_alone`]).
+pub fn put_session_alone(db: &mut Db, s: &SessionRow) -> StoreResult<()> {
+    let (sql, args) = session_write(db, s);
+    db.write_alone("session", sql, args)
+}
+
+/// The session row's upsert and its arguments. A cluster node homes the sessions it makes
+/// (C4), in the same statement.
+fn session_write(db: &Db, s: &SessionRow) -> (&'static str, Vec<Box<dyn OwnedParam>>) {
+    let mut args: Vec<Box<dyn OwnedParam>> = vec![
+        Box::new(s.id.clone()),
+        Box::new(s.channel.clone()),
+        Box::new(s.title.clone()),
+        Box::new(s.external_id.clone()),
+        Box::new(s.workspace_id.clone()),
+        Box::new(s.root.clone()),
+        Box::new(s.owner_id.clone()),
+        Box::new(s.created_at),
+        Box::new(s.modified_at),
+        Box::new(s.last_active_at),
+        Box::new(s.turn_count),
+        Box::new(s.first_request.clone()),
+        Box::new(s.favorite_rank),
+        Box::new(s.model_pref.as_ref().map(|v| v.to_string())),
+        Box::new(s.last_status.clone()),
+        Box::new(s.queue_paused),
+        Box::new(s.cancel_floor),
+    ];
+    match db.fence() {
+        Some(w) => {
+            args.extend([
+                Box::new(w.node.as_str().to_string()) as Box<dyn OwnedParam>,
+                Box::new(w.epoch),
+            ]);
+            (PUT_SESSION_HOMED, args)
+        }
+        None => (PUT_SESSION, args),
+    }
 }
 
 /// The session row's upsert; the arguments add columns to the insert and to the update.
@@ -184,14 +196,34 @@ pub fn put_turn(
     key: Option<&str>,
     record: &str,
 ) -> StoreResult<()> {
-    db.exec(
-        "INSERT INTO turns (tid, sid, ord, status, idempotency_key, record) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-         ON CONFLICT (tid) DO UPDATE SET status = ?4, record = ?6",
-        &[&tid, &sid, &ord, &status, &key, &record],
-    )?;
+    db.beside_events(|db| db.exec(PUT_TURN, &[&tid, &sid, &ord, &status, &key, &record]))?;
     Ok(())
 }
+
+/// [`put_turn`] as the job's only write (see [`Db::write_alone`]).
+pub fn put_turn_alone(
+    db: &mut Db,
+    tid: &str,
+    sid: &str,
+    ord: i64,
+    status: &str,
+    key: Option<&str>,
+    record: String,
+) -> StoreResult<()> {
+    let args: Vec<Box<dyn OwnedParam>> = vec![
+        Box::new(tid.to_string()),
+        Box::new(sid.to_string()),
+        Box::new(ord),
+        Box::new(status.to_string()),
+        Box::new(key.map(str::to_string)),
+        Box::new(record),
+    ];
+    db.write_alone("turn", PUT_TURN, args)
+}
+
+const PUT_TURN: &str = "INSERT INTO turns (tid, sid, ord, status, idempotency_key, record) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+     ON CONFLICT (tid) DO UPDATE SET status = ?4, record = ?6";
 
 pub fn delete_turn(db: &mut Db, tid: &str) -> StoreResult<()> {
     db.exec("DELETE FROM turns WHERE tid = ?1", &[&tid])?;
@@ -325,7 +357,7 @@ pub fn insert_event(
         stmts.push(bump);
     }
     stmts.extend(insert);
-    let changed = db.exec_all(&stmts)?;
+    let changed = db.beside_events(|db| db.exec_all(&stmts))?;
     if fence.is_some() && changed.first() == Some(&0) {
         return Err(StoreError::Fenced {
             sid: sid.to_string(),

@@ -12,6 +12,16 @@ use super::error::StoreResult;
 pub trait Param: rusqlite::ToSql + tokio_postgres::types::ToSql + Sync {}
 impl<T: rusqlite::ToSql + tokio_postgres::types::ToSql + Sync + ?Sized> Param for T {}
 
+/// A value both engines can bind, owned, so a write can wait to go out (see
+/// [`Db::write_alone`]).
+pub trait OwnedParam: Param + Send {}
+impl<T: Param + Send> OwnedParam for T {}
+
+/// Owned arguments as the borrowed ones a statement takes.
+pub fn borrowed(args: &[Box<dyn OwnedParam>]) -> Vec<&dyn Param> {
+    args.iter().map(|a| a.as_ref() as &dyn Param).collect()
+}
+
 /// A value both engines can read from a column.
 pub trait Column: rusqlite::types::FromSql + for<'a> tokio_postgres::types::FromSql<'a> {}
 impl<T: rusqlite::types::FromSql + for<'a> tokio_postgres::types::FromSql<'a>> Column for T {}
@@ -32,7 +42,9 @@ impl AnyRow<'_, '_> {
     }
 }
 
-fn pg_args<'a>(args: &'a [&'a dyn Param]) -> Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)> {
+pub(super) fn pg_args<'a>(
+    args: &'a [&'a dyn Param],
+) -> Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)> {
     args.iter()
         .map(|a| *a as &(dyn tokio_postgres::types::ToSql + Sync))
         .collect()
@@ -67,6 +79,33 @@ impl Db<'_> {
             .map(|((sql, _), a)| (*sql, a.as_slice()))
             .collect();
         p.execute_all(&with)
+    }
+
+    /// The job's only write. On PostgreSQL, inside a batch, it may wait on the connection
+    /// and go out together with the batch's other waiting writes (`pg/events.rs`), in one
+    /// round trip; a failure is then recorded there (`what` names the job), not answered.
+    /// Elsewhere it runs at once, like [`Db::exec`].
+    pub fn write_alone(
+        &mut self,
+        what: &'static str,
+        sql: &'static str,
+        args: Vec<Box<dyn OwnedParam>>,
+    ) -> StoreResult<()> {
+        match self {
+            Db::Postgres(p) => p.write_alone(what, sql, args),
+            Db::Sqlite(_) => self.exec(sql, &borrowed(&args)).map(|_| ()),
+        }
+    }
+
+    /// Runs `f`, whose statements neither read the journal nor a session's seq high-water,
+    /// and write nothing that depends on the order of the batch's events (the hot path of a
+    /// turn: its record, its session's row, an event with its high-water). On PostgreSQL the
+    /// events waiting to go out together (`pg/events.rs`) may wait past them.
+    pub fn beside_events<T>(&mut self, f: impl FnOnce(&mut Db) -> T) -> T {
+        match self {
+            Db::Postgres(p) => p.beside_events(|p| f(&mut Db::Postgres(p))),
+            Db::Sqlite(_) => f(self),
+        }
     }
 
     /// Every row of a query, each read by `f`.

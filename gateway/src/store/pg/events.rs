@@ -1,8 +1,10 @@
 //! Event writes sent together on PostgreSQL. Inside the store thread's batch transaction an
 //! event job that writes nothing else does not go out on its own: the batch's events wait on
 //! the connection and go out as one statement (each session's seq high-water raised once,
-//! the journal rows inserted from arrays) before the next statement of another job, or before
-//! the batch's `COMMIT`. A batch of events costs one round trip instead of one per event.
+//! the journal rows inserted from arrays) before the batch's `COMMIT`, or before a statement
+//! of another job that could read them. The writes of a turn's hot path (its record, its
+//! session's row, an event written with a row: `Db::beside_events`) let them wait,
+//! so a batch of turns costs one such statement instead of one per event job.
 //!
 //! Every job still learns the fate of its own event ([`Written`], read by its after-commit
 //! action): on a cluster node an event of a session homed elsewhere is refused alone (the
@@ -10,6 +12,7 @@
 //! so only the event at fault is lost.
 
 use super::super::db::Written;
+use super::super::sql::{borrowed, pg_args, OwnedParam, Param};
 use super::{pipelined, PgConn};
 use crate::store::error::{StoreError, StoreResult};
 use std::collections::HashSet;
@@ -78,7 +81,47 @@ pub(super) struct Deferred {
     written: Written,
 }
 
+/// A job's only write waiting for the batch's next statement (see [`PgConn::write_alone`]).
+pub(in crate::store) struct DeferredWrite {
+    what: &'static str,
+    statement: Statement,
+    args: Vec<Box<dyn OwnedParam>>,
+}
+
 impl PgConn {
+    /// The job's only write: inside a batch transaction, when the job has sent nothing yet
+    /// and the statement is prepared, it waits on the connection and goes out in one round
+    /// trip with the batch's other waiting writes and events, before the batch's next
+    /// statement of any other kind; a failure is recorded then (it loses that write alone).
+    /// Otherwise it runs now.
+    pub fn write_alone(
+        &mut self,
+        what: &'static str,
+        sql: &'static str,
+        args: Vec<Box<dyn OwnedParam>>,
+    ) -> StoreResult<()> {
+        if self.in_tx && self.fresh && self.savepoint_pending {
+            if let Some(statement) = self.prepared.get(sql) {
+                self.deferred_writes.push(DeferredWrite {
+                    what,
+                    statement: statement.clone(),
+                    args,
+                });
+                return Ok(());
+            }
+        }
+        let args = borrowed(&args);
+        self.beside_events(|p| p.execute(sql, &pg_args(&args)).map(|_| ()))
+    }
+
+    /// Runs `f`, whose statements the waiting events may wait past (`Db::beside_events`).
+    pub fn beside_events<T>(&mut self, f: impl FnOnce(&mut PgConn) -> T) -> T {
+        let was = std::mem::replace(&mut self.beside_events, true);
+        let out = f(self);
+        self.beside_events = was;
+        out
+    }
+
     /// Defers the write of an event when the running job is inside a batch transaction and
     /// has sent nothing yet (so the event is the job's only write); `None` otherwise, and the
     /// caller writes it now.
@@ -103,23 +146,45 @@ impl PgConn {
         Some(written)
     }
 
-    /// Sends the deferred events, if any: all in one statement, else (when that statement
-    /// fails) one by one. `Err` only when the transaction itself could not be kept.
+    /// Sends the deferred writes and events, if any: all in one round trip (the writes in
+    /// order, then the events in one statement), else (when one of them fails) each write
+    /// alone, then the events together, then one by one. `Err` only when the transaction
+    /// itself could not be kept.
     pub(super) fn send_deferred(&mut self) -> StoreResult<()> {
-        if self.deferred.is_empty() {
+        if self.deferred.is_empty() && self.deferred_writes.is_empty() {
             return Ok(());
         }
         let events = std::mem::take(&mut self.deferred);
-        let Err(e) = self.write_events(&events) else {
+        let writes = std::mem::take(&mut self.deferred_writes);
+        let Err(mut e) = self.write_events(&writes, &events) else {
             return Ok(());
         };
         self.undo_events()?;
+        if !writes.is_empty() {
+            for write in &writes {
+                if let Err(e) = self.write_events(std::slice::from_ref(write), &[]) {
+                    self.undo_events()?;
+                    tracing::error!(error = %e, job = write.what, "store write failed");
+                    crate::metrics::store_write_failed();
+                }
+            }
+            if events.is_empty() {
+                return Ok(());
+            }
+            match self.write_events(&[], &events) {
+                Ok(()) => return Ok(()),
+                Err(again) => {
+                    self.undo_events()?;
+                    e = again;
+                }
+            }
+        }
         if let [event] = events.as_slice() {
             failed(event, &e);
             return Ok(());
         }
         for event in &events {
-            if let Err(e) = self.write_events(std::slice::from_ref(event)) {
+            if let Err(e) = self.write_events(&[], std::slice::from_ref(event)) {
                 self.undo_events()?;
                 failed(event, &e);
             }
@@ -133,9 +198,10 @@ impl PgConn {
         self.event_statements.sent
     }
 
-    /// Leaves the deferred events unwritten (the batch is rolled back).
+    /// Leaves the deferred writes and events unwritten (the batch is rolled back).
     pub(super) fn drop_deferred(&mut self) {
         self.deferred.clear();
+        self.deferred_writes.clear();
     }
 
     /// Rolls back a failed [`PgConn::write_events`] (its events stay unwritten).
@@ -143,9 +209,10 @@ impl PgConn {
         self.batch_now("ROLLBACK TO SAVEPOINT events; RELEASE SAVEPOINT events")
     }
 
-    /// One statement for `events`, inside a savepoint of its own (sent in the same round
-    /// trip), whose `RELEASE` goes out with the next request.
-    fn write_events(&mut self, events: &[Deferred]) -> StoreResult<()> {
+    /// The waiting `writes`, then one statement for `events` (none without events), inside
+    /// a savepoint of their own, all sent in one round trip; the savepoint's `RELEASE` goes
+    /// out with the next request.
+    fn write_events(&mut self, writes: &[DeferredWrite], events: &[Deferred]) -> StoreResult<()> {
         let prefix = match self.control(false) {
             Some(control) => format!("{control}; SAVEPOINT events"),
             None => "SAVEPOINT events".to_string(),
@@ -163,13 +230,31 @@ impl PgConn {
             }
             None => &self.event_statements.plain,
         };
-        let rows = pipelined(
-            &self.rt,
-            &self.client,
-            Some(&prefix),
-            self.client.query(statement, &params),
-        )?;
+        let client = &self.client;
+        let args: Vec<Vec<&dyn Param>> = writes.iter().map(|w| borrowed(&w.args)).collect();
+        let args: Vec<_> = args.iter().map(|a| pg_args(a)).collect();
+        let all = async {
+            let written = futures::future::join_all(
+                writes
+                    .iter()
+                    .zip(&args)
+                    .map(|(w, a)| client.execute(&w.statement, a)),
+            );
+            let stored = async {
+                match events.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => client.query(statement, &params).await,
+                }
+            };
+            let (written, stored) = futures::future::join(written, stored).await;
+            written.into_iter().try_for_each(|w| w.map(|_| ()))?;
+            stored
+        };
+        let rows = pipelined(&self.rt, client, Some(&prefix), all)?;
         self.release_pending = Some("events");
+        if events.is_empty() {
+            return Ok(());
+        }
         #[cfg(test)]
         {
             self.event_statements.sent += 1;
@@ -308,6 +393,194 @@ mod tests {
             assert_eq!(stored(&store).await, want);
             assert_eq!(last_seq(&store, "a").await, 6);
             assert_eq!(last_seq(&store, "b").await, 3);
+        });
+    }
+
+    #[test]
+    fn events_wait_past_the_turn_writes_of_other_jobs_and_go_out_before_a_read_of_the_journal() {
+        rt().block_on(async {
+            let Some((store, _schema)) = temp_pg_node("events", None).await else {
+                return;
+            };
+            session(&store, "a", None).await;
+            session(&store, "b", None).await;
+            turn_now(&store, "t0", "b", "done").await;
+            let before = statements_sent(&store).await;
+            let (tx, rx) = mpsc::channel();
+            let held = hold(&store);
+            event(&store, "a", 1, Some("{}"), &tx);
+            store.queue("turn", |db| {
+                rows::put_turn(db, "t1", "b", 1, "streaming", None, "{}")
+            });
+            event(&store, "b", 1, Some("{}"), &tx);
+            store.queue("turn", |db| {
+                rows::put_turn(db, "t1", "b", 1, "done", None, "{}")
+            });
+            event(&store, "a", 2, Some("{}"), &tx);
+            // A read of the journal sees every event queued before it.
+            let (seen_tx, seen_rx) = mpsc::channel();
+            store.queue("read", move |db| {
+                let n: Option<i64> = db.value("SELECT count(*) FROM events", &[])?;
+                let _ = seen_tx.send(n.unwrap_or(-1));
+                Ok(())
+            });
+            event(&store, "b", 2, Some("{}"), &tx);
+            drop(held);
+            store.flush().await;
+            assert_eq!(seen_rx.try_recv().ok(), Some(3));
+            assert_eq!(
+                statements_sent(&store).await - before,
+                2,
+                "one statement before the read, one at the commit"
+            );
+            assert!(fates(&rx).iter().all(|f| f.2), "every event written");
+            let status: Option<String> = store
+                .with(|db| db.value("SELECT status FROM turns WHERE tid = 't1'", &[]))
+                .await
+                .expect("turn");
+            assert_eq!(status.as_deref(), Some("done"));
+            assert_eq!(last_seq(&store, "a").await, 2);
+            assert_eq!(last_seq(&store, "b").await, 2);
+        });
+    }
+
+    /// Prepares the turn upsert on the store's connection (a job's only write waits only
+    /// for a statement already prepared).
+    async fn turn_now(store: &Store, tid: &'static str, sid: &'static str, status: &'static str) {
+        store
+            .with(move |db| rows::put_turn(db, tid, sid, 1, status, None, "{}"))
+            .await
+            .expect("turn");
+    }
+
+    async fn statuses(store: &Store) -> Vec<(String, String)> {
+        store
+            .with(|db| {
+                db.rows("SELECT tid, status FROM turns ORDER BY tid", &[], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .await
+            .expect("turns")
+    }
+
+    fn turn_alone(store: &Store, tid: &'static str, sid: &'static str, status: &'static str) {
+        store.queue("turn", move |db| {
+            rows::put_turn_alone(db, tid, sid, 1, status, None, "{}".to_string())
+        });
+    }
+
+    #[test]
+    fn turn_writes_wait_in_order_and_a_later_statement_of_the_batch_sees_them() {
+        rt().block_on(async {
+            let Some((store, _schema)) = temp_pg_node("events", None).await else {
+                return;
+            };
+            session(&store, "a", None).await;
+            turn_now(&store, "t0", "a", "done").await;
+            store
+                .with(|db| rows::put_session(db, &rows::SessionRow::bare("b")))
+                .await
+                .expect("session");
+            let before = statements_sent(&store).await;
+            let (tx, rx) = mpsc::channel();
+            let held = hold(&store);
+            turn_alone(&store, "t1", "a", "queued");
+            event(&store, "a", 1, Some("{}"), &tx);
+            turn_alone(&store, "t1", "a", "streaming");
+            turn_alone(&store, "t1", "a", "done");
+            // A later job's statement of another kind runs after every waiting write.
+            let (seen_tx, seen_rx) = mpsc::channel();
+            store.queue("read", move |db| {
+                let s: Option<String> =
+                    db.value("SELECT status FROM turns WHERE tid = 't1'", &[])?;
+                let _ = seen_tx.send(s);
+                Ok(())
+            });
+            turn_alone(&store, "t2", "a", "queued");
+            // A new session's row waits; the next job's turn upsert (a statement events may
+            // wait past) still finds it.
+            store.queue("session", |db| {
+                rows::put_session_alone(db, &rows::SessionRow::bare("c"))
+            });
+            store.queue("turn", |db| {
+                rows::put_turn(db, "t3", "c", 1, "queued", None, "{}")
+            });
+            drop(held);
+            store.flush().await;
+            assert_eq!(seen_rx.try_recv().ok().flatten().as_deref(), Some("done"));
+            assert_eq!(statements_sent(&store).await - before, 1);
+            assert_eq!(fates(&rx), vec![("a", 1, true)]);
+            assert_eq!(
+                statuses(&store).await,
+                vec![
+                    ("t0".to_string(), "done".to_string()),
+                    ("t1".to_string(), "done".to_string()),
+                    ("t2".to_string(), "queued".to_string()),
+                    ("t3".to_string(), "queued".to_string())
+                ]
+            );
+        });
+    }
+
+    #[test]
+    fn events_waiting_past_a_turn_write_that_fails_are_still_written() {
+        rt().block_on(async {
+            let Some((store, _schema)) = temp_pg_node("events", None).await else {
+                return;
+            };
+            session(&store, "a", None).await;
+            turn_now(&store, "t0", "a", "done").await;
+            let (tx, rx) = mpsc::channel();
+            let held = hold(&store);
+            event(&store, "a", 1, Some("{}"), &tx);
+            // Undone back to its job's start, which must not take the waiting event along.
+            store.queue("turn", |db| {
+                rows::put_turn(db, "t1", "nowhere", 1, "queued", None, "{}")
+            });
+            event(&store, "a", 2, Some("{}"), &tx);
+            // The same inside an atomic unit.
+            store.queue("unit", |db| {
+                db.atomically(|db| rows::put_turn(db, "t2", "nowhere", 1, "queued", None, "{}"))
+            });
+            drop(held);
+            store.flush().await;
+            assert_eq!(fates(&rx), vec![("a", 1, true), ("a", 2, true)]);
+            assert_eq!(
+                stored(&store).await,
+                vec![("a".to_string(), 1), ("a".to_string(), 2)]
+            );
+            let tids: Vec<String> = statuses(&store).await.into_iter().map(|t| t.0).collect();
+            assert_eq!(tids, vec!["t0"]);
+        });
+    }
+
+    #[test]
+    fn a_waiting_write_postgres_refuses_is_lost_alone_and_the_rest_of_its_batch_is_written() {
+        rt().block_on(async {
+            let Some((store, _schema)) = temp_pg_node("events", None).await else {
+                return;
+            };
+            session(&store, "a", None).await;
+            turn_now(&store, "t0", "a", "done").await;
+            let (tx, rx) = mpsc::channel();
+            let held = hold(&store);
+            turn_alone(&store, "t1", "a", "queued");
+            // No such session: the turn's foreign key refuses it.
+            turn_alone(&store, "t2", "nowhere", "queued");
+            event(&store, "a", 1, Some("{}"), &tx);
+            turn_alone(&store, "t3", "a", "queued");
+            event(&store, "a", 2, Some("{}"), &tx);
+            drop(held);
+            store.flush().await;
+            assert_eq!(fates(&rx), vec![("a", 1, true), ("a", 2, true)]);
+            let tids: Vec<String> = statuses(&store).await.into_iter().map(|t| t.0).collect();
+            assert_eq!(tids, vec!["t0", "t1", "t3"]);
+            assert_eq!(
+                stored(&store).await,
+                vec![("a".to_string(), 1), ("a".to_string(), 2)]
+            );
+            assert_eq!(last_seq(&store, "a").await, 2);
         });
     }
 
