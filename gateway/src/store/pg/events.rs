@@ -6,6 +6,10 @@
 //! session's row, an event written with a row: `Db::beside_events`) let them wait,
 //! so a batch of turns costs one such statement instead of one per event job.
 //!
+//! A job whose only write is the engine's save of a turn record or a session row waits the
+//! same way ([`PgConn::write_alone`]), until the batch's next statement of any kind: the
+//! waiting writes go out in order, then the events, all in one round trip.
+//!
 //! Every job still learns the fate of its own event ([`Written`], read by its after-commit
 //! action): on a cluster node an event of a session homed elsewhere is refused alone (the
 //! fence), and when the statement fails as a whole the events are written again one by one,
@@ -82,7 +86,7 @@ pub(super) struct Deferred {
 }
 
 /// A job's only write waiting for the batch's next statement (see [`PgConn::write_alone`]).
-pub(in crate::store) struct DeferredWrite {
+pub(super) struct DeferredWrite {
     what: &'static str,
     statement: Statement,
     args: Vec<Box<dyn OwnedParam>>,
@@ -156,13 +160,13 @@ impl PgConn {
         }
         let events = std::mem::take(&mut self.deferred);
         let writes = std::mem::take(&mut self.deferred_writes);
-        let Err(mut e) = self.write_events(&writes, &events) else {
+        let Err(mut e) = self.send_together(&writes, &events) else {
             return Ok(());
         };
         self.undo_events()?;
         if !writes.is_empty() {
             for write in &writes {
-                if let Err(e) = self.write_events(std::slice::from_ref(write), &[]) {
+                if let Err(e) = self.send_together(std::slice::from_ref(write), &[]) {
                     self.undo_events()?;
                     tracing::error!(error = %e, job = write.what, "store write failed");
                     crate::metrics::store_write_failed();
@@ -171,7 +175,7 @@ impl PgConn {
             if events.is_empty() {
                 return Ok(());
             }
-            match self.write_events(&[], &events) {
+            match self.send_together(&[], &events) {
                 Ok(()) => return Ok(()),
                 Err(again) => {
                     self.undo_events()?;
@@ -184,7 +188,7 @@ impl PgConn {
             return Ok(());
         }
         for event in &events {
-            if let Err(e) = self.write_events(&[], std::slice::from_ref(event)) {
+            if let Err(e) = self.send_together(&[], std::slice::from_ref(event)) {
                 self.undo_events()?;
                 failed(event, &e);
             }
@@ -204,7 +208,7 @@ impl PgConn {
         self.deferred_writes.clear();
     }
 
-    /// Rolls back a failed [`PgConn::write_events`] (its events stay unwritten).
+    /// Rolls back a failed [`PgConn::send_together`] (its events stay unwritten).
     fn undo_events(&mut self) -> StoreResult<()> {
         self.batch_now("ROLLBACK TO SAVEPOINT events; RELEASE SAVEPOINT events")
     }
@@ -212,7 +216,7 @@ impl PgConn {
     /// The waiting `writes`, then one statement for `events` (none without events), inside
     /// a savepoint of their own, all sent in one round trip; the savepoint's `RELEASE` goes
     /// out with the next request.
-    fn write_events(&mut self, writes: &[DeferredWrite], events: &[Deferred]) -> StoreResult<()> {
+    fn send_together(&mut self, writes: &[DeferredWrite], events: &[Deferred]) -> StoreResult<()> {
         let prefix = match self.control(false) {
             Some(control) => format!("{control}; SAVEPOINT events"),
             None => "SAVEPOINT events".to_string(),
