@@ -287,7 +287,7 @@ fn failed(event: &Deferred, e: &StoreError) {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::test_support::{hold, temp_pg_node};
+    use crate::store::test_support::{hold, temp_pg_node, PgSchema};
     use crate::store::{after_commit, committed, rows, Db, Store};
     use std::sync::mpsc;
     use vis_store::{NodeId, Writer};
@@ -448,8 +448,15 @@ mod tests {
         });
     }
 
-    /// Prepares the turn upsert on the store's connection (a job's only write waits only
-    /// for a statement already prepared).
+    /// A store with session `a` and its turn `t0` written, which prepares the turn upsert on
+    /// the store's connection (a job's only write waits only for a prepared statement).
+    async fn store_with_a_turn() -> Option<(Store, PgSchema)> {
+        let (store, schema) = temp_pg_node("events", None).await?;
+        session(&store, "a", None).await;
+        turn_now(&store, "t0", "a", "done").await;
+        Some((store, schema))
+    }
+
     async fn turn_now(store: &Store, tid: &'static str, sid: &'static str, status: &'static str) {
         store
             .with(move |db| rows::put_turn(db, tid, sid, 1, status, None, "{}"))
@@ -477,11 +484,9 @@ mod tests {
     #[test]
     fn turn_writes_wait_in_order_and_a_later_statement_of_the_batch_sees_them() {
         rt().block_on(async {
-            let Some((store, _schema)) = temp_pg_node("events", None).await else {
+            let Some((store, _schema)) = store_with_a_turn().await else {
                 return;
             };
-            session(&store, "a", None).await;
-            turn_now(&store, "t0", "a", "done").await;
             store
                 .with(|db| rows::put_session(db, &rows::SessionRow::bare("b")))
                 .await
@@ -530,11 +535,9 @@ mod tests {
     #[test]
     fn events_waiting_past_a_turn_write_that_fails_are_still_written() {
         rt().block_on(async {
-            let Some((store, _schema)) = temp_pg_node("events", None).await else {
+            let Some((store, _schema)) = store_with_a_turn().await else {
                 return;
             };
-            session(&store, "a", None).await;
-            turn_now(&store, "t0", "a", "done").await;
             let (tx, rx) = mpsc::channel();
             let held = hold(&store);
             event(&store, "a", 1, Some("{}"), &tx);
@@ -562,11 +565,9 @@ mod tests {
     #[test]
     fn a_waiting_write_postgres_refuses_is_lost_alone_and_the_rest_of_its_batch_is_written() {
         rt().block_on(async {
-            let Some((store, _schema)) = temp_pg_node("events", None).await else {
+            let Some((store, _schema)) = store_with_a_turn().await else {
                 return;
             };
-            session(&store, "a", None).await;
-            turn_now(&store, "t0", "a", "done").await;
             let (tx, rx) = mpsc::channel();
             let held = hold(&store);
             turn_alone(&store, "t1", "a", "queued");
