@@ -292,6 +292,44 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_word_inside_a_slash_command_a_path_or_a_host_is_found_on_either_engine() {
+        use crate::store::rows::{self, SessionRow};
+        let engines = crate::store::test_support::each_engine("search_words").await;
+        for ((store, _keep), engine) in engines.into_iter().zip(["SQLite", "PostgreSQL"]) {
+            let row = SessionRow {
+                id: "s1".into(),
+                channel: "web".into(),
+                root: "/".into(),
+                last_status: "idle".into(),
+                ..Default::default()
+            };
+            let rec = serde_json::json!({"request": "/help", "created_at": 5,
+                "content": [{"type": "prose",
+                    "markdown": "Edit src/parser.rs, then ask docs.example.org"}]})
+            .to_string();
+            store
+                .with(move |db| {
+                    rows::put_session(db, &row)?;
+                    rows::put_turn(db, "t1", "s1", 1, "completed", None, &rec)
+                })
+                .await
+                .expect("write");
+            for q in [
+                "help",
+                "/help",
+                "parser",
+                "parser.rs",
+                "example",
+                "docs.example.org",
+            ] {
+                let q2 = q.to_string();
+                let found = store.with(move |db| search(db, &q2)).await.expect("search");
+                assert_eq!(found.matches.len(), 1, "{q} on {engine}");
+            }
+        }
+    }
+
     async fn keeps_in_step(store: &Store) {
         use crate::store::rows::{self, SessionRow};
         use serde_json::json;

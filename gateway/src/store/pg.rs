@@ -384,6 +384,16 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX search_text_turn_side ON search_text (tid, side);
     DROP INDEX search_text_turn;
     "#,
+    // 7: texts indexed word by word, as the search splits what the user types: the `simple`
+    // parser read `/help`, `src/parser.rs` or `docs.example.org` as one token each, so none
+    // of their words was found. Punctuation becomes a space before parsing (the stored
+    // texts are unchanged). Rewrites the column and its index.
+    r#"
+    ALTER TABLE search_text DROP COLUMN doc;
+    ALTER TABLE search_text ADD COLUMN doc TSVECTOR GENERATED ALWAYS AS
+        (to_tsvector('simple', regexp_replace(body, '[[:punct:]]+', ' ', 'g'))) STORED;
+    CREATE INDEX search_text_doc ON search_text USING GIN (doc);
+    "#,
 ];
 
 /// The store thread's PostgreSQL connection.
