@@ -297,13 +297,7 @@ mod tests {
         use crate::store::rows::{self, SessionRow};
         let engines = crate::store::test_support::each_engine("search_words").await;
         for ((store, _keep), engine) in engines.into_iter().zip(["SQLite", "PostgreSQL"]) {
-            let row = SessionRow {
-                id: "s1".into(),
-                channel: "web".into(),
-                root: "/".into(),
-                last_status: "idle".into(),
-                ..Default::default()
-            };
+            let row = SessionRow::bare("s1");
             let rec = serde_json::json!({"request": "/help", "created_at": 5,
                 "content": [{"type": "prose",
                     "markdown": "Edit src/parser.rs, then ask docs.example.org"}]})

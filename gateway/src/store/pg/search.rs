@@ -108,13 +108,7 @@ mod tests {
     }
 
     async fn session(store: &Store) {
-        let row = SessionRow {
-            id: "s1".into(),
-            channel: "web".into(),
-            root: "/".into(),
-            last_status: "idle".into(),
-            ..Default::default()
-        };
+        let row = SessionRow::bare("s1");
         store
             .with(move |db| rows::put_session(db, &row))
             .await
