@@ -40,6 +40,22 @@ macro_rules! turn_sides {
     };
 }
 
+/// The start of the turn trigger (migrations 4 and 5): a deleted turn's texts go, and a write
+/// that changed none of the record, session or order does nothing more.
+macro_rules! turn_write_early_returns {
+    () => {
+        r#"        IF TG_OP = 'DELETE' THEN
+            DELETE FROM search_text WHERE tid = OLD.tid AND side <> 'title';
+            RETURN OLD;
+        END IF;
+        IF TG_OP = 'UPDATE' AND OLD.record = NEW.record AND OLD.sid = NEW.sid
+           AND OLD.ord = NEW.ord THEN
+            RETURN NEW;
+        END IF;
+"#
+    };
+}
+
 /// The gateway's own tables and columns, on top of the journal's schema (`vis_store`'s
 /// migrations: sessions with their home and seq high-water, events, egress, leases).
 /// Numbered like the SQLite ones, recorded in `vis_gateway_migrations`.
@@ -237,15 +253,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         v_side TEXT;
         v_body TEXT;
     BEGIN
-        IF TG_OP = 'DELETE' THEN
-            DELETE FROM search_text WHERE tid = OLD.tid AND side <> 'title';
-            RETURN OLD;
-        END IF;
-        IF TG_OP = 'UPDATE' AND OLD.record = NEW.record AND OLD.sid = NEW.sid
-           AND OLD.ord = NEW.ord THEN
-            RETURN NEW;
-        END IF;
 "#,
+        turn_write_early_returns!(),
         turn_sides!("NEW.record"),
         r#"        LOOP
             v_body := NULLIF(v_body, '');
@@ -364,15 +373,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     END $$;
     CREATE OR REPLACE FUNCTION search_turn_sync() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        IF TG_OP = 'DELETE' THEN
-            DELETE FROM search_text WHERE tid = OLD.tid AND side <> 'title';
-            RETURN OLD;
-        END IF;
-        IF TG_OP = 'UPDATE' AND OLD.record = NEW.record AND OLD.sid = NEW.sid
-           AND OLD.ord = NEW.ord THEN
-            RETURN NEW;
-        END IF;
-        INSERT INTO search_pending (tid) VALUES (NEW.tid);
+"#,
+        turn_write_early_returns!(),
+        r#"        INSERT INTO search_pending (tid) VALUES (NEW.tid);
         RETURN NEW;
     END $$;
     "#
