@@ -87,7 +87,8 @@ pub(crate) struct Shared {
     pub up: Upstreams,
     pub own_port: u16,
     pub denied_cache: DeniedCache,
-    sessions: Mutex<HashMap<String, usize>>,
+    /// Flows in use per session (read and written on every request: foldhash, seeded per map).
+    sessions: Mutex<foldhash::HashMap<String, usize>>,
 }
 
 /// Holds one of a session's concurrency slots.
@@ -136,7 +137,7 @@ impl Shared {
             up,
             own_port,
             denied_cache: Mutex::new(HashMap::new()),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::default(),
         }
     }
 

@@ -16,8 +16,9 @@ use std::sync::Arc;
 /// The registry, shared by the catalog (writer), the worker pool and the doors (readers).
 pub(super) type SharedRegistry = Arc<RwLock<Registry>>;
 
-/// The network filter lists, by scope.
-pub(super) type FilterLists = BTreeMap<Scope, Vec<Arc<dyn vis_proxy::NetworkFilter>>>;
+/// The network filter lists, by scope. Read on every proxied request: hashed (a path's
+/// hash is one pass over its bytes, an ordered map compared paths component by component).
+pub(super) type FilterLists = foldhash::HashMap<Scope, Vec<Arc<dyn vis_proxy::NetworkFilter>>>;
 
 /// What one extension file declares, as the worker reports it at load.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -274,26 +274,28 @@ impl PoolRef for ConnPool {
     }
 }
 
-/// Does the inner request's `Host` / `:authority` name the CONNECT target?
-fn authority_matches(req: &Request<Incoming>, host: &str, port: u16) -> bool {
-    let given = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str().to_string())
-        .or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        });
-    let Some(given) = given else {
-        return false;
+/// Does the inner request's `Host` / `:authority` name the CONNECT target? `host` is the
+/// target as CONNECT normalized it.
+fn authority_matches(uri: &http::Uri, headers: &http::HeaderMap, host: &str, port: u16) -> bool {
+    let given = match uri.authority() {
+        Some(a) => a.as_str(),
+        None => match headers.get(header::HOST).map(|v| v.to_str()) {
+            Some(Ok(h)) => h,
+            _ => return false,
+        },
     };
+    let given = given.trim();
+    // The usual case, read without allocating: the client names the host exactly as CONNECT
+    // did, with the same port or none. Anything else is parsed and normalized in full.
+    match given.rsplit_once(':') {
+        Some((h, p)) if h == host && !h.contains(':') => return p.parse::<u16>() == Ok(port),
+        None if given == host => return true,
+        _ => {}
+    }
     let explicit_port = given
-        .trim()
         .rsplit_once(':')
         .map(|(h, _)| !h.is_empty() && (!h.contains(':') || h.ends_with(']')));
-    match parse_authority(&given) {
+    match parse_authority(given) {
         Some((h, p)) => h == host && (explicit_port != Some(true) || p == port),
         None => false,
     }
@@ -309,7 +311,7 @@ async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
         return Denial::bad_request("nested CONNECT is not allowed inside an intercepted tunnel")
             .to_response();
     }
-    if !authority_matches(&req, &t.host, t.port) {
+    if !authority_matches(req.uri(), req.headers(), &t.host, t.port) {
         return Denial::bad_request(format!("Host does not match the CONNECT target {}", t.host))
             .to_response();
     }
@@ -363,4 +365,69 @@ async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
     let who = Who::Known(t.principal.clone());
     let conn = Some(t.conn.clone());
     forward(&t.shared, target, who, req, upstream, conn, watch).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check on a request whose `Host` header is `host_header` (origin form), or whose
+    /// URI names `authority` (absolute form, as h2's `:authority`).
+    fn matches(authority: Option<&str>, host_header: Option<&str>) -> bool {
+        let uri: http::Uri = match authority {
+            Some(a) => format!("https://{a}/x")
+                .parse()
+                .unwrap_or_else(|e| panic!("{a}: {e}")),
+            None => http::Uri::from_static("/x"),
+        };
+        let mut headers = http::HeaderMap::new();
+        if let Some(h) = host_header {
+            headers.insert(
+                header::HOST,
+                h.parse().unwrap_or_else(|e| panic!("{h}: {e}")),
+            );
+        }
+        authority_matches(&uri, &headers, "example.com", 8443)
+    }
+
+    #[test]
+    fn the_connect_host_with_its_port_or_none_matches_and_another_port_or_host_does_not() {
+        for (host, expected) in [
+            ("example.com:8443", true),
+            ("example.com", true),
+            (" example.com:8443 ", true),
+            ("EXAMPLE.com.:8443", true),
+            ("example.com:443", false),
+            ("example.com:0", false),
+            ("example.com:x", false),
+            ("example.com:", false),
+            ("example.org:8443", false),
+            ("example.com.evil:8443", false),
+            ("", false),
+        ] {
+            assert_eq!(matches(None, Some(host)), expected, "Host: {host:?}");
+        }
+        assert!(matches(Some("example.com:8443"), None));
+        assert!(!matches(Some("example.com:443"), Some("example.com:8443")));
+        assert!(!matches(None, None));
+    }
+
+    #[test]
+    fn an_address_host_matches_in_any_of_its_spellings_and_a_bare_v6_address_never() {
+        let check = |given: &str, host: &str, port: u16| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                header::HOST,
+                given.parse().unwrap_or_else(|e| panic!("{e}")),
+            );
+            authority_matches(&http::Uri::from_static("/"), &headers, host, port)
+        };
+        assert!(check("127.0.0.1:443", "127.0.0.1", 443));
+        assert!(check("2130706433:443", "127.0.0.1", 443));
+        assert!(check("[::1]:443", "::1", 443));
+        assert!(check("[0:0:0:0:0:0:0:1]", "::1", 443));
+        assert!(!check("::1", "::1", 443));
+        assert!(!check("::1:443", "::1", 443));
+        assert!(!check("[::1]:80", "::1", 443));
+    }
 }
