@@ -322,7 +322,9 @@ impl Framing for HttpFlow<'_> {
         let absolute_plain = || format!("http://{}{path}", c.addr).parse::<Uri>().ok();
         let mut tls_client = None;
         let uri = match &self.upstream {
-            Upstream::Plain { .. } | Upstream::PlainAt { .. } if local => origin_form(path),
+            Upstream::Plain { .. } | Upstream::PlainAt { .. } if local => {
+                origin_form(&self.parts.uri, path)
+            }
             Upstream::Plain { .. } | Upstream::PlainAt { .. } => absolute_plain(),
             Upstream::Tls => {
                 let Ok(name) = rustls::pki_types::ServerName::try_from(base.host.clone()) else {
@@ -341,7 +343,7 @@ impl Framing for HttpFlow<'_> {
                     .parse::<Uri>()
                     .ok()
             }
-            Upstream::Tunnel(_) if local => origin_form(path),
+            Upstream::Tunnel(_) if local => origin_form(&self.parts.uri, path),
             Upstream::Tunnel(t) => format!("https://{}{path}", t.authority).parse::<Uri>().ok(),
         };
         let Some(uri) = uri else {
@@ -467,8 +469,12 @@ impl Framing for HttpFlow<'_> {
     }
 }
 
-/// `path` (path + query) as an origin-form URI.
-fn origin_form(path: &str) -> Option<Uri> {
+/// `path` (path + query) as an origin-form URI: the request's own URI when it is that
+/// already (an intercepted HTTP/1 request whose path nothing changed), else parsed.
+fn origin_form(given: &Uri, path: &str) -> Option<Uri> {
+    if given.scheme().is_none() && given.path_and_query().map(|p| p.as_str()) == Some(path) {
+        return Some(given.clone());
+    }
     if path.starts_with('/') {
         path.parse().ok()
     } else {
@@ -479,6 +485,36 @@ fn origin_form(path: &str) -> Option<Uri> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_upstream_uri_is_the_path_sent_whether_or_not_the_request_uri_already_was_it() {
+        let given = Uri::from_static("/v1/models?key=phantom");
+        let same = origin_form(&given, "/v1/models?key=phantom");
+        assert_eq!(
+            same.as_ref().map(Uri::to_string).as_deref(),
+            Some("/v1/models?key=phantom")
+        );
+        // the credential swap changed the query: what is sent is the new path, not the URI
+        let swapped = origin_form(&given, "/v1/models?key=secret");
+        assert_eq!(
+            swapped.map(|u| u.to_string()).as_deref(),
+            Some("/v1/models?key=secret")
+        );
+        // an absolute-form request (plain HTTP through the proxy) goes out in origin form
+        let absolute = Uri::from_static("http://example.com/a?b");
+        assert_eq!(
+            origin_form(&absolute, "/a?b")
+                .map(|u| u.to_string())
+                .as_deref(),
+            Some("/a?b")
+        );
+        assert_eq!(
+            origin_form(&absolute, "a")
+                .map(|u| u.to_string())
+                .as_deref(),
+            Some("/a")
+        );
+    }
 
     #[test]
     fn hop_by_hop_headers_and_connection_named_ones_are_stripped() {
