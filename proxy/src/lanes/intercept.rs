@@ -287,14 +287,13 @@ fn authority_matches(uri: &http::Uri, headers: &http::HeaderMap, host: &str, por
     let given = given.trim();
     // The usual case, read without allocating: the client names the host exactly as CONNECT
     // did, with the same port or none. Anything else is parsed and normalized in full.
-    match given.rsplit_once(':') {
+    let split = given.rsplit_once(':');
+    match split {
         Some((h, p)) if h == host && !h.contains(':') => return p.parse::<u16>() == Ok(port),
         None if given == host => return true,
         _ => {}
     }
-    let explicit_port = given
-        .rsplit_once(':')
-        .map(|(h, _)| !h.is_empty() && (!h.contains(':') || h.ends_with(']')));
+    let explicit_port = split.map(|(h, _)| !h.is_empty() && (!h.contains(':') || h.ends_with(']')));
     match parse_authority(given) {
         Some((h, p)) => h == host && (explicit_port != Some(true) || p == port),
         None => false,
