@@ -103,6 +103,8 @@ pub(crate) struct Upstreams {
     pub connect_timeout: Duration,
     /// Upstream TLS client configuration (trusted roots).
     pub tls: Arc<rustls::ClientConfig>,
+    /// The same, offering HTTP/1.1 only (the intercepted HTTP/1 relay's upstream side).
+    pub tls_h1: Arc<rustls::ClientConfig>,
     /// Idle plain-HTTP upstream sockets left by ended client connections.
     pub idle_tcp: IdleTcp,
 }

@@ -199,6 +199,15 @@ impl AllowRecord {
         self.awaiting.store(waiting, Ordering::Relaxed);
     }
 
+    /// The client closed its connection while the upstream's answer was awaited.
+    pub fn client_gave_up(&self) {
+        let ms = self.start.elapsed().as_millis();
+        self.set_failure(
+            crate::deny::kind::UPSTREAM_NO_RESPONSE,
+            format!("no response from the upstream; the client gave up after {ms} ms"),
+        );
+    }
+
     /// Has the request run longer than [`LONG_FLOW`]?
     pub fn is_long(&self) -> bool {
         self.start.elapsed() >= LONG_FLOW
@@ -284,10 +293,7 @@ impl Drop for AllowRecord {
         }
         let duration_ms = self.start.elapsed().as_millis() as u64;
         if self.awaiting.load(Ordering::Relaxed) {
-            self.set_failure(
-                crate::deny::kind::UPSTREAM_NO_RESPONSE,
-                format!("no response from the upstream; the client gave up after {duration_ms} ms"),
-            );
+            self.client_gave_up();
         }
         let (kind, reason) = match self.outcome.get_mut() {
             Ok(o) => (o.kind, o.note.take()),

@@ -9,7 +9,7 @@ use crate::body::ProxyBody;
 use crate::conn_pool::Upstreams;
 use crate::dial::DeniedCache;
 use crate::settings::ProxyConfig;
-use crate::tls::CertAuthority;
+use crate::tls::{http1_only, CertAuthority};
 use crate::traits::{
     Attribution, Credentials, DecisionSink, Dialer, FilterSet, NoCredentials, NoFilters, Resolver,
     SystemResolver, TcpDialer,
@@ -125,6 +125,7 @@ impl Shared {
         let up = Upstreams {
             dialer: svc.dialer.clone(),
             connect_timeout: cfg.connect_timeout,
+            tls_h1: Arc::new(http1_only(&upstream_tls)),
             tls: upstream_tls,
             idle_tcp: Default::default(),
         };

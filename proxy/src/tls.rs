@@ -226,6 +226,14 @@ pub fn upstream_client_config(
     Ok((Arc::new(cfg), used))
 }
 
+/// `cfg` offering HTTP/1.1 only in ALPN (same roots, same session cache for resumption):
+/// for an upstream connection whose requests are relayed as HTTP/1 bytes.
+pub fn http1_only(cfg: &rustls::ClientConfig) -> rustls::ClientConfig {
+    let mut c = cfg.clone();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,10 @@
 //! HTTPS interception: TLS server with a leaf for the SNI (CONNECT host as fallback),
 //! HTTP/1.1 + h2 inside, every inner request run through the flow's steps on its own
-//! ([`crate::phases`]), upstream TLS to the address validated at CONNECT.
+//! ([`crate::phases`]), upstream TLS to the address validated at CONNECT. HTTP/1.1 over TLS
+//! goes through the relay ([`h1`]) and, from the first request it does not take, the HTTP
+//! server; h2 and plain HTTP inside a tunnel through the HTTP server.
+
+mod h1;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -105,7 +109,7 @@ where
         Inner::Tls => run_tls(shared, t, io).await,
         Inner::Http => {
             let up = InnerUpstream::Plain(Arc::new(ConnPool::default()), t.addr);
-            serve_inner(shared, t, up, io, true).await
+            serve_inner(inside(shared, t, up), io, true).await
         }
         Inner::Other => {
             // Fail closed: what cannot be inspected is not relayed.
@@ -209,38 +213,51 @@ where
         authority,
         client: Client::builder(TokioExecutor::new()).build(connector),
     });
-    // HTTP/2 has no chunked bodies: its frames are not watched
-    let h1 = tls.get_ref().1.alpn_protocol() != Some(b"h2");
-    serve_inner(shared, t, InnerUpstream::Tls(up), tls, h1).await
+    let tunnel = inside(shared, t, InnerUpstream::Tls(up.clone()));
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        // HTTP/2 has no chunked bodies: its frames are not watched
+        return serve_inner(tunnel, tls, false).await;
+    }
+    // HTTP/1.1: the relay, until a request needs the HTTP server
+    match h1::serve(&tunnel, &up, tls).await {
+        h1::End::Closed => {}
+        h1::End::Handoff(read, tls) => serve_inner(tunnel, Prefixed::new(read, tls), true).await,
+    }
 }
 
-/// Serve the requests inside the tunnel (HTTP/1.1, or h2 over TLS), each decided alone.
-async fn serve_inner<IO>(shared: Arc<Shared>, t: Tunnel, up: InnerUpstream, io: IO, h1: bool)
-where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let head_timeout = shared.cfg.head_timeout;
-    let pool: Arc<dyn PoolRef> = match &up {
-        InnerUpstream::Tls(u) => u.clone(),
-        InnerUpstream::Plain(p, _) => p.clone(),
-    };
-    let signal = Arc::new(Signal::default());
-    let max_buf = shared.cfg.max_header_bytes.max(8192);
-    let io = if h1 {
-        Watched::new(io, signal.clone(), max_buf)
-    } else {
-        Watched::unwatched(io, signal.clone())
-    };
-    let tunnel = Arc::new(Inside {
-        shared: shared.clone(),
-        signal,
+/// The tunnel's state for the requests inside it.
+fn inside(shared: Arc<Shared>, t: Tunnel, up: InnerUpstream) -> Arc<Inside> {
+    Arc::new(Inside {
+        shared,
+        signal: Arc::new(Signal::default()),
         principal: t.principal,
         host: t.host,
         port: t.port,
         up,
         conn: t.conn,
         _hold: t.hold,
-    });
+    })
+}
+
+/// Serve the requests inside the tunnel with the HTTP server (HTTP/1.1, or h2 over TLS),
+/// each decided alone.
+async fn serve_inner<IO>(tunnel: Arc<Inside>, io: IO, h1: bool)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let shared = tunnel.shared.clone();
+    let head_timeout = shared.cfg.head_timeout;
+    let pool: Arc<dyn PoolRef> = match &tunnel.up {
+        InnerUpstream::Tls(u) => u.clone(),
+        InnerUpstream::Plain(p, _) => p.clone(),
+    };
+    let signal = tunnel.signal.clone();
+    let max_buf = shared.cfg.max_header_bytes.max(8192);
+    let io = if h1 {
+        Watched::new(io, signal, max_buf)
+    } else {
+        Watched::unwatched(io, signal)
+    };
     let svc = service_fn(move |req| {
         let t = tunnel.clone();
         async move { Ok::<_, Infallible>(inner(t, req).await) }

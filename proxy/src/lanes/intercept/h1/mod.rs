@@ -1,0 +1,526 @@
+//! The HTTP/1.1 relay of an intercepted TLS tunnel.
+//!
+//! Most requests inside an intercepted tunnel are plain: a head, no body or a small
+//! `Content-Length` one, one answer. For those the tunnel runs neither an HTTP server nor an
+//! HTTP client per request: it reads each head once (httparse), runs the flow's steps on it
+//! ([`crate::phases`]) like every other request, writes the head and the body upstream in one
+//! TLS write on a connection it keeps for the tunnel (the address validated at CONNECT, the
+//! name verified, HTTP/1.1 offered alone), and copies the answer back by its framing
+//! (`Content-Length`, chunked, or to the upstream's close).
+//!
+//! What the relay does not take exactly — HTTP/1.0, a `Transfer-Encoding`, `Expect` or
+//! `Upgrade` request, a body over [`BODY_LIMIT`], two `Content-Length` headers, no `Host` or
+//! two, a target that is not a path, a head larger than the proxy's cap or one that httparse
+//! or the `http` types refuse — hands the connection over, from that request's first byte, to
+//! the HTTP server lane (hyper, with the framing watch) for the rest of its life. A request the
+//! relay does not follow therefore behaves as it always did.
+
+use std::sync::atomic::Ordering;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap};
+use http::Method;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::{authority_matches, Inside};
+use crate::deny::{kind, Denial, DenyClass};
+use crate::filters::header_map;
+use crate::lanes::forward::{strip_hop_by_hop, TunnelUpstream};
+use crate::phases::{self, Cleared, Framing, RequestView, ResponseView, Step, Target};
+use crate::record::{AllowRecord, RecordBase};
+use crate::traits::{Lane, Phase, Principal, ProviderCredential};
+
+mod conn;
+mod wire;
+
+use conn::{dial, exchange, read_up, Answered, BodyError, ClientSide, Failed, UpConn, UpRead};
+use wire::{parse_head, response_head, write_fields, BodyFraming, Head, Parsed};
+
+/// The largest request body the relay carries (read whole, then sent with its head in one
+/// write); a larger one goes to the HTTP server lane, which streams it.
+pub(crate) const BODY_LIMIT: u64 = 64 * 1024;
+/// Header fields per head (hyper's limit too).
+const MAX_HEADERS: usize = 100;
+/// The largest response head read from the upstream.
+const MAX_RESPONSE_HEAD: usize = 256 * 1024;
+/// A chunk-size or trailer line longer than this ends the response as malformed.
+const MAX_LINE: usize = 4096;
+/// Bytes asked of a socket per read.
+const READ_CHUNK: usize = 16 * 1024;
+/// Client bytes kept while an answer is awaited (a pipelined next request); past it the
+/// client is not read until the answer is relayed.
+const CLIENT_BUF_CAP: usize = 128 * 1024;
+
+/// How the relay left the client connection.
+pub(super) enum End<IO> {
+    /// Closed (or to be closed by the caller dropping it).
+    Closed,
+    /// For the HTTP server lane, with the bytes read and not served yet.
+    Handoff(Vec<u8>, IO),
+}
+
+/// Serve the tunnel's requests until the client closes or a request needs the HTTP server.
+pub(super) async fn serve<IO>(t: &Inside, up: &TunnelUpstream, io: IO) -> End<IO>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let cfg = &t.shared.cfg;
+    let mut client = ClientSide {
+        io,
+        buf: BytesMut::with_capacity(READ_CHUNK),
+    };
+    let mut kept: Option<UpConn> = None;
+    loop {
+        // The whole head within the head timeout from the moment the relay waits for it: an
+        // idle keep-alive connection ends then, as in the HTTP server lane.
+        let deadline = tokio::time::Instant::now() + cfg.head_timeout;
+        let head = loop {
+            if !client.buf.is_empty() {
+                match parse_head(&client.buf, cfg.max_header_bytes) {
+                    Parsed::Take(head, n) => {
+                        client.buf.advance(n);
+                        break head;
+                    }
+                    Parsed::Handoff => return End::Handoff(client.buf.to_vec(), client.io),
+                    Parsed::Partial => {}
+                }
+            }
+            match tokio::time::timeout_at(deadline, client.fill()).await {
+                Ok(Ok(true)) => {}
+                _ => return End::Closed,
+            }
+        };
+        match request(t, up, &mut client, &mut kept, head).await {
+            Next::Keep => {}
+            Next::Close => {
+                let _ = tokio::time::timeout(cfg.head_timeout, client.io.shutdown()).await;
+                return End::Closed;
+            }
+        }
+    }
+}
+
+/// What the connection does after an answer.
+enum Next {
+    Keep,
+    Close,
+}
+
+/// One request through the flow's steps.
+async fn request<IO>(
+    t: &Inside,
+    up: &TunnelUpstream,
+    client: &mut ClientSide<IO>,
+    kept: &mut Option<UpConn>,
+    head: Head,
+) -> Next
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let path = head
+        .uri
+        .path_and_query()
+        .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
+    let flow = Flow {
+        t,
+        up,
+        client,
+        kept,
+        method: head.method,
+        headers: head.headers,
+        close: head.close,
+        path,
+        body_len: head.body_len,
+        body: None,
+        unread: head.body_len > 0,
+        gone: false,
+        broken: false,
+    };
+    if !authority_matches(&head.uri, &flow.headers, &t.host, t.port) {
+        let d = Denial::bad_request(format!("Host does not match the CONNECT target {}", t.host));
+        return flow.refuse(Step::Decide, d).await;
+    }
+    let target = Target {
+        base: RecordBase {
+            lane: Lane::Https,
+            phase: "https",
+            method: Some(flow.method.as_str().to_string()),
+            path: Some(flow.path.clone()),
+            host: t.host.clone(),
+            port: t.port,
+            is_intercepted: true,
+        },
+        // the port was checked at CONNECT
+        check_port: None,
+        route: None,
+        request_phase: Some(Phase::Https),
+        response_phase: Some(Phase::HttpsResponse),
+    };
+    phases::run(&t.shared, target, flow).await
+}
+
+/// One request on the relay.
+struct Flow<'a, IO> {
+    t: &'a Inside,
+    up: &'a TunnelUpstream,
+    client: &'a mut ClientSide<IO>,
+    kept: &'a mut Option<UpConn>,
+    method: Method,
+    headers: HeaderMap,
+    close: bool,
+    /// Path + query sent upstream (a phantom in a `key=` parameter swapped).
+    path: String,
+    body_len: u64,
+    /// The body, once read.
+    body: Option<Bytes>,
+    /// The body is still on the client connection.
+    unread: bool,
+    /// The client closed (or its stream broke): nothing more is written to it.
+    gone: bool,
+    /// The body could not be read whole: the connection ends after the answer.
+    broken: bool,
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
+    async fn read_body(&mut self, idle: std::time::Duration) -> Result<Bytes, Denial> {
+        if let Some(b) = self.body.take() {
+            return Ok(b);
+        }
+        self.unread = false;
+        match self.client.body(self.body_len as usize, idle).await {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                self.broken = true;
+                self.gone = matches!(e, BodyError::Closed);
+                Err(e.denial())
+            }
+        }
+    }
+
+    /// The request as it goes upstream: head (hop-by-hop fields removed) and body.
+    fn upstream_bytes(&mut self, body: &[u8]) -> Vec<u8> {
+        strip_hop_by_hop(&mut self.headers);
+        let mut out = Vec::with_capacity(256 + body.len());
+        out.extend_from_slice(self.method.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.path.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        write_fields(&mut out, &self.headers);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// Send on the kept connection, or a new one. A kept connection that closed before
+    /// answering an idempotent request is replaced once and the request sent again.
+    async fn send(&mut self, out: &[u8], record: &AllowRecord) -> Result<Answered, Denial> {
+        let head = self.method == Method::HEAD;
+        let mut retried = false;
+        loop {
+            let reuse = self
+                .kept
+                .take()
+                .and_then(|mut c| c.idle_and_open().then_some(c));
+            let (mut conn, reused) = match reuse {
+                Some(c) => (c, true),
+                None => (dial(self.t, self.up).await?, false),
+            };
+            match exchange(&mut conn, self.client, out, head).await {
+                Ok(head) => return Ok(Answered { conn, head }),
+                Err(Failed::Silent(e)) if reused && !retried && self.method.is_idempotent() => {
+                    tracing::debug!(error = %e, "kept upstream connection was closed; retrying");
+                    retried = true;
+                }
+                Err(Failed::Silent(e)) => {
+                    return Err(Denial::upstream(crate::dial::classify_io(&e), e))
+                }
+                Err(Failed::Broken(m)) => {
+                    return Err(Denial::upstream(DenyClass::UpstreamUnreachable, m))
+                }
+                Err(Failed::ClientGone) => {
+                    self.gone = true;
+                    record.client_gave_up();
+                    return Err(Denial::upstream(
+                        DenyClass::UpstreamTimeout,
+                        "the client closed its connection before the upstream answered",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Copy the response body to the client by its framing (chunked bodies re-chunked, their
+    /// trailers dropped). `Ok(true)`: complete, the upstream connection can be kept.
+    async fn copy_body(
+        &mut self,
+        conn: &mut UpConn,
+        framing: BodyFraming,
+        mut out: Vec<u8>,
+        record: &AllowRecord,
+    ) -> Result<(), CopyEnd> {
+        let mut reads = 0u32;
+        let mut opened = false;
+        // every wait for the upstream first hands the client what is ready
+        macro_rules! more {
+            () => {{
+                if !out.is_empty() {
+                    self.client
+                        .io
+                        .write_all(&out)
+                        .await
+                        .map_err(|_| CopyEnd::ClientGone)?;
+                    self.client
+                        .io
+                        .flush()
+                        .await
+                        .map_err(|_| CopyEnd::ClientGone)?;
+                    out.clear();
+                }
+                let n = read_up(conn, self.client).await.map_err(|e| match e {
+                    UpRead::Io(e) => CopyEnd::Upstream(e.to_string()),
+                    UpRead::ClientGone => CopyEnd::ClientGone,
+                })?;
+                reads += 1;
+                if !opened && reads > 1 && record.is_long() {
+                    record.open();
+                    opened = true;
+                }
+                n
+            }};
+        }
+        let down = &record.down;
+        match framing {
+            BodyFraming::None => {}
+            BodyFraming::Length(mut left) => loop {
+                let take = (conn.buf.len() as u64).min(left) as usize;
+                out.extend_from_slice(&conn.buf[..take]);
+                conn.buf.advance(take);
+                down.fetch_add(take as u64, Ordering::Relaxed);
+                left -= take as u64;
+                if left == 0 {
+                    break;
+                }
+                if more!() == 0 {
+                    return Err(CopyEnd::Upstream(format!(
+                        "closed with {left} bytes to come"
+                    )));
+                }
+            },
+            BodyFraming::Close => loop {
+                down.fetch_add(conn.buf.len() as u64, Ordering::Relaxed);
+                out.extend_from_slice(&conn.buf);
+                conn.buf.clear();
+                if more!() == 0 {
+                    break;
+                }
+            },
+            BodyFraming::Chunked => loop {
+                let size = loop {
+                    match httparse::parse_chunk_size(&conn.buf) {
+                        Ok(httparse::Status::Complete((used, size))) => {
+                            conn.buf.advance(used);
+                            break size;
+                        }
+                        Ok(httparse::Status::Partial) if conn.buf.len() <= MAX_LINE => {
+                            if more!() == 0 {
+                                return Err(CopyEnd::Upstream("closed in a chunk size".into()));
+                            }
+                        }
+                        _ => return Err(CopyEnd::Upstream("malformed chunk size".into())),
+                    }
+                };
+                if size == 0 {
+                    // trailers, to the empty line: read and dropped
+                    loop {
+                        match conn.buf.iter().position(|b| *b == b'\n') {
+                            Some(i) => {
+                                let empty = conn.buf[..i].trim_ascii().is_empty();
+                                conn.buf.advance(i + 1);
+                                if empty {
+                                    break;
+                                }
+                            }
+                            None if conn.buf.len() <= MAX_LINE => {
+                                if more!() == 0 {
+                                    return Err(CopyEnd::Upstream("closed in the trailers".into()));
+                                }
+                            }
+                            None => return Err(CopyEnd::Upstream("trailer line too long".into())),
+                        }
+                    }
+                    out.extend_from_slice(b"0\r\n\r\n");
+                    break;
+                }
+                out.extend_from_slice(format!("{size:x}\r\n").as_bytes());
+                let mut left = size;
+                loop {
+                    let take = (conn.buf.len() as u64).min(left) as usize;
+                    out.extend_from_slice(&conn.buf[..take]);
+                    conn.buf.advance(take);
+                    down.fetch_add(take as u64, Ordering::Relaxed);
+                    left -= take as u64;
+                    if left == 0 {
+                        break;
+                    }
+                    if more!() == 0 {
+                        return Err(CopyEnd::Upstream("closed inside a chunk".into()));
+                    }
+                }
+                while conn.buf.len() < 2 {
+                    if more!() == 0 {
+                        return Err(CopyEnd::Upstream("closed after a chunk".into()));
+                    }
+                }
+                if &conn.buf[..2] != b"\r\n" {
+                    return Err(CopyEnd::Upstream("a chunk not followed by CRLF".into()));
+                }
+                conn.buf.advance(2);
+                out.extend_from_slice(b"\r\n");
+            },
+        }
+        if !out.is_empty() {
+            self.client
+                .io
+                .write_all(&out)
+                .await
+                .map_err(|_| CopyEnd::ClientGone)?;
+        }
+        self.client
+            .io
+            .flush()
+            .await
+            .map_err(|_| CopyEnd::ClientGone)
+    }
+}
+
+/// Why copying a response body stopped early.
+enum CopyEnd {
+    Upstream(String),
+    ClientGone,
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
+    type Answer = Next;
+    type Upstream = Answered;
+
+    async fn attribute(&mut self) -> Result<Principal, Denial> {
+        Ok(self.t.principal.clone())
+    }
+
+    async fn request_view(&mut self) -> Result<RequestView, Denial> {
+        let mut body = None;
+        if self.body_len > 0 {
+            let bytes = self.read_body(self.t.shared.cfg.head_timeout).await?;
+            body = Some(String::from_utf8_lossy(&bytes).into_owned());
+            self.body = Some(bytes);
+        }
+        Ok(RequestView {
+            headers: header_map(&self.headers),
+            body,
+        })
+    }
+
+    fn credentials(
+        &mut self,
+        creds: &[ProviderCredential],
+        target: &Target,
+    ) -> Result<Option<String>, Denial> {
+        crate::credentials::apply(
+            creds,
+            &target.base.host,
+            target.route.as_deref(),
+            &mut self.headers,
+            &mut self.path,
+        )
+    }
+
+    fn validated(&self) -> Option<std::net::SocketAddr> {
+        Some(self.up.addr)
+    }
+
+    async fn connect(&mut self, _: &Target, c: &Cleared) -> Result<Answered, Denial> {
+        let body = if self.body_len > 0 {
+            self.read_body(self.t.shared.cfg.body_idle_timeout).await?
+        } else {
+            Bytes::new()
+        };
+        c.record.up.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let out = self.upstream_bytes(&body);
+        // Until the response head arrives, a record dropped (the client gave up) says the
+        // upstream never answered.
+        c.record.awaiting_response(true);
+        let sent = self.send(&out, &c.record).await;
+        c.record.awaiting_response(false);
+        sent
+    }
+
+    fn response_view(&self, up: &Answered) -> Option<ResponseView> {
+        Some(ResponseView {
+            status: up.head.status.as_u16(),
+            headers: header_map(&up.head.headers),
+        })
+    }
+
+    async fn relay(mut self, up: Answered, _: Target, c: Cleared) -> Next {
+        let Answered { mut conn, head } = up;
+        let close = self.close || head.framing == BodyFraming::Close;
+        let mut out = Vec::with_capacity(512 + conn.buf.len());
+        response_head(&mut out, head.status, &head.headers, close);
+        let record = c.record;
+        match self.copy_body(&mut conn, head.framing, out, &record).await {
+            Ok(()) => {
+                if head.reusable && conn.buf.is_empty() {
+                    *self.kept = Some(conn);
+                }
+                if close {
+                    Next::Close
+                } else {
+                    Next::Keep
+                }
+            }
+            Err(CopyEnd::Upstream(m)) => {
+                record.set_failure(
+                    kind::UPSTREAM_INCOMPLETE,
+                    format!("the upstream's response ended before its body was complete: {m}"),
+                );
+                Next::Close
+            }
+            Err(CopyEnd::ClientGone) => Next::Close,
+        }
+    }
+
+    /// The answer to a refusal; a body not read yet is read first (it is small), so the
+    /// connection stays usable and the client sees the answer.
+    async fn refuse(mut self, _: Step, d: Denial) -> Next {
+        if self.gone {
+            return Next::Close;
+        }
+        if self.unread {
+            let wait = self.t.shared.cfg.head_timeout;
+            let _ = self.read_body(wait).await;
+            if self.gone {
+                return Next::Close;
+            }
+        }
+        let resp = d.to_response();
+        let close = self.close || self.broken || resp.headers().contains_key(header::CONNECTION);
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(256 + body.len());
+        response_head(&mut out, parts.status, &parts.headers, close);
+        out.extend_from_slice(&body);
+        let written = async {
+            self.client.io.write_all(&out).await?;
+            self.client.io.flush().await
+        };
+        match written.await {
+            Ok(()) if !close => Next::Keep,
+            _ => Next::Close,
+        }
+    }
+}

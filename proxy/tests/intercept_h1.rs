@@ -1,0 +1,438 @@
+//! HTTP/1.1 inside an intercepted TLS tunnel: the relay that carries plain requests, and the
+//! hand-over to the HTTP server for what it does not take. Real TLS on both sides, a real
+//! HTTP/1.1 client (hyper's) or raw bytes where the test is about the bytes.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use vis_proxy::{Decision, Lane, Verdict};
+
+type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// The policy: POST allowed, so only a rule that can deny something makes the proxy intercept.
+const POLICY: &str = "rules: [{host: localhost, methods: [GET, POST, HEAD]}]\n";
+
+/// An upstream answer: the bytes, then whether the origin closes the connection.
+type Script = fn(&str) -> (Vec<u8>, bool);
+
+/// A TLS origin speaking HTTP/1.1 by hand: per request it reads the head (and a
+/// `Content-Length` body) and writes what `script` says. Counts its connections.
+struct Scripted {
+    port: u16,
+    conns: Arc<AtomicUsize>,
+    heads: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn scripted_tls_origin(ca: &TestCa, script: Script) -> Scripted {
+    let acceptor = tls_acceptor(ca, &["localhost"]);
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (c, hs) = (conns.clone(), heads.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            c.fetch_add(1, Ordering::SeqCst);
+            let (acceptor, hs) = (acceptor.clone(), hs.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                loop {
+                    let head = read_head(&mut tls).await;
+                    if head.is_empty() {
+                        return;
+                    }
+                    let len = content_length(&head);
+                    let mut body = vec![0u8; len];
+                    if tls.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    hs.lock().unwrap().push(head.clone());
+                    let (answer, close) = script(&head);
+                    if tls.write_all(&answer).await.is_err() || close {
+                        let _ = tls.shutdown().await;
+                        return;
+                    }
+                    let _ = tls.flush().await;
+                }
+            });
+        }
+    });
+    Scripted { port, conns, heads }
+}
+
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+fn path_of(head: &str) -> &str {
+    head.split(' ').nth(1).unwrap_or("")
+}
+
+/// A CONNECT to `localhost:port` through the proxy, then TLS to the proxy's leaf.
+async fn tunnel(h: &Harness, port: u16) -> Tls {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
+        .await
+        .unwrap();
+    s.write_all(
+        format!(
+            "CONNECT localhost:{port} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
+            basic(TOKEN)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    tls_client(&h.proxy_ca_der(), &[b"http/1.1"])
+        .connect(name, s)
+        .await
+        .unwrap()
+}
+
+async fn mitm() -> (Harness, TestCa) {
+    let ca = test_ca();
+    let h = start(Setup {
+        policy: POLICY,
+        extra_roots: vec![ca.der.clone()],
+        ..Default::default()
+    })
+    .await;
+    (h, ca)
+}
+
+/// An HTTP/1.1 client connection (hyper's) over the tunnel.
+async fn client(tls: Tls) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+async fn send(
+    c: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    method: &str,
+    port: u16,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, http::HeaderMap, Vec<u8>) {
+    c.ready().await.expect("the tunnel is still open");
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", format!("localhost:{port}"))
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = c.send_request(req).await.expect("an answer");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("a whole body").to_bytes();
+    (parts.status.as_u16(), parts.headers, body.to_vec())
+}
+
+async fn records(h: &Harness, n: usize) -> Vec<Decision> {
+    for _ in 0..500 {
+        let https: Vec<_> = h
+            .sink
+            .all()
+            .into_iter()
+            .filter(|d| d.lane == Lane::Https)
+            .collect();
+        if https.len() >= n {
+            return https;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("fewer than {n} https records: {:?}", h.sink.all());
+}
+
+fn by_path(head: &str) -> (Vec<u8>, bool) {
+    let path = path_of(head);
+    let answer = match path {
+        "/chunked" => "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Origin: 1\r\n\r\n\
+                       5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: t\r\n\r\n"
+            .to_string(),
+        "/early" => "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n\
+                     HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nafter"
+            .to_string(),
+        "/empty" => "HTTP/1.1 204 No Content\r\n\r\n".to_string(),
+        "/to-close" => {
+            return (
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end".to_vec(),
+                true,
+            )
+        }
+        "/lengths" => {
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd".to_string()
+        }
+        _ if head.starts_with("HEAD ") => {
+            "HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\n".to_string()
+        }
+        _ => {
+            let body = format!(
+                "{} {path} body={}",
+                head.split(' ').next().unwrap_or(""),
+                content_length(head)
+            );
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
+                body.len()
+            )
+        }
+    };
+    (answer.into_bytes(), false)
+}
+
+#[tokio::test]
+async fn keep_alive_requests_share_one_upstream_connection_and_each_is_decided_and_recorded() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut c = client(tunnel(&h, o.port).await).await;
+    for i in 0..5 {
+        let (status, headers, body) = send(&mut c, "GET", o.port, &format!("/n{i}"), vec![]).await;
+        assert_eq!(status, 200);
+        assert_eq!(String::from_utf8_lossy(&body), format!("GET /n{i} body=0"));
+        assert!(
+            headers.get("connection").is_none(),
+            "hop-by-hop fields stay with their hop"
+        );
+    }
+    let (status, _, _) = send(&mut c, "DELETE", o.port, "/gone", vec![]).await;
+    assert_eq!(status, 403, "the rule allows GET, POST and HEAD only");
+    assert_eq!(o.conns.load(Ordering::SeqCst), 1);
+    assert_eq!(o.heads.lock().unwrap().len(), 5, "the DELETE never left");
+    let recs = records(&h, 6).await;
+    assert_eq!(
+        recs.iter().filter(|d| d.decision == Verdict::Allow).count(),
+        5
+    );
+    assert!(recs.iter().all(|d| d.is_intercepted && d.phase == "https"));
+    let first = recs
+        .iter()
+        .find(|d| d.path.as_deref() == Some("/n0"))
+        .expect("/n0");
+    assert_eq!(first.bytes_down, "GET /n0 body=0".len() as u64);
+    let upstream = o.heads.lock().unwrap()[0].to_ascii_lowercase();
+    assert!(upstream.starts_with("get /n0 http/1.1\r\n"), "{upstream}");
+    assert!(
+        upstream.contains(&format!("host: localhost:{}", o.port)),
+        "{upstream}"
+    );
+}
+
+#[tokio::test]
+async fn chunked_informational_and_bodiless_answers_arrive_whole_and_the_tunnel_stays_usable() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut c = client(tunnel(&h, o.port).await).await;
+    let (status, headers, body) = send(&mut c, "GET", o.port, "/chunked", vec![]).await;
+    assert_eq!((status, body.as_slice()), (200, &b"hello, world"[..]));
+    assert_eq!(
+        headers.get("x-origin").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    let (status, _, body) = send(&mut c, "GET", o.port, "/early", vec![]).await;
+    assert_eq!((status, body.as_slice()), (200, &b"after"[..]));
+    let (status, _, body) = send(&mut c, "GET", o.port, "/empty", vec![]).await;
+    assert_eq!((status, body.len()), (204, 0));
+    let (status, _, body) = send(&mut c, "HEAD", o.port, "/head", vec![]).await;
+    assert_eq!((status, body.len()), (200, 0));
+    let (status, _, body) = send(&mut c, "GET", o.port, "/last", vec![]).await;
+    assert_eq!((status, body.as_slice()), (200, &b"GET /last body=0"[..]));
+    assert_eq!(o.conns.load(Ordering::SeqCst), 1);
+    let recs = records(&h, 5).await;
+    let chunked = recs
+        .iter()
+        .find(|d| d.path.as_deref() == Some("/chunked"))
+        .expect("record");
+    assert_eq!(chunked.bytes_down, 12, "data bytes, not chunk framing");
+}
+
+#[tokio::test]
+async fn small_bodies_go_with_their_head_and_a_large_one_is_streamed_by_the_http_server() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut c = client(tunnel(&h, o.port).await).await;
+    let (status, _, body) = send(&mut c, "POST", o.port, "/small", b"0123456789".to_vec()).await;
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).as_ref()),
+        (200, "POST /small body=10")
+    );
+    let big = vec![b'x'; 200 * 1024];
+    let (status, _, body) = send(&mut c, "POST", o.port, "/big", big).await;
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).as_ref()),
+        (200, "POST /big body=204800")
+    );
+    // after the hand-over the same connection keeps working
+    let (status, _, body) = send(&mut c, "GET", o.port, "/after", vec![]).await;
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).as_ref()),
+        (200, "GET /after body=0")
+    );
+    let recs = records(&h, 3).await;
+    let up: Vec<_> = ["/small", "/big"]
+        .iter()
+        .map(|p| {
+            recs.iter()
+                .find(|d| d.path.as_deref() == Some(p))
+                .map(|d| d.bytes_up)
+        })
+        .collect();
+    assert_eq!(up, vec![Some(10), Some(200 * 1024)]);
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut tls = tunnel(&h, o.port).await;
+    let host = format!("localhost:{}", o.port);
+    let mut reqs = String::new();
+    for p in ["/p1", "/p2", "/p3"] {
+        reqs.push_str(&format!("GET {p} HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+    }
+    reqs.push_str(&format!(
+        "GET /p4 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ));
+    tls.write_all(reqs.as_bytes()).await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut all))
+        .await
+        .expect("the proxy closes after the request that asked it to")
+        .ok();
+    let text = String::from_utf8_lossy(&all);
+    let order: Vec<usize> = ["/p1 ", "/p2 ", "/p3 ", "/p4 "]
+        .iter()
+        .map(|p| text.find(&format!("GET {p}body")).unwrap_or(usize::MAX))
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]) && order[3] != usize::MAX,
+        "{text}"
+    );
+    assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), 4, "{text}");
+    assert!(text.ends_with("GET /p4 body=0"), "{text}");
+    assert!(text.contains("connection: close"), "{text}");
+}
+
+#[tokio::test]
+async fn a_request_with_two_different_lengths_is_refused_by_the_http_server_and_never_sent() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut tls = tunnel(&h, o.port).await;
+    let raw = format!(
+        "POST /smuggle HTTP/1.1\r\nHost: localhost:{}\r\nContent-Length: 3\r\nContent-Length: 40\r\n\r\nabcGET /hidden HTTP/1.1\r\nHost: x\r\n\r\n",
+        o.port
+    );
+    tls.write_all(raw.as_bytes()).await.unwrap();
+    let head = read_head(&mut tls).await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    assert_eq!(
+        o.conns.load(Ordering::SeqCst),
+        0,
+        "nothing reached the origin"
+    );
+}
+
+#[tokio::test]
+async fn an_origin_that_closed_its_kept_connection_gets_the_next_request_on_a_new_one() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, |head| {
+        // every answer says keep-alive, and then the origin closes anyway
+        (by_path(head).0, true)
+    })
+    .await;
+    let mut c = client(tunnel(&h, o.port).await).await;
+    for i in 0..3 {
+        let (status, _, body) = send(&mut c, "GET", o.port, &format!("/k{i}"), vec![]).await;
+        assert_eq!(
+            (status, String::from_utf8_lossy(&body).into_owned()),
+            (200, format!("GET /k{i} body=0"))
+        );
+        // let the close reach the proxy, or the resend-once path carries it
+        if i == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(o.conns.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_close_delimited_answer_is_relayed_to_its_end_and_then_the_tunnel_closes() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut tls = tunnel(&h, o.port).await;
+    let req = format!(
+        "GET /to-close HTTP/1.1\r\nHost: localhost:{}\r\n\r\n",
+        o.port
+    );
+    tls.write_all(req.as_bytes()).await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut all))
+        .await
+        .expect("closed")
+        .ok();
+    let text = String::from_utf8_lossy(&all).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200 ok\r\n"), "{text}");
+    assert!(text.contains("connection: close\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\nuntil the end"), "{text}");
+}
+
+#[tokio::test]
+async fn an_answer_with_two_different_lengths_is_a_502_and_not_relayed() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut c = client(tunnel(&h, o.port).await).await;
+    let (status, _, body) = send(&mut c, "GET", o.port, "/lengths", vec![]).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("two different Content-Length values"),
+        "{body}"
+    );
+    assert!(!body.contains("abcd"), "{body}");
+    let d = records(&h, 1).await.remove(0);
+    assert!(d.reason.is_some_and(|r| r.contains("Content-Length")));
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_before_the_origin_answers_is_recorded_as_no_response() {
+    let (h, ca) = mitm().await;
+    let o = scripted_tls_origin(&ca, |_| (Vec::new(), false)).await;
+    let mut tls = tunnel(&h, o.port).await;
+    let req = format!("GET /silent HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", o.port);
+    tls.write_all(req.as_bytes()).await.unwrap();
+    for _ in 0..500 {
+        if !o.heads.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(tls);
+    let d = records(&h, 1).await.remove(0);
+    assert_eq!(d.path.as_deref(), Some("/silent"));
+    assert_eq!(
+        d.error_kind.as_deref(),
+        Some("upstream-no-response"),
+        "{d:?}"
+    );
+}
