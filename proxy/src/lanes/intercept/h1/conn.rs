@@ -124,7 +124,8 @@ where
 
 /// The upstream's answer to one request, on the connection that carries its body.
 pub(super) struct Answered {
-    pub(super) conn: UpConn,
+    /// Boxed: the connection (a TLS session) moves through the request's steps.
+    pub(super) conn: Box<UpConn>,
     pub(super) head: RespHead,
 }
 
@@ -203,7 +204,7 @@ where
 }
 
 /// A new upstream connection: the address validated at CONNECT, the name verified, HTTP/1.1.
-pub(super) async fn dial(t: &Inside, up: &TunnelUpstream) -> Result<UpConn, Denial> {
+pub(super) async fn dial(t: &Inside, up: &TunnelUpstream) -> Result<Box<UpConn>, Denial> {
     let shared = &t.shared;
     let Key::Tls(addr, name) = &up.key else {
         return Err(Denial::bad_request(crate::deny::reason::MALFORMED));
@@ -217,8 +218,8 @@ pub(super) async fn dial(t: &Inside, up: &TunnelUpstream) -> Result<UpConn, Deni
     )
     .await
     .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
-    Ok(UpConn {
+    Ok(Box::new(UpConn {
         tls,
         buf: BytesMut::with_capacity(READ_CHUNK),
-    })
+    }))
 }

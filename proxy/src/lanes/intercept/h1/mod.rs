@@ -70,7 +70,7 @@ where
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),
     };
-    let mut kept: Option<UpConn> = None;
+    let mut kept: Option<Box<UpConn>> = None;
     loop {
         // The whole head within the head timeout from the moment the relay waits for it: an
         // idle keep-alive connection ends then, as in the HTTP server lane.
@@ -112,7 +112,7 @@ async fn request<IO>(
     t: &Inside,
     up: &TunnelUpstream,
     client: &mut ClientSide<IO>,
-    kept: &mut Option<UpConn>,
+    kept: &mut Option<Box<UpConn>>,
     head: Head,
 ) -> Next
 where
@@ -165,7 +165,7 @@ struct Flow<'a, IO> {
     t: &'a Inside,
     up: &'a TunnelUpstream,
     client: &'a mut ClientSide<IO>,
-    kept: &'a mut Option<UpConn>,
+    kept: &'a mut Option<Box<UpConn>>,
     method: Method,
     headers: HeaderMap,
     close: bool,
