@@ -9,4 +9,8 @@ pub mod http;
 pub(crate) mod intercept;
 pub mod provider;
 pub mod socks5;
+
+/// The intercepted HTTP/1.1 relay's head readers, for the fuzz target only.
+#[doc(hidden)]
+pub use intercept::fuzz_heads as fuzz_intercepted_heads;
 pub(crate) mod target;

@@ -6,6 +6,8 @@
 
 mod h1;
 
+pub use h1::fuzz_heads;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -34,6 +34,8 @@ use crate::traits::{Lane, Phase, Principal, ProviderCredential};
 mod conn;
 mod wire;
 
+pub use wire::fuzz_heads;
+
 use conn::{dial, exchange, read_up, Answered, BodyError, ClientSide, Failed, UpConn, UpRead};
 use wire::{parse_head, response_head, write_fields, BodyFraming, Head, Parsed};
 

@@ -223,6 +223,26 @@ pub(super) fn response_head(
     out.extend_from_slice(b"\r\n");
 }
 
+/// The fuzz target's entry: every reader of this module on arbitrary bytes, as request and as
+/// response; none may panic, and a taken head's length lies within the input.
+#[doc(hidden)]
+pub fn fuzz_heads(data: &[u8]) {
+    if let Parsed::Take(head, n) = parse_head(data, 64 * 1024) {
+        assert!(n <= data.len() && head.body_len <= BODY_LIMIT);
+    }
+    let _ = decimal(data);
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut slots);
+    if let Ok(httparse::Status::Complete(_)) = resp.parse(data) {
+        for head in [false, true] {
+            if let Ok(r) = parse_response(&resp, head) {
+                let mut out = Vec::new();
+                response_head(&mut out, r.status, &r.headers, !r.reusable);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
