@@ -15,6 +15,7 @@ use crate::body::{self, ProxyBody};
 use crate::deny::{reason, Denial};
 use crate::h1_watch::Watched;
 use crate::phases::{self, Cleared, Framing, Step, Target};
+use crate::prefixed::Prefixed;
 use crate::record::{open_when_long, RecordBase};
 use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Principal};
@@ -130,10 +131,18 @@ impl Framing for ConnectFlow {
                     hold: c.record,
                 };
                 tokio::spawn(async move {
+                    use crate::lanes::intercept::run;
                     match on_upgrade.await {
-                        Ok(up) => {
-                            crate::lanes::intercept::run(shared, tunnel, TokioIo::new(up)).await
-                        }
+                        // The client side is the accepted TCP socket (plus any bytes hyper
+                        // read past the CONNECT head), read without hyper's upgrade layers.
+                        Ok(up) => match up.downcast::<TokioIo<Watched<TcpStream>>>() {
+                            Ok(parts) => {
+                                let tcp = parts.io.into_inner().into_inner();
+                                let io = Prefixed::new(parts.read_buf.to_vec(), tcp);
+                                run(shared, tunnel, io).await
+                            }
+                            Err(up) => run(shared, tunnel, TokioIo::new(up)).await,
+                        },
                         Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
                     }
                 });
