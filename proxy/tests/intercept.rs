@@ -469,24 +469,7 @@ async fn a_websocket_upgrade_works_through_interception() {
         ..Default::default()
     })
     .await;
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
-        .await
-        .unwrap();
-    s.write_all(
-        format!(
-            "CONNECT localhost:{port} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
-            basic(TOKEN)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    assert!(read_head(&mut s).await.starts_with("HTTP/1.1 200"));
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut tls = tls_client(&h.proxy_ca_der(), &[b"http/1.1"])
-        .connect(name, s)
-        .await
-        .unwrap();
+    let mut tls = intercepted_tls(&h, port).await;
     let req = format!("GET /ws HTTP/1.1\r\nHost: localhost:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
     tls.write_all(req.as_bytes()).await.unwrap();
     let head = read_head(&mut tls).await;

@@ -16,8 +16,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use vis_proxy::{Decision, Lane, Verdict};
 
-type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
-
 /// The policy: POST allowed, so only a rule that can deny something makes the proxy intercept.
 const POLICY: &str = "rules: [{host: localhost, methods: [GET, POST, HEAD]}]\n";
 
@@ -86,29 +84,6 @@ fn path_of(head: &str) -> &str {
     head.split(' ').nth(1).unwrap_or("")
 }
 
-/// A CONNECT to `localhost:port` through the proxy, then TLS to the proxy's leaf.
-async fn tunnel(h: &Harness, port: u16) -> Tls {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
-        .await
-        .unwrap();
-    s.write_all(
-        format!(
-            "CONNECT localhost:{port} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
-            basic(TOKEN)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    tls_client(&h.proxy_ca_der(), &[b"http/1.1"])
-        .connect(name, s)
-        .await
-        .unwrap()
-}
-
 async fn mitm() -> (Harness, TestCa) {
     let ca = test_ca();
     let h = start(Setup {
@@ -121,7 +96,7 @@ async fn mitm() -> (Harness, TestCa) {
 }
 
 /// An HTTP/1.1 client connection (hyper's) over the tunnel.
-async fn client(tls: Tls) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+async fn client(tls: InterceptedTls) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
     let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .unwrap();
@@ -206,7 +181,7 @@ fn by_path(head: &str) -> (Vec<u8>, bool) {
 async fn keep_alive_requests_share_one_upstream_connection_and_each_is_decided_and_recorded() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let mut c = client(tunnel(&h, o.port).await).await;
+    let mut c = client(intercepted_tls(&h, o.port).await).await;
     for i in 0..5 {
         let (status, headers, body) = send(&mut c, "GET", o.port, &format!("/n{i}"), vec![]).await;
         assert_eq!(status, 200);
@@ -243,7 +218,7 @@ async fn keep_alive_requests_share_one_upstream_connection_and_each_is_decided_a
 async fn chunked_informational_and_bodiless_answers_arrive_whole_and_the_tunnel_stays_usable() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let mut c = client(tunnel(&h, o.port).await).await;
+    let mut c = client(intercepted_tls(&h, o.port).await).await;
     let (status, headers, body) = send(&mut c, "GET", o.port, "/chunked", vec![]).await;
     assert_eq!((status, body.as_slice()), (200, &b"hello, world"[..]));
     assert_eq!(
@@ -271,7 +246,7 @@ async fn chunked_informational_and_bodiless_answers_arrive_whole_and_the_tunnel_
 async fn small_bodies_go_with_their_head_and_a_large_one_is_streamed_by_the_http_server() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let mut c = client(tunnel(&h, o.port).await).await;
+    let mut c = client(intercepted_tls(&h, o.port).await).await;
     let (status, _, body) = send(&mut c, "POST", o.port, "/small", b"0123456789".to_vec()).await;
     assert_eq!(
         (status, String::from_utf8_lossy(&body).as_ref()),
@@ -305,7 +280,7 @@ async fn small_bodies_go_with_their_head_and_a_large_one_is_streamed_by_the_http
 async fn pipelined_requests_are_answered_in_order() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let mut tls = tunnel(&h, o.port).await;
+    let mut tls = intercepted_tls(&h, o.port).await;
     let host = format!("localhost:{}", o.port);
     let mut reqs = String::new();
     for p in ["/p1", "/p2", "/p3"] {
@@ -338,7 +313,7 @@ async fn pipelined_requests_are_answered_in_order() {
 async fn a_request_with_two_different_lengths_is_refused_by_the_http_server_and_never_sent() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let mut tls = tunnel(&h, o.port).await;
+    let mut tls = intercepted_tls(&h, o.port).await;
     let raw = format!(
         "POST /smuggle HTTP/1.1\r\nHost: localhost:{}\r\nContent-Length: 3\r\nContent-Length: 40\r\n\r\nabcGET /hidden HTTP/1.1\r\nHost: x\r\n\r\n",
         o.port
@@ -361,7 +336,7 @@ async fn an_origin_that_closed_its_kept_connection_gets_the_next_request_on_a_ne
         (by_path(head).0, true)
     })
     .await;
-    let mut c = client(tunnel(&h, o.port).await).await;
+    let mut c = client(intercepted_tls(&h, o.port).await).await;
     for i in 0..3 {
         let (status, _, body) = send(&mut c, "GET", o.port, &format!("/k{i}"), vec![]).await;
         assert_eq!(
@@ -380,7 +355,7 @@ async fn an_origin_that_closed_its_kept_connection_gets_the_next_request_on_a_ne
 async fn a_close_delimited_answer_is_relayed_to_its_end_and_then_the_tunnel_closes() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let mut tls = tunnel(&h, o.port).await;
+    let mut tls = intercepted_tls(&h, o.port).await;
     let req = format!(
         "GET /to-close HTTP/1.1\r\nHost: localhost:{}\r\n\r\n",
         o.port
@@ -401,7 +376,7 @@ async fn a_close_delimited_answer_is_relayed_to_its_end_and_then_the_tunnel_clos
 async fn an_answer_with_two_different_lengths_is_a_502_and_not_relayed() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let mut c = client(tunnel(&h, o.port).await).await;
+    let mut c = client(intercepted_tls(&h, o.port).await).await;
     let (status, _, body) = send(&mut c, "GET", o.port, "/lengths", vec![]).await;
     let body = String::from_utf8_lossy(&body);
     assert_eq!(status, 502, "{body}");
@@ -418,7 +393,7 @@ async fn an_answer_with_two_different_lengths_is_a_502_and_not_relayed() {
 async fn a_client_that_leaves_before_the_origin_answers_is_recorded_as_no_response() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, |_| (Vec::new(), false)).await;
-    let mut tls = tunnel(&h, o.port).await;
+    let mut tls = intercepted_tls(&h, o.port).await;
     let req = format!("GET /silent HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", o.port);
     tls.write_all(req.as_bytes()).await.unwrap();
     for _ in 0..500 {

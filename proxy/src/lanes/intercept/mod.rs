@@ -79,18 +79,23 @@ fn tunnel_record(shared: &Shared, t: &Tunnel) -> AllowRecord {
     AllowRecord::new(
         shared.svc.sink.clone(),
         t.principal.session_id.clone(),
-        RecordBase {
-            lane: Lane::Connect,
-            phase: "connect",
-            method: None,
-            path: None,
-            host: t.host.clone(),
-            port: t.port,
-            is_intercepted: true,
-        },
+        tunnel_base(t),
         t.allowed.decider,
         t.allowed.rule_host.clone(),
     )
+}
+
+/// What a record of the tunnel itself says of it (lane `connect`).
+fn tunnel_base(t: &Tunnel) -> RecordBase {
+    RecordBase {
+        lane: Lane::Connect,
+        phase: "connect",
+        method: None,
+        path: None,
+        host: t.host.clone(),
+        port: t.port,
+        is_intercepted: true,
+    }
 }
 
 pub(crate) async fn run<IO>(shared: Arc<Shared>, t: Tunnel, mut io: IO)
@@ -115,15 +120,7 @@ where
         }
         Inner::Other => {
             // Fail closed: what cannot be inspected is not relayed.
-            let base = RecordBase {
-                lane: Lane::Connect,
-                phase: "connect",
-                method: None,
-                path: None,
-                host: t.host.clone(),
-                port: t.port,
-                is_intercepted: true,
-            };
+            let base = tunnel_base(&t);
             let d = Denial::bad_request(
                 "the tunnel carries neither TLS nor HTTP, and this host's traffic must be inspected",
             );

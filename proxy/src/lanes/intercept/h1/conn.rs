@@ -28,6 +28,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> ClientSide<IO> {
         Ok(self.io.read_buf(&mut self.buf).await? > 0)
     }
 
+    /// Write `out` to the client and flush it.
+    pub(super) async fn send(&mut self, out: &[u8]) -> io::Result<()> {
+        self.io.write_all(out).await?;
+        self.io.flush().await
+    }
+
     /// The next `n` bytes of the request body.
     pub(super) async fn body(
         &mut self,
@@ -74,6 +80,15 @@ impl UpConn {
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
         self.buf.reserve(READ_CHUNK);
         self.tls.read_buf(&mut self.buf).await
+    }
+
+    /// Move up to `left` body bytes already read into `out`; how many moved.
+    pub(super) fn move_body(&mut self, out: &mut Vec<u8>, left: &mut u64) -> u64 {
+        let take = (self.buf.len() as u64).min(*left) as usize;
+        out.extend_from_slice(&self.buf[..take]);
+        self.buf.advance(take);
+        *left -= take as u64;
+        take as u64
     }
 
     /// Still open and silent (an idle connection the upstream closed reads its end at once).

@@ -268,13 +268,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
             () => {{
                 if !out.is_empty() {
                     self.client
-                        .io
-                        .write_all(&out)
-                        .await
-                        .map_err(|_| CopyEnd::ClientGone)?;
-                    self.client
-                        .io
-                        .flush()
+                        .send(&out)
                         .await
                         .map_err(|_| CopyEnd::ClientGone)?;
                     out.clear();
@@ -295,11 +289,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
         match framing {
             BodyFraming::None => {}
             BodyFraming::Length(mut left) => loop {
-                let take = (conn.buf.len() as u64).min(left) as usize;
-                out.extend_from_slice(&conn.buf[..take]);
-                conn.buf.advance(take);
-                down.fetch_add(take as u64, Ordering::Relaxed);
-                left -= take as u64;
+                down.fetch_add(conn.move_body(&mut out, &mut left), Ordering::Relaxed);
                 if left == 0 {
                     break;
                 }
@@ -357,11 +347,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
                 out.extend_from_slice(format!("{size:x}\r\n").as_bytes());
                 let mut left = size;
                 loop {
-                    let take = (conn.buf.len() as u64).min(left) as usize;
-                    out.extend_from_slice(&conn.buf[..take]);
-                    conn.buf.advance(take);
-                    down.fetch_add(take as u64, Ordering::Relaxed);
-                    left -= take as u64;
+                    down.fetch_add(conn.move_body(&mut out, &mut left), Ordering::Relaxed);
                     if left == 0 {
                         break;
                     }
@@ -381,16 +367,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
                 out.extend_from_slice(b"\r\n");
             },
         }
-        if !out.is_empty() {
-            self.client
-                .io
-                .write_all(&out)
-                .await
-                .map_err(|_| CopyEnd::ClientGone)?;
-        }
         self.client
-            .io
-            .flush()
+            .send(&out)
             .await
             .map_err(|_| CopyEnd::ClientGone)
     }
@@ -516,11 +494,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         let mut out = Vec::with_capacity(256 + body.len());
         response_head(&mut out, parts.status, &parts.headers, close);
         out.extend_from_slice(&body);
-        let written = async {
-            self.client.io.write_all(&out).await?;
-            self.client.io.flush().await
-        };
-        match written.await {
+        match self.client.send(&out).await {
             Ok(()) if !close => Next::Keep,
             _ => Next::Close,
         }
