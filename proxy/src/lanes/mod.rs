@@ -12,5 +12,5 @@ pub mod socks5;
 
 /// The intercepted HTTP/1.1 relay's head readers, for the fuzz target only.
 #[doc(hidden)]
-pub use intercept::fuzz_heads as fuzz_intercepted_heads;
+pub use intercept::h1::wire::fuzz_heads as fuzz_intercepted_heads;
 pub(crate) mod target;

@@ -4,9 +4,7 @@
 //! goes through the relay ([`h1`]) and, from the first request it does not take, the HTTP
 //! server; h2 and plain HTTP inside a tunnel through the HTTP server.
 
-mod h1;
-
-pub use h1::fuzz_heads;
+pub(crate) mod h1;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

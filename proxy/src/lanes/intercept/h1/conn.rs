@@ -7,8 +7,8 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use super::wire::{parse_response, RespHead};
-use super::{CLIENT_BUF_CAP, MAX_HEADERS, MAX_RESPONSE_HEAD, READ_CHUNK};
+use super::wire::{parse_response, RespHead, MAX_HEADERS};
+use super::{CLIENT_BUF_CAP, MAX_RESPONSE_HEAD, READ_CHUNK};
 use crate::conn_pool::Key;
 use crate::deny::{Denial, DenyClass};
 use crate::lanes::forward::TunnelUpstream;

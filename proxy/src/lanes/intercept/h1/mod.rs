@@ -9,7 +9,7 @@
 //! (`Content-Length`, chunked, or to the upstream's close).
 //!
 //! What the relay does not take exactly — HTTP/1.0, a `Transfer-Encoding`, `Expect` or
-//! `Upgrade` request, a body over [`BODY_LIMIT`], two `Content-Length` headers, no `Host` or
+//! `Upgrade` request, a body over [`wire::BODY_LIMIT`], two `Content-Length` headers, no `Host` or
 //! two, a target that is not a path, a head larger than the proxy's cap or one that httparse
 //! or the `http` types refuse — hands the connection over, from that request's first byte, to
 //! the HTTP server lane (hyper, with the framing watch) for the rest of its life. A request the
@@ -32,18 +32,11 @@ use crate::record::{AllowRecord, RecordBase};
 use crate::traits::{Lane, Phase, Principal, ProviderCredential};
 
 mod conn;
-mod wire;
-
-pub use wire::fuzz_heads;
+pub(crate) mod wire;
 
 use conn::{dial, exchange, read_up, Answered, BodyError, ClientSide, Failed, UpConn, UpRead};
 use wire::{parse_head, response_head, write_fields, BodyFraming, Head, Parsed};
 
-/// The largest request body the relay carries (read whole, then sent with its head in one
-/// write); a larger one goes to the HTTP server lane, which streams it.
-pub(crate) const BODY_LIMIT: u64 = 64 * 1024;
-/// Header fields per head (hyper's limit too).
-const MAX_HEADERS: usize = 100;
 /// The largest response head read from the upstream.
 const MAX_RESPONSE_HEAD: usize = 256 * 1024;
 /// A chunk-size or trailer line longer than this ends the response as malformed.

@@ -3,8 +3,13 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri};
 
-use super::{BODY_LIMIT, MAX_HEADERS};
 use crate::lanes::forward::strip_hop_by_hop;
+
+/// The largest request body the relay carries (read whole, then sent with its head in one
+/// write); a larger one goes to the HTTP server lane, which streams it.
+pub(crate) const BODY_LIMIT: u64 = 64 * 1024;
+/// Header fields per head (hyper's limit too).
+pub(super) const MAX_HEADERS: usize = 100;
 
 /// A request head the relay takes.
 #[derive(Debug)]
