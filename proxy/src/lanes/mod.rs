@@ -9,8 +9,8 @@ pub mod http;
 pub(crate) mod intercept;
 pub mod provider;
 pub mod socks5;
+pub(crate) mod target;
 
 /// The intercepted HTTP/1.1 relay's head readers, for the fuzz target only.
 #[doc(hidden)]
 pub use intercept::h1::wire::fuzz_heads as fuzz_intercepted_heads;
-pub(crate) mod target;
