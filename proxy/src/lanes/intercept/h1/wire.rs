@@ -7,7 +7,7 @@ use crate::lanes::forward::strip_hop_by_hop;
 
 /// The largest request body the relay carries (read whole, then sent with its head in one
 /// write); a larger one goes to the HTTP server lane, which streams it.
-pub(crate) const BODY_LIMIT: u64 = 64 * 1024;
+pub(super) const BODY_LIMIT: u64 = 64 * 1024;
 /// Header fields per head (hyper's limit too).
 pub(super) const MAX_HEADERS: usize = 100;
 
@@ -97,7 +97,7 @@ fn plain_head(req: &httparse::Request<'_, '_>) -> Option<Head> {
 }
 
 /// A `Content-Length` value: digits only (no sign, no list), at most 19 of them.
-pub(super) fn decimal(v: &[u8]) -> Option<u64> {
+fn decimal(v: &[u8]) -> Option<u64> {
     let v = v.trim_ascii();
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return None;
