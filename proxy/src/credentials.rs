@@ -30,6 +30,18 @@ impl ProviderCredential {
     }
 }
 
+/// Whether a request with these field names and this target could carry a phantom at all:
+/// a look that needs no map, before one is built for [`apply`] (which swaps nothing when
+/// this is `false`).
+pub(crate) fn could_carry<'a>(mut names: impl Iterator<Item = &'a [u8]>, path: &str) -> bool {
+    path.contains("key=")
+        || names.any(|n| {
+            KEY_HEADERS
+                .iter()
+                .any(|k| n.eq_ignore_ascii_case(k.as_bytes()))
+        })
+}
+
 fn carried_in(cred: &ProviderCredential, headers: &HeaderMap, query: Option<&str>) -> bool {
     if cred.phantom.is_empty() {
         return false;

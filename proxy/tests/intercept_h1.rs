@@ -411,3 +411,88 @@ async fn a_client_that_leaves_before_the_origin_answers_is_recorded_as_no_respon
         "{d:?}"
     );
 }
+
+#[tokio::test]
+async fn filters_see_both_heads_and_a_phantom_key_is_swapped_on_the_relay() {
+    let ca = test_ca();
+    let spy = Arc::new(Spy::default());
+    let h = start(Setup {
+        policy: POLICY,
+        filters: vec![spy.clone()],
+        credentials: vec![vis_proxy::ProviderCredential {
+            provider: "openai".into(),
+            hosts: vec!["localhost".into()],
+            phantom: "sk-phantom-abc".into(),
+            secret: "sk-real-xyz".into(),
+            base_url: None,
+        }],
+        extra_roots: vec![ca.der.clone()],
+        ..Default::default()
+    })
+    .await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut c = client(intercepted_tls(&h, o.port).await).await;
+    for (path, auth) in [
+        ("/plain", None),
+        ("/v1?key=sk-phantom-abc", Some("Bearer sk-phantom-abc")),
+    ] {
+        c.ready().await.expect("the tunnel is still open");
+        let mut req = http::Request::builder()
+            .uri(path)
+            .header("host", format!("localhost:{}", o.port))
+            .header("x-case", "Mixed Value");
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = c
+            .send_request(req.body(Full::new(Bytes::new())).unwrap())
+            .await
+            .expect("an answer");
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.expect("a whole body");
+    }
+    let heads = o.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    assert!(
+        !heads[0].to_ascii_lowercase().contains("authorization"),
+        "{}",
+        heads[0]
+    );
+    assert!(heads[0].contains("x-case: Mixed Value\r\n"), "{}", heads[0]);
+    assert_eq!(path_of(&heads[1]), "/v1?key=sk-real-xyz");
+    assert!(
+        heads[1].contains("authorization: Bearer sk-real-xyz\r\n"),
+        "{}",
+        heads[1]
+    );
+    assert!(!heads[1].contains("sk-phantom"), "{}", heads[1]);
+
+    let recs = records(&h, 2).await;
+    let plain = recs.iter().find(|d| d.path.as_deref() == Some("/plain"));
+    assert_eq!(plain.map(|d| d.provider.clone()), Some(None));
+    let keyed = recs
+        .iter()
+        .find(|d| d.provider.as_deref() == Some("openai"));
+    assert_eq!(
+        keyed.and_then(|d| d.path.clone()).as_deref(),
+        Some("/v1?key=sk-phantom-abc"),
+        "records never carry the secret"
+    );
+    let seen = spy.seen.lock().unwrap().clone();
+    let requests: Vec<_> = seen.iter().filter(|c| c.status.is_none()).collect();
+    let answers: Vec<_> = seen.iter().filter(|c| c.status.is_some()).collect();
+    assert_eq!((requests.len(), answers.len()), (2, 2), "{seen:?}");
+    assert_eq!(requests[0].headers["x-case"], "Mixed Value");
+    assert_eq!(
+        requests[1].headers["authorization"], "Bearer sk-phantom-abc",
+        "filters see the phantom only"
+    );
+    assert_eq!(answers[0].status, Some(200));
+    let body = "GET /plain body=0";
+    assert_eq!(answers[0].headers["content-length"], body.len().to_string());
+    assert!(
+        !answers[0].headers.contains_key("connection"),
+        "response filters see the fields the client gets: {:?}",
+        answers[0].headers
+    );
+}

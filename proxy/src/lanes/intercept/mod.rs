@@ -288,15 +288,20 @@ impl PoolRef for ConnPool {
     }
 }
 
-/// Does the inner request's `Host` / `:authority` name the CONNECT target? `host` is the
-/// target as CONNECT normalized it.
-fn authority_matches(uri: &http::Uri, headers: &http::HeaderMap, host: &str, port: u16) -> bool {
-    let given = match uri.authority() {
-        Some(a) => a.as_str(),
-        None => match headers.get(header::HOST).map(|v| v.to_str()) {
-            Some(Ok(h)) => h,
-            _ => return false,
-        },
+/// The authority an inner request names: its target's (absolute form, h2 `:authority`), else
+/// its `Host` (visible ASCII only).
+fn given_authority<'a>(uri: &'a http::Uri, headers: &'a http::HeaderMap) -> Option<&'a str> {
+    match uri.authority() {
+        Some(a) => Some(a.as_str()),
+        None => headers.get(header::HOST).and_then(|v| v.to_str().ok()),
+    }
+}
+
+/// Does the inner request's `Host` / `:authority` (`given`) name the CONNECT target? `host`
+/// is the target as CONNECT normalized it.
+fn authority_matches(given: Option<&str>, host: &str, port: u16) -> bool {
+    let Some(given) = given else {
+        return false;
     };
     let given = given.trim();
     // The usual case, read without allocating: the client names the host exactly as CONNECT
@@ -324,7 +329,7 @@ async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
         return Denial::bad_request("nested CONNECT is not allowed inside an intercepted tunnel")
             .to_response();
     }
-    if !authority_matches(req.uri(), req.headers(), &t.host, t.port) {
+    if !authority_matches(given_authority(req.uri(), req.headers()), &t.host, t.port) {
         return Denial::bad_request(format!("Host does not match the CONNECT target {}", t.host))
             .to_response();
     }
@@ -400,7 +405,7 @@ mod tests {
                 h.parse().unwrap_or_else(|e| panic!("{h}: {e}")),
             );
         }
-        authority_matches(&uri, &headers, "example.com", 8443)
+        authority_matches(given_authority(&uri, &headers), "example.com", 8443)
     }
 
     #[test]
@@ -433,7 +438,8 @@ mod tests {
                 header::HOST,
                 given.parse().unwrap_or_else(|e| panic!("{e}")),
             );
-            authority_matches(&http::Uri::from_static("/"), &headers, host, port)
+            let uri = http::Uri::from_static("/");
+            authority_matches(given_authority(&uri, &headers), host, port)
         };
         assert!(check("127.0.0.1:443", "127.0.0.1", 443));
         assert!(check("2130706433:443", "127.0.0.1", 443));

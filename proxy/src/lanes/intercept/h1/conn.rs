@@ -186,10 +186,15 @@ where
                         conn.buf.advance(n);
                         continue;
                     }
-                    let parsed = parse_response(&resp, head)
+                    let parsed = parse_response(&conn.buf, &resp, head)
                         .map_err(|m| Failed::Broken(format!("malformed response head: {m}")));
+                    // copied out, so that the read buffer stays the connection's own
+                    let raw = Bytes::copy_from_slice(&conn.buf[..n]);
                     conn.buf.advance(n);
-                    return parsed;
+                    return parsed.map(|mut p| {
+                        p.attach(raw);
+                        p
+                    });
                 }
                 Ok(httparse::Status::Partial) if conn.buf.len() <= MAX_RESPONSE_HEAD => {}
                 Ok(httparse::Status::Partial) => {

@@ -32,9 +32,11 @@ use crate::record::{AllowRecord, RecordBase};
 use crate::traits::{Lane, Phase, Principal, ProviderCredential};
 
 mod conn;
+mod fields;
 pub(crate) mod wire;
 
 use conn::{dial, exchange, read_up, Answered, BodyError, ClientSide, Failed, UpConn, UpRead};
+use fields::{write_field, Fields};
 use wire::{parse_head, response_head, write_fields, BodyFraming, Head, Parsed};
 
 /// The largest response head read from the upstream.
@@ -72,11 +74,8 @@ where
         let deadline = tokio::time::Instant::now() + cfg.head_timeout;
         let head = loop {
             if !client.buf.is_empty() {
-                match parse_head(&client.buf, cfg.max_header_bytes) {
-                    Parsed::Take(head, n) => {
-                        client.buf.advance(n);
-                        break head;
-                    }
+                match parse_head(&mut client.buf, cfg.max_header_bytes) {
+                    Parsed::Take(head) => break head,
                     Parsed::Handoff => return End::Handoff(client.buf.to_vec(), client.io),
                     Parsed::Partial => {}
                 }
@@ -113,26 +112,30 @@ async fn request<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let path = head
-        .uri
-        .path_and_query()
-        .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
+    // the one Host value, read as the other lanes read it (visible ASCII only)
+    let host = head
+        .fields
+        .values("host")
+        .next()
+        .filter(|v| v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
+        .and_then(|v| std::str::from_utf8(v).ok());
+    let host_matches = authority_matches(host, &t.host, t.port);
     let flow = Flow {
         t,
         up,
         client,
         kept,
         method: head.method,
-        headers: head.headers,
+        fields: ReqFields::Read(head.fields),
         close: head.close,
-        path,
+        path: head.path.as_str().to_string(),
         body_len: head.body_len,
         body: None,
         unread: head.body_len > 0,
         gone: false,
         broken: false,
     };
-    if !authority_matches(&head.uri, &flow.headers, &t.host, t.port) {
+    if !host_matches {
         let d = Denial::bad_request(format!("Host does not match the CONNECT target {}", t.host));
         return flow.refuse(Step::Decide, d).await;
     }
@@ -155,6 +158,12 @@ where
     phases::run(&t.shared, target, flow).await
 }
 
+/// A request's fields: as read, or as a map once a credential swap needed one.
+enum ReqFields {
+    Read(Fields),
+    Map(HeaderMap),
+}
+
 /// One request on the relay.
 struct Flow<'a, IO> {
     t: &'a Inside,
@@ -162,7 +171,7 @@ struct Flow<'a, IO> {
     client: &'a mut ClientSide<IO>,
     kept: &'a mut Option<Box<UpConn>>,
     method: Method,
-    headers: HeaderMap,
+    fields: ReqFields,
     close: bool,
     /// Path + query sent upstream (a phantom in a `key=` parameter swapped).
     path: String,
@@ -195,13 +204,18 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
 
     /// The request as it goes upstream: head (hop-by-hop fields removed) and body.
     fn upstream_bytes(&mut self, body: &[u8]) -> Vec<u8> {
-        strip_hop_by_hop(&mut self.headers);
         let mut out = Vec::with_capacity(256 + body.len());
         out.extend_from_slice(self.method.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(self.path.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        write_fields(&mut out, &self.headers);
+        match &mut self.fields {
+            ReqFields::Read(f) => f.each_relayed(|n, v| write_field(&mut out, n, v)),
+            ReqFields::Map(m) => {
+                strip_hop_by_hop(m);
+                write_fields(&mut out, m);
+            }
+        }
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(body);
         out
@@ -388,10 +402,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
             body = Some(String::from_utf8_lossy(&bytes).into_owned());
             self.body = Some(bytes);
         }
-        Ok(RequestView {
-            headers: header_map(&self.headers),
-            body,
-        })
+        let headers = match &self.fields {
+            ReqFields::Read(f) => header_map(&f.to_map()),
+            ReqFields::Map(m) => header_map(m),
+        };
+        Ok(RequestView { headers, body })
     }
 
     fn credentials(
@@ -399,11 +414,24 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         creds: &[ProviderCredential],
         target: &Target,
     ) -> Result<Option<String>, Denial> {
+        let map = match &mut self.fields {
+            ReqFields::Read(f) => {
+                if !crate::credentials::could_carry(f.iter().map(|(n, _)| n), &self.path) {
+                    return Ok(None);
+                }
+                self.fields = ReqFields::Map(f.to_map());
+                match &mut self.fields {
+                    ReqFields::Map(m) => m,
+                    ReqFields::Read(_) => return Ok(None),
+                }
+            }
+            ReqFields::Map(m) => m,
+        };
         crate::credentials::apply(
             creds,
             &target.base.host,
             target.route.as_deref(),
-            &mut self.headers,
+            map,
             &mut self.path,
         )
     }
@@ -431,7 +459,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
     fn response_view(&self, up: &Answered) -> Option<ResponseView> {
         Some(ResponseView {
             status: up.head.status.as_u16(),
-            headers: header_map(&up.head.headers),
+            headers: header_map(&up.head.to_map()),
         })
     }
 
@@ -439,7 +467,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         let Answered { mut conn, head } = up;
         let close = self.close || head.framing == BodyFraming::Close;
         let mut out = Vec::with_capacity(512 + conn.buf.len());
-        response_head(&mut out, head.status, &head.headers, close);
+        head.write(&mut out, close);
         let record = c.record;
         match self.copy_body(&mut conn, head.framing, out, &record).await {
             Ok(()) => {
