@@ -285,16 +285,18 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         },
     };
 
-    let record = AllowRecord::new(
+    // set in place: the record is large, and a builder chain would move it at each step
+    let mut record = AllowRecord::new(
         env.sink().clone(),
         principal.session_id.clone(),
         target.base.clone(),
         allowed.decider,
         allowed.rule_host.clone(),
-    )
-    .with_provider(provider)
-    .with_would_deny(allowed.would_deny.clone())
-    .with_command(command.as_deref());
+    );
+    record
+        .set_provider(provider)
+        .set_would_deny(allowed.would_deny.clone())
+        .set_command(command.as_deref());
     record.keep(slot);
     let cleared = Cleared {
         principal,

@@ -256,19 +256,19 @@ impl AllowRecord {
 
 impl AllowRecord {
     /// Set the provider whose credential was injected.
-    pub fn with_provider(mut self, provider: Option<String>) -> Self {
+    pub fn set_provider(&mut self, provider: Option<String>) -> &mut Self {
         self.provider = provider;
         self
     }
 
     /// Mark the request as let through by learn mode (docs/decisions.md, L1).
-    pub fn with_would_deny(mut self, w: Option<crate::policy::WouldDeny>) -> Self {
+    pub fn set_would_deny(&mut self, w: Option<crate::policy::WouldDeny>) -> &mut Self {
         self.would_deny = w;
         self
     }
 
     /// Name the program whose token made the request.
-    pub fn with_command(mut self, command: Option<&str>) -> Self {
+    pub fn set_command(&mut self, command: Option<&str>) -> &mut Self {
         self.command = command.map(str::to_string);
         self
     }

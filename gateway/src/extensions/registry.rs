@@ -148,7 +148,15 @@ pub(super) struct Registry {
     /// asks for them on every request): the global scope's own filters, and for a project
     /// the filters of the extensions that project resolves to (global ones it does not
     /// override, then its own). A project's filters never appear in another scope.
-    filters: FilterLists,
+    filters: FilterIndex,
+}
+
+/// [`FilterLists`] as the proxy reads them on every request: a project's list found by its
+/// path's bytes, so a lookup builds no key and hashes no path component by component.
+#[derive(Default)]
+struct FilterIndex {
+    global: Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>>,
+    projects: foldhash::HashMap<Vec<u8>, Vec<Arc<dyn vis_proxy::NetworkFilter>>>,
 }
 
 impl Registry {
@@ -182,14 +190,35 @@ impl Registry {
         self.scopes.insert(scope, next);
     }
 
-    /// The network filters of a loaded scope.
-    pub(super) fn filters(&self, scope: &Scope) -> Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>> {
-        self.filters.get(scope).cloned()
+    /// The network filters of a loaded scope: a project's (`None`: the global scope).
+    pub(super) fn filters(
+        &self,
+        project: Option<&Path>,
+    ) -> Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>> {
+        match project {
+            Some(p) => self
+                .filters
+                .projects
+                .get(p.as_os_str().as_encoded_bytes())
+                .cloned(),
+            None => self.filters.global.clone(),
+        }
     }
 
     /// Replaces every scope's network filter list.
-    pub(super) fn set_filters(&mut self, filters: FilterLists) {
-        self.filters = filters;
+    pub(super) fn set_filters(&mut self, lists: FilterLists) {
+        let mut index = FilterIndex::default();
+        for (scope, list) in lists {
+            match scope {
+                Scope::Global => index.global = Some(list),
+                Scope::Project(p) => {
+                    index
+                        .projects
+                        .insert(p.into_os_string().into_encoded_bytes(), list);
+                }
+            }
+        }
+        self.filters = index;
     }
 
     /// The extensions a project sees: global ones not overridden by name, then the project's.

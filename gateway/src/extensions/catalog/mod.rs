@@ -94,11 +94,7 @@ impl Catalog {
         &self,
         project: Option<&Path>,
     ) -> Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>> {
-        let scope = match project {
-            Some(p) => Scope::Project(p.to_path_buf()),
-            None => Scope::Global,
-        };
-        self.registry.read().filters(&scope)
+        self.registry.read().filters(project)
     }
 
     /// `(name, doc)` of the slash commands a project sees (doc falls back to usage).

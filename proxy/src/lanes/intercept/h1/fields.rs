@@ -7,24 +7,42 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-/// Field names never passed to the next hop, lower-case. `Upgrade` is passed only beside a
-/// `Connection` that names it; `TE: trailers` is passed as that alone.
-const HOP_BY_HOP: [&[u8]; 8] = [
-    b"connection",
-    b"proxy-connection",
-    b"keep-alive",
-    b"proxy-authorization",
-    b"proxy-authenticate",
-    b"te",
-    b"trailer",
-    b"transfer-encoding",
-];
+/// What a field's name makes it to the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Passed on (unless `Connection` lists it).
+    Plain,
+    /// Never passed on.
+    Hop,
+    Connection,
+    Te,
+    /// Passed on only beside a `Connection` that names it.
+    Upgrade,
+}
 
-/// Where one field's name and value lie in the head.
+/// The kind of a field name, any case (one comparison for most names: by length first).
+fn kind_of(name: &[u8]) -> Kind {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        2 if is(b"te") => Kind::Te,
+        7 if is(b"upgrade") => Kind::Upgrade,
+        7 if is(b"trailer") => Kind::Hop,
+        10 if is(b"connection") => Kind::Connection,
+        10 if is(b"keep-alive") => Kind::Hop,
+        16 if is(b"proxy-connection") => Kind::Hop,
+        17 if is(b"transfer-encoding") => Kind::Hop,
+        18 if is(b"proxy-authenticate") => Kind::Hop,
+        19 if is(b"proxy-authorization") => Kind::Hop,
+        _ => Kind::Plain,
+    }
+}
+
+/// Where one field's name and value lie in the head, and its kind.
 #[derive(Debug, Clone, Copy)]
 struct Span {
     name: (u32, u32),
     value: (u32, u32),
+    kind: Kind,
 }
 
 /// The fields of one head, in the order they came.
@@ -32,6 +50,8 @@ struct Span {
 pub(super) struct Fields {
     raw: Bytes,
     spans: Vec<Span>,
+    /// Some field is not [`Kind::Plain`].
+    special: bool,
 }
 
 /// Where `part` (a slice of `base`) starts and ends in it.
@@ -40,28 +60,30 @@ fn offsets(base: &[u8], part: &[u8]) -> (u32, u32) {
     (start as u32, (start + part.len()) as u32)
 }
 
-/// A value the `http` types take (visible ASCII, spaces, tabs and obs-text).
-pub(super) fn valid_value(v: &[u8]) -> bool {
-    v.iter().all(|&b| (b >= 0x20 && b != 0x7f) || b == b'\t')
-}
-
 impl Fields {
-    /// The spans of `headers`, which httparse read from `base`; `None` when a name or value
-    /// is one the `http` types refuse. [`Fields::attach`] then gives them their bytes.
+    /// The spans of `headers`, which httparse read from `base`; `None` when a name is one
+    /// the `http` types refuse. (httparse takes in a value only what they take: visible
+    /// ASCII, spaces, tabs and obs-text.) [`Fields::attach`] then gives them their bytes.
     pub(super) fn locate(base: &[u8], headers: &[httparse::Header<'_>]) -> Option<Fields> {
         let mut spans = Vec::with_capacity(headers.len());
+        let mut special = false;
         for h in headers {
-            if h.name.is_empty() || h.name.len() > u16::MAX as usize || !valid_value(h.value) {
+            let name = h.name.as_bytes();
+            if name.is_empty() || name.len() > u16::MAX as usize {
                 return None;
             }
+            let kind = kind_of(name);
+            special |= kind != Kind::Plain;
             spans.push(Span {
-                name: offsets(base, h.name.as_bytes()),
+                name: offsets(base, name),
                 value: offsets(base, h.value),
+                kind,
             });
         }
         Some(Fields {
             raw: Bytes::new(),
             spans,
+            special,
         })
     }
 
@@ -88,11 +110,6 @@ impl Fields {
             .map(|(_, v)| v)
     }
 
-    /// Whether a field named `name` is present.
-    pub(super) fn has(&self, name: &str) -> bool {
-        self.values(name).next().is_some()
-    }
-
     /// Every field as a `HeaderMap` (for filters and credential swaps).
     pub(super) fn to_map(&self) -> HeaderMap {
         let mut map = HeaderMap::with_capacity(self.spans.len());
@@ -108,9 +125,17 @@ impl Fields {
         map
     }
 
+    /// The values of the fields of one kind.
+    fn of_kind(&self, kind: Kind) -> impl Iterator<Item = &[u8]> {
+        self.spans
+            .iter()
+            .filter(move |s| s.kind == kind)
+            .map(|s| self.slice(s.value))
+    }
+
     /// Is `name` one that `Connection` lists (other than `upgrade`)?
     fn named_by_connection(&self, name: &[u8]) -> bool {
-        self.values("connection").any(|v| {
+        self.of_kind(Kind::Connection).any(|v| {
             v.split(|b| *b == b',').any(|t| {
                 let t = t.trim_ascii();
                 t.eq_ignore_ascii_case(name) && !t.eq_ignore_ascii_case(b"upgrade")
@@ -122,21 +147,29 @@ impl Fields {
     /// `Connection` lists are left out; `TE: trailers` is kept; `Upgrade` is kept with a
     /// `Connection: upgrade` only when a `Connection` field names it.
     pub(super) fn each_relayed(&self, mut f: impl FnMut(&[u8], &[u8])) {
-        let has_upgrade = self.has("upgrade");
-        let upgrade = has_upgrade
+        if !self.special {
+            for s in &self.spans {
+                f(self.slice(s.name), self.slice(s.value));
+            }
+            return;
+        }
+        let connection = self.of_kind(Kind::Connection).next().is_some();
+        let upgrade = self.of_kind(Kind::Upgrade).next().is_some()
             && self
-                .values("connection")
+                .of_kind(Kind::Connection)
                 .any(|v| v.windows(7).any(|w| w.eq_ignore_ascii_case(b"upgrade")));
         let te_trailers = self
-            .values("te")
+            .of_kind(Kind::Te)
             .next()
             .is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"trailers"));
-        let connection = self.has("connection");
-        for (n, v) in self.iter() {
-            let hop = HOP_BY_HOP.iter().any(|h| n.eq_ignore_ascii_case(h))
-                || (n.eq_ignore_ascii_case(b"upgrade") && !upgrade)
-                || (connection && self.named_by_connection(n));
-            if !hop {
+        for s in &self.spans {
+            let (n, v) = (self.slice(s.name), self.slice(s.value));
+            let passed = match s.kind {
+                Kind::Plain => !(connection && self.named_by_connection(n)),
+                Kind::Upgrade => upgrade,
+                Kind::Hop | Kind::Connection | Kind::Te => false,
+            };
+            if passed {
                 f(n, v);
             }
         }
@@ -235,17 +268,30 @@ mod tests {
             ]
         );
         assert_eq!(f.values("X-a").collect::<Vec<_>>(), vec![&b"1"[..], b"2"]);
-        assert!(f.has("HOST") && !f.has("accept"));
+        assert!(f.values("HOST").next().is_some() && f.values("accept").next().is_none());
         let map = f.to_map();
         assert_eq!(map.get_all("x-a").iter().count(), 2);
         assert_eq!(map.get("host").map(|v| v.as_bytes()), Some(&b"x.test"[..]));
     }
 
     #[test]
-    fn a_value_with_a_control_byte_is_refused() {
-        assert!(valid_value(b"a b\tc\x80\xff"));
-        for bad in [&b"a\x00"[..], b"\x7f", b"a\x1bb"] {
-            assert!(!valid_value(bad), "{bad:?}");
+    fn every_hop_by_hop_name_is_known_in_any_case_and_others_are_plain() {
+        for (name, kind) in [
+            ("TE", Kind::Te),
+            ("Upgrade", Kind::Upgrade),
+            ("trailer", Kind::Hop),
+            ("CONNECTION", Kind::Connection),
+            ("Keep-Alive", Kind::Hop),
+            ("proxy-connection", Kind::Hop),
+            ("Transfer-Encoding", Kind::Hop),
+            ("Proxy-Authenticate", Kind::Hop),
+            ("Proxy-Authorization", Kind::Hop),
+            ("tex", Kind::Plain),
+            ("connections", Kind::Plain),
+            ("x-upgrade", Kind::Plain),
+            ("host", Kind::Plain),
+        ] {
+            assert_eq!(kind_of(name.as_bytes()), kind, "{name}");
         }
     }
 }

@@ -424,9 +424,13 @@ mod tests {
             "GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n",
             "GET * HTTP/1.1\r\nHost: x\r\n\r\n",
             "CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n",
-            // what httparse refuses: a space before the colon, a bare CR
+            // what httparse refuses: a space before the colon, a bare CR, control bytes in
+            // a value (the relay writes values as they came, unchecked by the http types)
             "GET / HTTP/1.1\r\nHost : x\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: x\rY: z\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nY: a\x01b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nY: a\x7fb\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nY: a\x00b\r\n\r\n",
         ] {
             handed_off(raw);
         }
