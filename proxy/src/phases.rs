@@ -104,7 +104,7 @@ pub(crate) struct Cleared {
     /// The principal's filters (also run on the response).
     pub filters: Vec<Arc<dyn NetworkFilter>>,
     /// The principal's provider credentials.
-    pub credentials: Vec<ProviderCredential>,
+    pub credentials: Arc<[ProviderCredential]>,
     /// The allow record (holds the session slot; emitted when dropped).
     pub record: AllowRecord,
 }
@@ -120,7 +120,7 @@ pub(crate) trait Env: Sync {
     /// Time allowed to each filter.
     fn filter_timeout(&self) -> Duration;
     /// The principal's provider credentials.
-    fn credentials(&self, principal: &Principal) -> Vec<ProviderCredential>;
+    fn credentials(&self, principal: &Principal) -> Arc<[ProviderCredential]>;
     /// The SSRF floor for `host:port`.
     fn validate(
         &self,
@@ -375,7 +375,7 @@ impl Env for Arc<Shared> {
         self.cfg.filter_timeout
     }
 
-    fn credentials(&self, principal: &Principal) -> Vec<ProviderCredential> {
+    fn credentials(&self, principal: &Principal) -> Arc<[ProviderCredential]> {
         self.svc.credentials.credentials(principal)
     }
 

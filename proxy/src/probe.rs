@@ -199,8 +199,8 @@ impl Env for ProbeEnv<'_> {
     fn filter_timeout(&self) -> Duration {
         self.deps.filter_timeout
     }
-    fn credentials(&self, _: &Principal) -> Vec<ProviderCredential> {
-        Vec::new()
+    fn credentials(&self, _: &Principal) -> Arc<[ProviderCredential]> {
+        crate::traits::no_credentials()
     }
     async fn validate(
         &self,

@@ -295,8 +295,16 @@ impl std::fmt::Debug for ProviderCredential {
 
 /// Which provider credentials apply to a principal.
 pub trait Credentials: Send + Sync + 'static {
-    /// The principal's phantom → secret mappings.
-    fn credentials(&self, principal: &Principal) -> Vec<ProviderCredential>;
+    /// The principal's phantom → secret mappings. Asked for on every request: an
+    /// implementation hands out a list it keeps (a reference count, not a copy).
+    fn credentials(&self, principal: &Principal) -> Arc<[ProviderCredential]>;
+}
+
+/// An empty credential list, shared (handing it out allocates nothing).
+pub fn no_credentials() -> Arc<[ProviderCredential]> {
+    static EMPTY: std::sync::LazyLock<Arc<[ProviderCredential]>> =
+        std::sync::LazyLock::new(|| Arc::from(Vec::new()));
+    EMPTY.clone()
 }
 
 /// No provider credentials.
@@ -304,8 +312,8 @@ pub trait Credentials: Send + Sync + 'static {
 pub struct NoCredentials;
 
 impl Credentials for NoCredentials {
-    fn credentials(&self, _: &Principal) -> Vec<ProviderCredential> {
-        Vec::new()
+    fn credentials(&self, _: &Principal) -> Arc<[ProviderCredential]> {
+        no_credentials()
     }
 }
 

@@ -119,6 +119,11 @@ pub struct ProviderRoutes {
     routed: RwLock<Vec<Routed>>,
     /// session → provider id → phantom.
     phantoms: RwLock<HashMap<String, HashMap<String, String>>>,
+    /// session → the list the proxy gets on each of its requests, built on first use. Built
+    /// and stored under this lock, and emptied (for a session, or whole) only after the
+    /// routes or phantoms it was built from change: a list built from what was there
+    /// before a change is stored before the change's emptying, never after it.
+    lists: RwLock<HashMap<String, Arc<[ProviderCredential]>>>,
 }
 
 impl ProviderRoutes {
@@ -162,6 +167,7 @@ impl ProviderRoutes {
                 per.retain(|p, _| !changed.contains(p));
             }
         }
+        self.lists.write().clear();
     }
 
     /// The session's phantom for `provider`, minted on first use.
@@ -174,18 +180,22 @@ impl ProviderRoutes {
         {
             return p.clone();
         }
-        self.phantoms
+        let minted = self
+            .phantoms
             .write()
             .entry(sid.to_string())
             .or_default()
             .entry(r.cred.provider.clone())
             .or_insert_with(|| phantom_for(&r.cred.secret))
-            .clone()
+            .clone();
+        self.lists.write().remove(sid);
+        minted
     }
 
     /// Forgets a session's phantoms (its token was revoked).
     pub fn forget(&self, sid: &str) {
         self.phantoms.write().remove(sid);
+        self.lists.write().remove(sid);
     }
 
     /// `<STEM>_API_KEY` = the session's phantom and `<STEM>_BASE_URL` = the proxy route,
@@ -206,12 +216,23 @@ impl ProviderRoutes {
         out
     }
 
-    /// The credentials a session's requests may carry: its own phantoms only.
-    pub fn for_session(&self, sid: &str) -> Vec<ProviderCredential> {
-        let routed = self.routed.read();
-        if routed.is_empty() {
-            return Vec::new();
+    /// The credentials a session's requests may carry: its own phantoms only. Kept per
+    /// session once built (the proxy asks on every request).
+    pub fn for_session(&self, sid: &str) -> Arc<[ProviderCredential]> {
+        if let Some(list) = self.lists.read().get(sid) {
+            return list.clone();
         }
+        if self.routed.read().is_empty() {
+            return vis_proxy::no_credentials();
+        }
+        let mut lists = self.lists.write();
+        let list: Arc<[ProviderCredential]> = self.build(sid).into();
+        lists.insert(sid.to_string(), list.clone());
+        list
+    }
+
+    fn build(&self, sid: &str) -> Vec<ProviderCredential> {
+        let routed = self.routed.read();
         let phantoms = self.phantoms.read();
         let mine = phantoms.get(sid);
         routed
@@ -232,7 +253,7 @@ impl ProviderRoutes {
 pub struct RoutesCredentials(pub Arc<ProviderRoutes>);
 
 impl Credentials for RoutesCredentials {
-    fn credentials(&self, principal: &Principal) -> Vec<ProviderCredential> {
+    fn credentials(&self, principal: &Principal) -> Arc<[ProviderCredential]> {
         self.0.for_session(&principal.session_id)
     }
 }
@@ -314,6 +335,28 @@ mod tests {
         assert_eq!(r.for_session("b")[0].phantom, b[0].1);
         r.forget("a");
         assert_eq!(r.for_session("a")[0].phantom, "");
+    }
+
+    #[test]
+    fn a_sessions_list_is_shared_until_its_phantoms_change() {
+        let r = routes_with(&[("openai", "sk-AbCdEfGhIjKlMnOp0123")]);
+        let before = r.for_session("a");
+        assert_eq!(before[0].phantom, "", "no phantom minted yet");
+        assert!(
+            Arc::ptr_eq(&before, &r.for_session("a")),
+            "handed out, not rebuilt"
+        );
+        let minted = r.child_vars("a", 1, "tok-a")[0].1.clone();
+        let after = r.for_session("a");
+        assert_eq!(
+            after[0].phantom, minted,
+            "a new phantom empties the kept list"
+        );
+        assert!(Arc::ptr_eq(&after, &r.for_session("a")));
+        assert!(
+            ProviderRoutes::default().for_session("a").is_empty(),
+            "no providers, no list"
+        );
     }
 
     #[test]

@@ -200,8 +200,8 @@ pub struct Setup {
 pub struct StaticCreds(pub Vec<ProviderCredential>);
 
 impl Credentials for StaticCreds {
-    fn credentials(&self, _: &Principal) -> Vec<ProviderCredential> {
-        self.0.clone()
+    fn credentials(&self, _: &Principal) -> std::sync::Arc<[ProviderCredential]> {
+        self.0.clone().into()
     }
 }
 
