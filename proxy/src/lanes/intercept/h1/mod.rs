@@ -126,7 +126,10 @@ where
         client,
         kept,
         method: head.method,
-        fields: ReqFields::Read(head.fields),
+        fields: ReqFields {
+            read: head.fields,
+            map: None,
+        },
         close: head.close,
         path: head.path.as_str().to_string(),
         body_len: head.body_len,
@@ -158,10 +161,19 @@ where
     phases::run(&t.shared, target, flow).await
 }
 
-/// A request's fields: as read, or as a map once a credential swap needed one.
-enum ReqFields {
-    Read(Fields),
-    Map(HeaderMap),
+/// A request's fields as read, and as a map once a credential swap needed one (from then on
+/// the map is what goes upstream).
+struct ReqFields {
+    read: Fields,
+    map: Option<HeaderMap>,
+}
+
+impl ReqFields {
+    /// The fields as a map, built on first use.
+    fn map(&mut self) -> &mut HeaderMap {
+        let read = &self.read;
+        self.map.get_or_insert_with(|| read.to_map())
+    }
 }
 
 /// One request on the relay.
@@ -209,12 +221,15 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
         out.push(b' ');
         out.extend_from_slice(self.path.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        match &mut self.fields {
-            ReqFields::Read(f) => f.each_relayed(|n, v| write_field(&mut out, n, v)),
-            ReqFields::Map(m) => {
+        match &mut self.fields.map {
+            Some(m) => {
                 strip_hop_by_hop(m);
                 write_fields(&mut out, m);
             }
+            None => self
+                .fields
+                .read
+                .each_relayed(|n, v| write_field(&mut out, n, v)),
         }
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(body);
@@ -402,9 +417,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
             body = Some(String::from_utf8_lossy(&bytes).into_owned());
             self.body = Some(bytes);
         }
-        let headers = match &self.fields {
-            ReqFields::Read(f) => header_map(&f.to_map()),
-            ReqFields::Map(m) => header_map(m),
+        let headers = match &self.fields.map {
+            Some(m) => header_map(m),
+            None => header_map(&self.fields.read.to_map()),
         };
         Ok(RequestView { headers, body })
     }
@@ -414,24 +429,15 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         creds: &[ProviderCredential],
         target: &Target,
     ) -> Result<Option<String>, Denial> {
-        let map = match &mut self.fields {
-            ReqFields::Read(f) => {
-                if !crate::credentials::could_carry(f.iter().map(|(n, _)| n), &self.path) {
-                    return Ok(None);
-                }
-                self.fields = ReqFields::Map(f.to_map());
-                match &mut self.fields {
-                    ReqFields::Map(m) => m,
-                    ReqFields::Read(_) => return Ok(None),
-                }
-            }
-            ReqFields::Map(m) => m,
-        };
+        let names = self.fields.read.iter().map(|(n, _)| n);
+        if !crate::credentials::could_carry(names, &self.path) {
+            return Ok(None);
+        }
         crate::credentials::apply(
             creds,
             &target.base.host,
             target.route.as_deref(),
-            map,
+            self.fields.map(),
             &mut self.path,
         )
     }
