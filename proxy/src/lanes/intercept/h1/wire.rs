@@ -54,11 +54,12 @@ pub(super) fn parse_head(buf: &mut BytesMut, max_head: usize) -> Parsed {
     // Copied out (one small allocation): a split would make the read buffer shared, and the
     // next read into it would then allocate a new one.
     let raw = bytes::Bytes::copy_from_slice(&buf[..n]);
-    buf.advance(n);
     match PathAndQuery::from_maybe_shared(raw.slice(path.0..path.1)) {
         Ok(p) => head.path = p,
+        // a target the http types refuse: handed off whole, nothing taken off the buffer
         Err(_) => return Parsed::Handoff,
     }
+    buf.advance(n);
     head.fields.attach(raw);
     Parsed::Take(head)
 }
@@ -434,6 +435,41 @@ mod tests {
         ] {
             handed_off(raw);
         }
+    }
+
+    #[test]
+    fn a_head_handed_off_leaves_every_byte_for_the_http_server() {
+        // targets httparse reads and the `http` types may refuse; whatever the verdict, a
+        // head that is not taken is not consumed either
+        let mut refused = 0;
+        for target in [
+            "/a\"b",
+            "/a{b}",
+            "/a|b",
+            "/a\\b",
+            "/a^b",
+            "/a`b",
+            "/a<b>",
+            "/a\u{e9}b",
+            "/a#b",
+        ] {
+            let raw = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+            match parse_at(&raw, CAP) {
+                (Parsed::Take(h), n) => {
+                    assert_eq!(n, raw.len(), "{target:?}");
+                    assert!(h.path.as_str().starts_with("/a"), "{target:?}");
+                }
+                (Parsed::Handoff, n) => {
+                    refused += 1;
+                    assert_eq!(n, 0, "{target:?}: a handoff consumed {n} bytes");
+                }
+                (Parsed::Partial, _) => panic!("{target:?}: a whole head read as partial"),
+            }
+        }
+        assert!(
+            refused > 0,
+            "one of the targets is refused by the http types"
+        );
     }
 
     #[test]
