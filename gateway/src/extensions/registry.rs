@@ -152,11 +152,29 @@ pub(super) struct Registry {
 }
 
 /// [`FilterLists`] as the proxy reads them on every request: a project's list found by its
-/// path's bytes, so a lookup builds no key and hashes no path component by component.
+/// path's bytes in their component form ([`path_key`]), so a lookup of a path already in that
+/// form (every one the gateway hands out) builds no key and hashes no path component by
+/// component.
 #[derive(Default)]
 struct FilterIndex {
     global: Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>>,
     projects: foldhash::HashMap<Vec<u8>, Vec<Arc<dyn vis_proxy::NetworkFilter>>>,
+}
+
+/// `p`'s bytes as its components spell them (no doubled or trailing separator, no `.`
+/// component after the first): two paths equal as `Path`s have the same key, as they find
+/// the same scope.
+fn path_key(p: &Path) -> std::borrow::Cow<'_, [u8]> {
+    let b = p.as_os_str().as_encoded_bytes();
+    let plain = !b.windows(2).any(|w| w == b"//")
+        && !b.windows(3).any(|w| w == b"/./")
+        && !(b.len() > 1 && (b.ends_with(b"/") || b.ends_with(b"/.")));
+    if plain {
+        std::borrow::Cow::Borrowed(b)
+    } else {
+        let normal: PathBuf = p.components().collect();
+        std::borrow::Cow::Owned(normal.into_os_string().into_encoded_bytes())
+    }
 }
 
 impl Registry {
@@ -196,11 +214,7 @@ impl Registry {
         project: Option<&Path>,
     ) -> Option<Vec<Arc<dyn vis_proxy::NetworkFilter>>> {
         match project {
-            Some(p) => self
-                .filters
-                .projects
-                .get(p.as_os_str().as_encoded_bytes())
-                .cloned(),
+            Some(p) => self.filters.projects.get(path_key(p).as_ref()).cloned(),
             None => self.filters.global.clone(),
         }
     }
@@ -212,9 +226,7 @@ impl Registry {
             match scope {
                 Scope::Global => index.global = Some(list),
                 Scope::Project(p) => {
-                    index
-                        .projects
-                        .insert(p.into_os_string().into_encoded_bytes(), list);
+                    index.projects.insert(path_key(&p).into_owned(), list);
                 }
             }
         }
@@ -262,5 +274,49 @@ impl Registry {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named;
+
+    #[async_trait::async_trait]
+    impl vis_proxy::NetworkFilter for Named {
+        fn name(&self) -> &str {
+            "named"
+        }
+        async fn check(
+            &self,
+            _: &vis_proxy::FilterCtx,
+        ) -> Result<vis_proxy::FilterVerdict, vis_proxy::FilterError> {
+            Ok(vis_proxy::FilterVerdict::Allow)
+        }
+    }
+
+    #[test]
+    fn a_projects_filters_are_found_by_any_spelling_of_its_path_and_by_no_other_path() {
+        let mut reg = Registry::default();
+        let mut lists = FilterLists::default();
+        let list: Vec<Arc<dyn vis_proxy::NetworkFilter>> = vec![Arc::new(Named)];
+        lists.insert(Scope::Project(PathBuf::from("/work/proj/")), list);
+        lists.insert(Scope::Global, Vec::new());
+        reg.set_filters(lists);
+        for same in [
+            "/work/proj",
+            "/work/proj/",
+            "/work//proj",
+            "/work/./proj",
+            "/work/proj/.",
+        ] {
+            let found = reg.filters(Some(Path::new(same)));
+            assert_eq!(found.map(|l| l.len()), Some(1), "{same}");
+        }
+        for other in ["/work/proj2", "/work/pro", "/work", "work/proj"] {
+            assert!(reg.filters(Some(Path::new(other))).is_none(), "{other}");
+        }
+        assert_eq!(reg.filters(None).map(|l| l.len()), Some(0));
     }
 }
