@@ -67,7 +67,7 @@ pub(crate) enum Upstream {
 const HOP_COUNT: usize = 8;
 /// Hop-by-hop headers, pre-parsed (removing by `&str` would parse each name per
 /// request). `Connection` comes first: [`strip_hop_by_hop`] reads its slot.
-const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
+pub(crate) const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("proxy-connection"),
     HeaderName::from_static("keep-alive"),

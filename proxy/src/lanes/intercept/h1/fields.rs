@@ -7,6 +7,8 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::lanes::forward::HOP_BY_HOP;
+
 /// What a field's name makes it to the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -20,20 +22,20 @@ enum Kind {
     Upgrade,
 }
 
-/// The kind of a field name, any case (one comparison for most names: by length first).
+/// The kind of a field name, any case: the hop-by-hop names are the ones every lane strips
+/// (a comparison each, most ending at the length).
 fn kind_of(name: &[u8]) -> Kind {
-    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
-    match name.len() {
-        2 if is(b"te") => Kind::Te,
-        7 if is(b"upgrade") => Kind::Upgrade,
-        7 if is(b"trailer") => Kind::Hop,
-        10 if is(b"connection") => Kind::Connection,
-        10 if is(b"keep-alive") => Kind::Hop,
-        16 if is(b"proxy-connection") => Kind::Hop,
-        17 if is(b"transfer-encoding") => Kind::Hop,
-        18 if is(b"proxy-authenticate") => Kind::Hop,
-        19 if is(b"proxy-authorization") => Kind::Hop,
-        _ => Kind::Plain,
+    let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
+    if is(&http::header::CONNECTION) {
+        Kind::Connection
+    } else if is(&http::header::TE) {
+        Kind::Te
+    } else if is(&http::header::UPGRADE) {
+        Kind::Upgrade
+    } else if HOP_BY_HOP.iter().any(is) {
+        Kind::Hop
+    } else {
+        Kind::Plain
     }
 }
 
@@ -46,7 +48,7 @@ struct Span {
 }
 
 /// The fields of one head, in the order they came.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Fields {
     raw: Bytes,
     spans: Vec<Span>,

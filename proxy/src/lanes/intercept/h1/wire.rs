@@ -43,9 +43,9 @@ pub(super) enum Parsed {
 pub(super) fn parse_head(buf: &mut BytesMut, max_head: usize) -> Parsed {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut slots);
-    let (mut head, n, path) = match req.parse(buf) {
+    let (plain, n) = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) if n <= max_head => match plain_head(buf, &req) {
-            Some((h, path)) => (h, n, path),
+            Some(p) => (p, n),
             None => return Parsed::Handoff,
         },
         Ok(httparse::Status::Partial) if buf.len() <= max_head => return Parsed::Partial,
@@ -54,19 +54,34 @@ pub(super) fn parse_head(buf: &mut BytesMut, max_head: usize) -> Parsed {
     // Copied out (one small allocation): a split would make the read buffer shared, and the
     // next read into it would then allocate a new one.
     let raw = bytes::Bytes::copy_from_slice(&buf[..n]);
-    match PathAndQuery::from_maybe_shared(raw.slice(path.0..path.1)) {
-        Ok(p) => head.path = p,
+    let (start, end) = plain.path;
+    let Ok(path) = PathAndQuery::from_maybe_shared(raw.slice(start..end)) else {
         // a target the http types refuse: handed off whole, nothing taken off the buffer
-        Err(_) => return Parsed::Handoff,
-    }
+        return Parsed::Handoff;
+    };
     buf.advance(n);
-    head.fields.attach(raw);
-    Parsed::Take(head)
+    let mut fields = plain.fields;
+    fields.attach(raw);
+    Parsed::Take(Head {
+        method: plain.method,
+        path,
+        fields,
+        body_len: plain.body_len,
+        close: plain.close,
+    })
 }
 
-/// The head as the relay carries it (its target's place in `buf` beside it), or `None` when
-/// it is not one the relay takes.
-fn plain_head(buf: &[u8], req: &httparse::Request<'_, '_>) -> Option<(Head, (usize, usize))> {
+/// What [`plain_head`] reads of a head the relay takes; the target as its place in the head.
+struct Plain {
+    method: Method,
+    path: (usize, usize),
+    fields: Fields,
+    body_len: u64,
+    close: bool,
+}
+
+/// The head as the relay carries it, or `None` when it is not one the relay takes.
+fn plain_head(buf: &[u8], req: &httparse::Request<'_, '_>) -> Option<Plain> {
     if req.version != Some(1) {
         return None;
     }
@@ -102,14 +117,13 @@ fn plain_head(buf: &[u8], req: &httparse::Request<'_, '_>) -> Option<(Head, (usi
     if hosts != 1 || body_len > BODY_LIMIT {
         return None;
     }
-    let head = Head {
+    Some(Plain {
         method,
-        path: PathAndQuery::from_static("/"),
+        path: (start, start + path.len()),
         fields,
         body_len,
         close,
-    };
-    Some((head, (start, start + path.len())))
+    })
 }
 
 /// A `Content-Length` value: digits only (no sign, no list), at most 19 of them.
