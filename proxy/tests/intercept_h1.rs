@@ -496,3 +496,45 @@ async fn filters_see_both_heads_and_a_phantom_key_is_swapped_on_the_relay() {
         answers[0].headers
     );
 }
+
+#[tokio::test]
+async fn a_kept_alive_tunnel_waits_one_head_timeout_after_each_answer_and_then_closes() {
+    let ca = test_ca();
+    let t = Duration::from_millis(500);
+    let h = start(Setup {
+        policy: POLICY,
+        extra_roots: vec![ca.der.clone()],
+        config: vis_proxy::ProxyConfig {
+            head_timeout: t,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut tls = intercepted_tls(&h, o.port).await;
+    // each request comes 0.6 of the timeout after the last answer: well past the first
+    // deadline the connection had, never past the one its last answer set
+    for i in 0..4 {
+        tokio::time::sleep(t * 6 / 10).await;
+        let req = format!("GET /n{i} HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", o.port);
+        tls.write_all(req.as_bytes()).await.unwrap();
+        let head = read_head(&mut tls).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "request {i}: {head}");
+        let mut body = vec![0u8; content_length(&head)];
+        tls.read_exact(&mut body).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&body), format!("GET /n{i} body=0"));
+    }
+    let answered = std::time::Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut rest))
+        .await
+        .expect("an idle tunnel is closed")
+        .ok();
+    let waited = answered.elapsed();
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(
+        waited >= t * 9 / 10 && waited < t * 4,
+        "closed {waited:?} after the last answer, the head timeout being {t:?}"
+    );
+}

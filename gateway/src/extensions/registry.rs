@@ -166,15 +166,26 @@ struct FilterIndex {
 /// the same scope.
 fn path_key(p: &Path) -> std::borrow::Cow<'_, [u8]> {
     let b = p.as_os_str().as_encoded_bytes();
-    let plain = !b.windows(2).any(|w| w == b"//")
-        && !b.windows(3).any(|w| w == b"/./")
-        && !(b.len() > 1 && (b.ends_with(b"/") || b.ends_with(b"/.")));
-    if plain {
+    if in_component_form(b) {
         std::borrow::Cow::Borrowed(b)
     } else {
         let normal: PathBuf = p.components().collect();
         std::borrow::Cow::Owned(normal.into_os_string().into_encoded_bytes())
     }
+}
+
+/// No doubled or trailing separator and no `.` component after the first: one pass over
+/// the separators (this runs on every proxied request).
+fn in_component_form(b: &[u8]) -> bool {
+    if b.len() > 1 && b.ends_with(b"/") {
+        return false;
+    }
+    memchr::memchr_iter(b'/', b).all(|i| {
+        !matches!(
+            b.get(i + 1..),
+            Some([b'/', ..]) | Some([b'.']) | Some([b'.', b'/', ..])
+        )
+    })
 }
 
 impl Registry {
@@ -314,9 +325,43 @@ mod tests {
             let found = reg.filters(Some(Path::new(same)));
             assert_eq!(found.map(|l| l.len()), Some(1), "{same}");
         }
-        for other in ["/work/proj2", "/work/pro", "/work", "work/proj"] {
+        for other in [
+            "/work/proj2",
+            "/work/pro",
+            "/work",
+            "work/proj",
+            "/work/proj/..",
+            "/work/.proj",
+        ] {
             assert!(reg.filters(Some(Path::new(other))).is_none(), "{other}");
         }
         assert_eq!(reg.filters(None).map(|l| l.len()), Some(0));
+    }
+
+    #[test]
+    fn only_a_path_its_components_spell_the_same_way_is_in_component_form() {
+        for plain in [
+            "/",
+            "/work/proj",
+            "/work/.proj",
+            "/work/proj.",
+            "/a/..",
+            "./a",
+            "a",
+        ] {
+            assert!(in_component_form(plain.as_bytes()), "{plain}");
+            let normal: PathBuf = Path::new(plain).components().collect();
+            assert_eq!(normal.as_os_str(), plain, "{plain}");
+        }
+        for spelled in [
+            "//",
+            "/work/",
+            "/work//proj",
+            "/work/./proj",
+            "/work/proj/.",
+            "/.",
+        ] {
+            assert!(!in_component_form(spelled.as_bytes()), "{spelled}");
+        }
     }
 }

@@ -104,10 +104,12 @@ pub enum Folded {
 
 impl Buckets {
     /// Fold an allowed record (see [`foldable`]) into its bucket.
-    pub fn fold(&mut self, sid: &str, d: Decision) -> Folded {
+    pub fn fold(&mut self, sid: &str, mut d: Decision) -> Folded {
+        // the host moves into the key and back: a request added to a bucket (the common
+        // case) copies no string
         let key = BucketKey {
             lane: lane_code(d.lane),
-            host: d.host.clone(),
+            host: std::mem::take(&mut d.host),
             port: d.port,
             minute: d.ts / 60_000,
         };
@@ -117,14 +119,19 @@ impl Buckets {
         };
         let b = match session.get_mut(&key) {
             None => {
+                d.host = key.host.clone();
                 session.insert(key, Slot::Singles(1));
                 return Folded::Single(d);
             }
             Some(Slot::Singles(n)) if *n < KEEP_SINGLE => {
                 *n += 1;
+                d.host = key.host;
                 return Folded::Single(d);
             }
-            Some(Slot::Singles(_)) => return Folded::New(d, key),
+            Some(Slot::Singles(_)) => {
+                d.host = key.host.clone();
+                return Folded::New(d, key);
+            }
             Some(Slot::Folding(b)) => b,
         };
         {

@@ -1,7 +1,9 @@
 //! Compile a [`NetworkConfig`] once into a frozen [`Policy`] (docs/decisions.md, egress policy rules).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use foldhash::HashSet;
 
 use super::config::{Access, NetworkConfig};
 use super::glob::Glob;
@@ -135,7 +137,8 @@ pub struct Policy {
     pub(crate) learn: bool,
 }
 
-/// The `Domain` patterns of the host lists, for suffix lookups.
+/// The `Domain` patterns of the host lists, for suffix lookups (foldhash: read on every
+/// request; the keys come from the policy, not from requests).
 #[derive(Debug, Default)]
 pub(crate) struct HostIndex {
     pub(crate) allowed: HashSet<String>,

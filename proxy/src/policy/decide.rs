@@ -1,7 +1,7 @@
 //! `decide(policy, request)` — a pure function, evaluated in the order of
 //! The evaluation order of docs/decisions.md, egress policy rules, with the fixes of (docs/decisions.md, P3).
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 
 use super::compile::{HostPattern, Policy, Rule};
 use crate::deny::{kind, DeciderKind, Denial};

@@ -25,6 +25,10 @@ enum Kind {
 /// The kind of a field name, any case: the hop-by-hop names are the ones every lane strips
 /// (a comparison each, most ending at the length).
 fn kind_of(name: &[u8]) -> Kind {
+    // most names have no hop-by-hop name's length: one bit test
+    if name.len() >= 64 || hop_lengths() & (1 << name.len()) == 0 {
+        return Kind::Plain;
+    }
     let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
     if is(&http::header::CONNECTION) {
         Kind::Connection
@@ -37,6 +41,17 @@ fn kind_of(name: &[u8]) -> Kind {
     } else {
         Kind::Plain
     }
+}
+
+/// The lengths of the names that are not [`Kind::Plain`], as bits.
+fn hop_lengths() -> u64 {
+    static LENGTHS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LENGTHS.get_or_init(|| {
+        HOP_BY_HOP
+            .iter()
+            .chain([&http::header::UPGRADE])
+            .fold(0, |bits, n| bits | 1 << n.as_str().len())
+    })
 }
 
 /// Where one field's name and value lie in the head, and its kind.
@@ -292,8 +307,16 @@ mod tests {
             ("connections", Kind::Plain),
             ("x-upgrade", Kind::Plain),
             ("host", Kind::Plain),
+            ("user-agent", Kind::Plain),
+            (
+                "x-a-name-longer-than-sixty-four-bytes-is-plain-whatever-it-spells",
+                Kind::Plain,
+            ),
         ] {
             assert_eq!(kind_of(name.as_bytes()), kind, "{name}");
+        }
+        for name in HOP_BY_HOP.iter().chain([&http::header::UPGRADE]) {
+            assert_ne!(kind_of(name.as_str().as_bytes()), Kind::Plain, "{name}");
         }
     }
 }

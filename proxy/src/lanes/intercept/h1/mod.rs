@@ -68,6 +68,10 @@ where
         buf: BytesMut::with_capacity(READ_CHUNK),
     };
     let mut kept: Option<Box<UpConn>> = None;
+    // One timer for the connection, moved on only when it fires before the deadline of the
+    // head awaited: a request on a kept-alive connection sets no timer of its own.
+    let idle = tokio::time::sleep(cfg.head_timeout);
+    tokio::pin!(idle);
     loop {
         // The whole head within the head timeout from the moment the relay waits for it: an
         // idle keep-alive connection ends then, as in the HTTP server lane.
@@ -80,8 +84,20 @@ where
                     Parsed::Partial => {}
                 }
             }
-            match tokio::time::timeout_at(deadline, client.fill()).await {
-                Ok(Ok(true)) => {}
+            let filled = loop {
+                tokio::select! {
+                    biased;
+                    r = client.fill() => break r,
+                    () = &mut idle => {
+                        if tokio::time::Instant::now() >= deadline {
+                            return End::Closed;
+                        }
+                        idle.as_mut().reset(deadline);
+                    }
+                }
+            };
+            match filled {
+                Ok(true) => {}
                 _ => return End::Closed,
             }
         };
