@@ -85,7 +85,7 @@ pub async fn validate_with(
         None => resolver.resolve(host, port).await.unwrap_or_default(),
     };
     let denied = denied_addrs(resolver, cache, principal).await;
-    let mut reserved = principal.reserved_ports.clone();
+    let mut reserved = principal.reserved_ports.to_vec();
     reserved.extend(own_port);
     let ip = ssrf::check(
         &answers,

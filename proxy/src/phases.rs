@@ -190,7 +190,7 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         Ok(p) => p,
         Err(d) => return lane.refuse(Step::Attribute, d).await,
     };
-    let sid = principal.session_id.as_str();
+    let sid = &*principal.session_id;
     let command = principal.label.clone();
     let record_denial = |d: &Denial| {
         emit_denial_of(

@@ -445,7 +445,7 @@ mod tests {
         Principal {
             session_id: "s".into(),
             policy: Arc::new(Policy::from_yaml(yaml).unwrap()),
-            reserved_ports: vec![],
+            reserved_ports: Arc::from([]),
             project: None,
             label: None,
         }

@@ -112,7 +112,7 @@ struct Outcome {
 /// An allowed request in flight: counts bytes, emits on drop.
 pub struct AllowRecord {
     sink: Arc<dyn DecisionSink>,
-    session: String,
+    session: Arc<str>,
     base: RecordBase,
     decider: DeciderKind,
     rule_host: Option<String>,
@@ -138,7 +138,7 @@ impl AllowRecord {
     /// Start the clock for an allowed request.
     pub fn new(
         sink: Arc<dyn DecisionSink>,
-        session: String,
+        session: Arc<str>,
         base: RecordBase,
         decider: DeciderKind,
         rule_host: Option<String>,

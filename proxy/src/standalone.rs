@@ -102,7 +102,7 @@ impl StandaloneConfig {
 struct StaticTokens {
     tokens: Vec<String>,
     policy: Arc<Policy>,
-    reserved: Vec<u16>,
+    reserved: Arc<[u16]>,
 }
 
 #[async_trait]
@@ -110,7 +110,7 @@ impl Attribution for StaticTokens {
     async fn lookup(&self, token: &str) -> Lookup {
         match self.tokens.iter().position(|t| t == token) {
             Some(i) => Lookup::Found(Principal {
-                session_id: format!("standalone-{i}"),
+                session_id: format!("standalone-{i}").into(),
                 policy: self.policy.clone(),
                 reserved_ports: self.reserved.clone(),
                 project: None,

@@ -16,13 +16,14 @@ use crate::policy::Policy;
 /// Who a proxy token belongs to.
 #[derive(Debug, Clone)]
 pub struct Principal {
-    /// Opaque session id, handed back in every [`Decision`].
-    pub session_id: String,
+    /// Opaque session id, handed back in every [`Decision`]. Shared: a principal is cloned
+    /// for every request an intercepted tunnel carries.
+    pub session_id: Arc<str>,
     /// The frozen, compiled policy for this session.
     pub policy: Arc<Policy>,
     /// Loopback ports that are always denied (the gateway's control plane;
     /// the proxy adds its own port itself).
-    pub reserved_ports: Vec<u16>,
+    pub reserved_ports: Arc<[u16]>,
     /// The project whose network filters apply to this principal: opaque to the proxy,
     /// handed back to the [`FilterSet`]. `None`: only process-wide filters.
     pub project: Option<Arc<std::path::Path>>,

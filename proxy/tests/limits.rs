@@ -190,7 +190,7 @@ async fn the_probe_reports_every_verdict_without_opening_a_socket() {
     let principal = Principal {
         session_id: "p".into(),
         policy: Arc::new(Policy::from_yaml("allowed_domains: [origin.test]\n").unwrap()),
-        reserved_ports: vec![],
+        reserved_ports: Arc::from([]),
         project: None,
         label: None,
     };

@@ -219,7 +219,7 @@ fn principal_of(project: Option<&Path>) -> vis_proxy::Principal {
     vis_proxy::Principal {
         session_id: "s".into(),
         policy: Arc::new(vis_proxy::policy::Policy::unrestricted()),
-        reserved_ports: vec![],
+        reserved_ports: Arc::from([]),
         project: project.map(Arc::from),
         label: None,
     }

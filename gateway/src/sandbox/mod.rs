@@ -97,9 +97,9 @@ impl Sandbox {
     pub fn token(&self, sid: &str, root: &Path, cfg: &Config) -> String {
         self.tokens.token_for(
             || Principal {
-                session_id: sid.to_string(),
+                session_id: sid.into(),
                 policy: self.session_policy(sid, cfg),
-                reserved_ports: self.reserved_ports.clone(),
+                reserved_ports: self.reserved_ports.as_slice().into(),
                 project: Some(Arc::from(root)),
                 label: None,
             },
@@ -143,9 +143,9 @@ impl Sandbox {
         let token = match label {
             Some(l) => self.tokens.token_for_label(
                 || Principal {
-                    session_id: sid.to_string(),
+                    session_id: sid.into(),
                     policy: self.session_policy(sid, cfg),
-                    reserved_ports: self.reserved_ports.clone(),
+                    reserved_ports: self.reserved_ports.as_slice().into(),
                     project: Some(Arc::from(root)),
                     label: None,
                 },

@@ -118,7 +118,7 @@ impl Tokens {
             .read()
             .values()
             .filter(|p| p.project.as_deref() == Some(root))
-            .map(|p| p.session_id.clone())
+            .map(|p| p.session_id.to_string())
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect()
@@ -164,7 +164,7 @@ mod tests {
         Principal {
             session_id: "s1".into(),
             policy: Arc::new(Policy::unrestricted()),
-            reserved_ports: vec![],
+            reserved_ports: Arc::from([]),
             project: None,
             label: None,
         }
@@ -180,7 +180,7 @@ mod tests {
             "one token per session"
         );
         let lookup = TokenLookup(tokens.clone());
-        assert!(matches!(lookup.lookup(&t).await, Lookup::Found(p) if p.session_id == "s1"));
+        assert!(matches!(lookup.lookup(&t).await, Lookup::Found(p) if &*p.session_id == "s1"));
         tokens.revoke("s1");
         assert!(matches!(lookup.lookup(&t).await, Lookup::Unknown));
     }
@@ -196,10 +196,7 @@ mod tests {
         let Lookup::Found(p) = lookup.lookup(&pip).await else {
             panic!("the program's token resolves")
         };
-        assert_eq!(
-            (p.session_id.as_str(), p.label.as_deref()),
-            ("s1", Some("pip"))
-        );
+        assert_eq!((&*p.session_id, p.label.as_deref()), ("s1", Some("pip")));
         tokens.repolicy("s1", Arc::new(Policy::deny_all(None)));
         let Lookup::Found(p) = lookup.lookup(&pip).await else {
             panic!("still there")

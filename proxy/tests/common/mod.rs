@@ -180,7 +180,7 @@ impl Harness {
             Principal {
                 session_id: sid.into(),
                 policy,
-                reserved_ports: reserved,
+                reserved_ports: reserved.into(),
                 project: None,
                 label: None,
             },

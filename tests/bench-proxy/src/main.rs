@@ -281,9 +281,9 @@ async fn proxy(args: Args) -> Result<()> {
         map.insert(
             token.to_string(),
             Principal {
-                session_id: format!("bench-{i}"),
+                session_id: format!("bench-{i}").into(),
                 policy,
-                reserved_ports: vec![],
+                reserved_ports: Arc::from([]),
                 project: None,
                 label: None,
             },
