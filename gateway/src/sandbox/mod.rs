@@ -26,8 +26,8 @@ pub struct Sandbox {
     pub ca_bundle: PathBuf,
     /// The children's `WGETRC`, naming the bundle.
     pub wgetrc: PathBuf,
-    /// The gateway's own ports, always denied to children.
-    pub reserved_ports: Vec<u16>,
+    /// The gateway's own ports, always denied to children (shared by every principal).
+    pub reserved_ports: Arc<[u16]>,
     /// Phantom keys and routes of the configured LLM providers (docs/decisions.md, P8).
     pub routes: Arc<credentials::ProviderRoutes>,
 }
@@ -82,7 +82,7 @@ impl Sandbox {
             tokens,
             ca_bundle,
             wgetrc,
-            reserved_ports,
+            reserved_ports: reserved_ports.into(),
             routes,
         })
     }
@@ -99,7 +99,7 @@ impl Sandbox {
             || Principal {
                 session_id: sid.into(),
                 policy: self.session_policy(sid, cfg),
-                reserved_ports: self.reserved_ports.as_slice().into(),
+                reserved_ports: self.reserved_ports.clone(),
                 project: Some(Arc::from(root)),
                 label: None,
             },
@@ -145,7 +145,7 @@ impl Sandbox {
                 || Principal {
                     session_id: sid.into(),
                     policy: self.session_policy(sid, cfg),
-                    reserved_ports: self.reserved_ports.as_slice().into(),
+                    reserved_ports: self.reserved_ports.clone(),
                     project: Some(Arc::from(root)),
                     label: None,
                 },
