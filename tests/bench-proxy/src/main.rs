@@ -236,6 +236,9 @@ async fn serve_origin_conn<S: AsyncRead + AsyncWrite + Unpin>(
             s.write_all(&out).await?;
             out.clear();
         }
+        // A TLS stream may hold the tail of what it accepted (its socket was full at the
+        // last write): without a flush the answer's last bytes wait for the next request.
+        s.flush().await?;
         let n = s.read(&mut chunk).await?;
         if n == 0 {
             return Ok(());
@@ -635,6 +638,7 @@ async fn load(args: Args) -> Result<()> {
                     let c = conn.as_mut().unwrap();
                     let t0 = Instant::now();
                     c.io.write_all(&req).await?;
+                    c.io.flush().await?;
                     let (status, _) = c.response().await?;
                     let dt = t0.elapsed();
                     if status != 200 {
@@ -706,6 +710,7 @@ async fn newconn(args: Args) -> Result<()> {
         let t0 = Instant::now();
         let mut c = Conn::new(client.connect().await?);
         c.io.write_all(&req).await?;
+        c.io.flush().await?;
         let (status, _) = c.response().await?;
         if status != 200 {
             bail!("status {status}");
@@ -738,6 +743,7 @@ async fn bulk(args: Args) -> Result<()> {
         let t0 = Instant::now();
         let mut io = client.connect().await?;
         io.write_all(&req).await?;
+        io.flush().await?;
         // read the head, then count body bytes with a big buffer
         let mut buf = vec![0u8; 256 * 1024];
         let mut got: Vec<u8> = Vec::new();
