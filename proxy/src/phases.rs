@@ -24,7 +24,6 @@
 //! their order and the records live here; `/net-probe` runs them with a connector that
 //! does not dial.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -36,7 +35,7 @@ use crate::dial::validate_with;
 use crate::filters::run_filters;
 use crate::policy::{decide_or_learn, Allowed, DecideInput};
 use crate::record::{emit_denial_of, AllowRecord, RecordBase};
-use crate::state::Shared;
+use crate::state::{SessionSlot, Shared};
 use crate::traits::{DecisionSink, FilterCtx, NetworkFilter, Phase, Principal, ProviderCredential};
 
 /// The steps, in order; a lane's answer to a refusal may depend on where it happened.
@@ -62,8 +61,8 @@ pub(crate) enum Step {
 
 /// What the steps check for one flow.
 pub(crate) struct Target {
-    /// Lane, phase, method, path, host and port, as recorded.
-    pub base: RecordBase,
+    /// Lane, phase, method, path, host and port, as recorded (shared with the allow record).
+    pub base: Arc<RecordBase>,
     /// The port the policy's port checks see (`None` inside a tunnel: checked at CONNECT).
     pub check_port: Option<u16>,
     /// A provider route: allowed by the provider's configuration, not the session's
@@ -114,7 +113,7 @@ pub(crate) trait Env: Sync {
     /// Where records go.
     fn sink(&self) -> &Arc<dyn DecisionSink>;
     /// One of the session's slots, held as long as the flow; `None` at the cap.
-    fn slot(&self, session: &str) -> Option<Box<dyn Any + Send>>;
+    fn slot(&self, session: &Arc<str>) -> Option<SessionSlot>;
     /// The principal's filters, in order.
     fn filters(&self, principal: &Principal) -> Vec<Arc<dyn NetworkFilter>>;
     /// Time allowed to each filter.
@@ -202,7 +201,7 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         )
     };
 
-    let Some(slot) = env.slot(sid) else {
+    let Some(slot) = env.slot(&principal.session_id) else {
         let d = Denial::overloaded("per session");
         record_denial(&d);
         return lane.refuse(Step::Slot, d).await;
@@ -289,7 +288,7 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
     let mut record = AllowRecord::new(
         env.sink().clone(),
         principal.session_id.clone(),
-        target.base.clone(),
+        Arc::clone(&target.base),
         allowed.decider,
         allowed.rule_host.clone(),
     );
@@ -297,7 +296,7 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         .set_provider(provider)
         .set_would_deny(allowed.would_deny.clone())
         .set_command(command.as_deref());
-    record.keep(slot);
+    record.hold(slot);
     let cleared = Cleared {
         principal,
         allowed,
@@ -339,7 +338,7 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
             };
             if let Err(d) = run_filters(&cleared.filters, &ctx, env.filter_timeout()).await {
                 cleared.record.cancel();
-                let mut base = target.base.clone();
+                let mut base = RecordBase::clone(&target.base);
                 base.phase = phase.as_str();
                 emit_denial_of(
                     env.sink().as_ref(),
@@ -362,9 +361,8 @@ impl Env for Arc<Shared> {
         &self.svc.sink
     }
 
-    fn slot(&self, session: &str) -> Option<Box<dyn Any + Send>> {
+    fn slot(&self, session: &Arc<str>) -> Option<SessionSlot> {
         self.session_slot(session)
-            .map(|s| Box::new(s) as Box<dyn Any + Send>)
     }
 
     fn filters(&self, principal: &Principal) -> Vec<Arc<dyn NetworkFilter>> {

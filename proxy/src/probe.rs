@@ -8,7 +8,6 @@
 //! when both a filter and the SSRF floor would refuse: a lane runs its filters before
 //! the floor and reports the filter, the probe (whose Tier 1 runs no filter) the floor.
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -24,6 +23,7 @@ use crate::lanes::target::parse_authority;
 use crate::phases::{self, Cleared, Env, Framing, Step, Target};
 use crate::policy::normalize_host;
 use crate::record::RecordBase;
+use crate::state::SessionSlot;
 use crate::traits::{
     Decision, DecisionSink, FilterCtx, FilterSet, Lane, NetworkFilter, Phase, Principal,
     ProviderCredential, Resolver,
@@ -190,8 +190,8 @@ impl Env for ProbeEnv<'_> {
     fn sink(&self) -> &Arc<dyn DecisionSink> {
         &self.sink
     }
-    fn slot(&self, _: &str) -> Option<Box<dyn Any + Send>> {
-        Some(Box::new(()))
+    fn slot(&self, _: &Arc<str>) -> Option<SessionSlot> {
+        Some(SessionSlot::uncounted())
     }
     fn filters(&self, _: &Principal) -> Vec<Arc<dyn NetworkFilter>> {
         Vec::new()
@@ -250,7 +250,7 @@ pub async fn probe(
 ) -> Result<ProbeReport, ProbeError> {
     let t = parse_args(args)?;
     let target = Target {
-        base: RecordBase {
+        base: Arc::new(RecordBase {
             lane: if t.phase == Phase::Socks {
                 Lane::Socks
             } else {
@@ -262,7 +262,7 @@ pub async fn probe(
             host: t.host.clone(),
             port: t.port,
             is_intercepted: false,
-        },
+        }),
         // a bare host (port 0) skips the port checks
         check_port: (t.port != 0).then_some(t.port),
         route: None,

@@ -57,7 +57,7 @@ pub fn emit_denial_of(
                 Verdict::Deny
             },
             lane: base.lane,
-            phase: base.phase.to_string(),
+            phase: base.phase,
             method: base.method.clone(),
             path: base.path.clone(),
             host: base.host.clone(),
@@ -113,7 +113,9 @@ struct Outcome {
 pub struct AllowRecord {
     sink: Arc<dyn DecisionSink>,
     session: Arc<str>,
-    base: RecordBase,
+    /// Shared with the flow's target: the record takes its strings when it alone holds it.
+    /// Always `Some` until the record is dropped.
+    base: Option<Arc<RecordBase>>,
     decider: DeciderKind,
     rule_host: Option<String>,
     ts: u64,
@@ -124,7 +126,8 @@ pub struct AllowRecord {
     pub down: Arc<AtomicU64>,
     outcome: std::sync::Mutex<Outcome>,
     provider: Option<String>,
-    keep: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// The session's concurrency slot, given back when the record is dropped.
+    slot: Option<crate::state::SessionSlot>,
     cancelled: std::sync::atomic::AtomicBool,
     /// Set while the request waits for the upstream's response head.
     awaiting: std::sync::atomic::AtomicBool,
@@ -139,14 +142,14 @@ impl AllowRecord {
     pub fn new(
         sink: Arc<dyn DecisionSink>,
         session: Arc<str>,
-        base: RecordBase,
+        base: Arc<RecordBase>,
         decider: DeciderKind,
         rule_host: Option<String>,
     ) -> Self {
         AllowRecord {
             sink,
             session,
-            base,
+            base: Some(base),
             decider,
             rule_host,
             ts: now_ms(),
@@ -158,7 +161,7 @@ impl AllowRecord {
                 note: None,
             }),
             provider: None,
-            keep: std::sync::Mutex::new(Vec::new()),
+            slot: None,
             cancelled: std::sync::atomic::AtomicBool::new(false),
             awaiting: std::sync::atomic::AtomicBool::new(false),
             flow: AtomicU64::new(0),
@@ -217,6 +220,9 @@ impl AllowRecord {
     /// `closed` counterpart. For tunnels and upgraded connections, which can run for hours
     /// (through [`open_when_long`]), and responses still streaming after [`LONG_FLOW`].
     pub fn open(&self) {
+        let Some(base) = self.base.as_deref() else {
+            return;
+        };
         if self.flow.load(Ordering::Relaxed) != 0 {
             return;
         }
@@ -227,12 +233,12 @@ impl AllowRecord {
             Decision {
                 ts: self.ts,
                 decision: Verdict::Allow,
-                lane: self.base.lane,
-                phase: self.base.phase.to_string(),
-                method: self.base.method.clone(),
-                path: self.base.path.clone(),
-                host: self.base.host.clone(),
-                port: self.base.port,
+                lane: base.lane,
+                phase: base.phase,
+                method: base.method.clone(),
+                path: base.path.clone(),
+                host: base.host.clone(),
+                port: base.port,
                 decided_by: DecidedBy {
                     kind: self.decider,
                     rule_host: self.rule_host.clone(),
@@ -243,7 +249,7 @@ impl AllowRecord {
                 bytes_up: self.up.load(Ordering::Relaxed),
                 bytes_down: self.down.load(Ordering::Relaxed),
                 duration_ms: self.start.elapsed().as_millis() as u64,
-                is_intercepted: self.base.is_intercepted,
+                is_intercepted: base.is_intercepted,
                 provider: self.provider.clone(),
                 state: Some(FlowState::Open),
                 flow,
@@ -273,11 +279,9 @@ impl AllowRecord {
         self
     }
 
-    /// Keep `guard` alive as long as this record (e.g. a concurrency slot).
-    pub fn keep(&self, guard: Box<dyn std::any::Any + Send>) {
-        if let Ok(mut k) = self.keep.lock() {
-            k.push(guard);
-        }
+    /// Hold the session's concurrency slot as long as this record.
+    pub(crate) fn hold(&mut self, slot: crate::state::SessionSlot) {
+        self.slot = Some(slot);
     }
 
     /// Do not emit an allow record (a later stage denied and reported instead).
@@ -300,18 +304,21 @@ impl Drop for AllowRecord {
             Err(_) => (None, None),
         };
         let flow = *self.flow.get_mut();
+        // dropping: the base's strings are moved out when nothing else holds it (the flow's
+        // target is gone by now on every lane), copied otherwise
+        let Some(base) = self.base.take() else { return };
+        let base = Arc::try_unwrap(base).unwrap_or_else(|shared| (*shared).clone());
         self.sink.record(
             &self.session,
             Decision {
                 ts: self.ts,
                 decision: Verdict::Allow,
-                lane: self.base.lane,
-                phase: self.base.phase.to_string(),
-                // dropping: move the strings out instead of copying them
-                method: self.base.method.take(),
-                path: self.base.path.take(),
-                host: std::mem::take(&mut self.base.host),
-                port: self.base.port,
+                lane: base.lane,
+                phase: base.phase,
+                method: base.method,
+                path: base.path,
+                host: base.host,
+                port: base.port,
                 decided_by: DecidedBy {
                     kind: self.decider,
                     rule_host: self.rule_host.take(),
@@ -322,7 +329,7 @@ impl Drop for AllowRecord {
                 bytes_up: self.up.load(Ordering::Relaxed),
                 bytes_down: self.down.load(Ordering::Relaxed),
                 duration_ms,
-                is_intercepted: self.base.is_intercepted,
+                is_intercepted: base.is_intercepted,
                 provider: self.provider.take(),
                 state: (flow != 0).then_some(FlowState::Closed),
                 flow,
@@ -394,10 +401,22 @@ mod tests {
     #[test]
     fn an_allow_record_is_emitted_once_when_dropped_unless_cancelled() {
         let sink: Arc<Sink> = Arc::default();
-        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        let r = AllowRecord::new(
+            sink.clone(),
+            "s".into(),
+            base().into(),
+            DeciderKind::Default,
+            None,
+        );
         r.down.fetch_add(5, Ordering::Relaxed);
         drop(r);
-        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        let r = AllowRecord::new(
+            sink.clone(),
+            "s".into(),
+            base().into(),
+            DeciderKind::Default,
+            None,
+        );
         r.cancel();
         drop(r);
         let all = sink.0.lock().unwrap();
@@ -406,10 +425,53 @@ mod tests {
         assert_eq!(all[0].decision, Verdict::Allow);
     }
 
+    #[test]
+    fn a_record_reports_the_same_request_whether_or_not_its_base_is_still_shared() {
+        let sink: Arc<Sink> = Arc::default();
+        let shared = Arc::new(base());
+        let r = AllowRecord::new(
+            sink.clone(),
+            "s".into(),
+            shared.clone(),
+            DeciderKind::Default,
+            None,
+        );
+        drop(r);
+        drop(shared);
+        let r = AllowRecord::new(
+            sink.clone(),
+            "s".into(),
+            base().into(),
+            DeciderKind::Default,
+            None,
+        );
+        drop(r);
+        let all = sink.0.lock().unwrap();
+        assert_eq!(all.len(), 2);
+        for d in all.iter() {
+            assert_eq!(
+                (
+                    d.phase,
+                    d.method.as_deref(),
+                    d.path.as_deref(),
+                    d.host.as_str(),
+                    d.port
+                ),
+                ("http", Some("GET"), Some("/"), "x.test", 80)
+            );
+        }
+    }
+
     #[tokio::test]
     async fn a_flow_shorter_than_a_second_is_one_record_when_it_ends() {
         let sink: Arc<Sink> = Arc::default();
-        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        let r = AllowRecord::new(
+            sink.clone(),
+            "s".into(),
+            base().into(),
+            DeciderKind::Default,
+            None,
+        );
         let out = open_when_long(&r, async {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             7
@@ -427,7 +489,13 @@ mod tests {
     #[tokio::test]
     async fn a_flow_that_lasts_a_second_is_reported_open_while_it_runs_then_closed() {
         let sink: Arc<Sink> = Arc::default();
-        let r = AllowRecord::new(sink.clone(), "s".into(), base(), DeciderKind::Default, None);
+        let r = AllowRecord::new(
+            sink.clone(),
+            "s".into(),
+            base().into(),
+            DeciderKind::Default,
+            None,
+        );
         let seen = sink.clone();
         open_when_long(&r, async move {
             tokio::time::sleep(LONG_FLOW + std::time::Duration::from_millis(200)).await;

@@ -88,23 +88,31 @@ pub(crate) struct Shared {
     pub own_port: u16,
     pub denied_cache: DeniedCache,
     /// Flows in use per session (read and written on every request: foldhash, seeded per map).
-    sessions: Mutex<foldhash::HashMap<String, usize>>,
+    sessions: Mutex<foldhash::HashMap<Arc<str>, usize>>,
 }
 
-/// Holds one of a session's concurrency slots.
-pub(crate) struct SessionSlot {
-    shared: Arc<Shared>,
-    sid: String,
+/// Holds one of a session's concurrency slots (or none: a flow outside the cap, a probe).
+pub(crate) struct SessionSlot(Option<(Arc<Shared>, Arc<str>)>);
+
+impl SessionSlot {
+    /// A slot that counts against no cap.
+    pub(crate) fn uncounted() -> SessionSlot {
+        SessionSlot(None)
+    }
 }
 
 impl Drop for SessionSlot {
     fn drop(&mut self) {
-        if let Ok(mut m) = self.shared.sessions.lock() {
-            if let Some(n) = m.get_mut(&self.sid) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    m.remove(&self.sid);
-                }
+        let Some((shared, sid)) = self.0.take() else {
+            return;
+        };
+        let Ok(mut m) = shared.sessions.lock() else {
+            return;
+        };
+        if let Some(n) = m.get_mut(&*sid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&*sid);
             }
         }
     }
@@ -143,19 +151,16 @@ impl Shared {
     }
 
     /// Take a per-session slot, or `None` when the session is at its cap.
-    pub fn session_slot(self: &Arc<Self>, sid: &str) -> Option<SessionSlot> {
+    pub fn session_slot(self: &Arc<Self>, sid: &Arc<str>) -> Option<SessionSlot> {
         let mut m = self.sessions.lock().ok()?;
-        let n = match m.get_mut(sid) {
+        let n = match m.get_mut(&**sid) {
             Some(n) => n,
-            None => m.entry(sid.to_string()).or_insert(0),
+            None => m.entry(sid.clone()).or_insert(0),
         };
         if *n >= self.cfg.max_per_session {
             return None;
         }
         *n += 1;
-        Some(SessionSlot {
-            shared: self.clone(),
-            sid: sid.to_string(),
-        })
+        Some(SessionSlot(Some((self.clone(), sid.clone()))))
     }
 }

@@ -99,7 +99,7 @@ pub struct Decision {
     /// Lane.
     pub lane: Lane,
     /// `http`, `https`, `socks`, `http-response`, `https-response`, `connect`.
-    pub phase: String,
+    pub phase: &'static str,
     /// Method where visible.
     pub method: Option<String>,
     /// Path (+query) where visible.

@@ -118,7 +118,8 @@ async fn a_client_half_close_after_connect_still_receives_the_late_answer() {
 }
 
 #[tokio::test]
-async fn connections_beyond_the_per_session_cap_are_refused_without_affecting_other_sessions() {
+async fn connections_beyond_the_per_session_cap_are_refused_without_affecting_other_sessions_until_a_slot_returns(
+) {
     let o = origin().await;
     let config = ProxyConfig {
         max_per_session: 1,
@@ -137,6 +138,21 @@ async fn connections_beyond_the_per_session_cap_are_refused_without_affecting_ot
     assert!(head2.starts_with("HTTP/1.1 503"), "{head2}");
     let (_s3, head3) = connect_tunnel(h.port(), "tok-b", &target).await;
     assert!(head3.starts_with("HTTP/1.1 200"), "{head3}");
+    // the held tunnel ends: its slot comes back to the session
+    drop(_held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_s4, head4) = connect_tunnel(h.port(), TOKEN, &target).await;
+        if head4.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(head4.starts_with("HTTP/1.1 503"), "{head4}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]

@@ -222,7 +222,7 @@ mod tests {
             ts,
             decision: Verdict::Allow,
             lane: Lane::Http,
-            phase: "http".into(),
+            phase: "http",
             method: Some("GET".into()),
             path: Some(path.into()),
             host: host.into(),

@@ -228,7 +228,7 @@ mod tests {
             ts: 1_700_000_000_123,
             decision: Verdict::Deny,
             lane: Lane::Http,
-            phase: "http".into(),
+            phase: "http",
             method: Some("GET".into()),
             path: Some("/a \"quoted\" path?x=1".into()),
             host: "example.com".into(),

@@ -45,7 +45,7 @@ pub(crate) async fn handle(
         return Denial::bad_request(reason::MALFORMED).to_response();
     };
     let target = Target {
-        base: RecordBase {
+        base: Arc::new(RecordBase {
             lane: Lane::Connect,
             phase: "connect",
             method: None,
@@ -53,7 +53,7 @@ pub(crate) async fn handle(
             host,
             port,
             is_intercepted: false,
-        },
+        }),
         check_port: Some(port),
         route: None,
         request_phase: None,
@@ -123,7 +123,7 @@ impl Framing for ConnectFlow {
                 c.record.cancel();
                 let tunnel = crate::lanes::intercept::Tunnel {
                     principal: c.principal,
-                    host: target.base.host,
+                    host: target.base.host.clone(),
                     port: target.base.port,
                     addr: c.addr,
                     conn,

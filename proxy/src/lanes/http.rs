@@ -145,7 +145,7 @@ async fn handle(
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
     let target = Target {
-        base: RecordBase {
+        base: Arc::new(RecordBase {
             lane: Lane::Http,
             phase: "http",
             method: Some(req.method().as_str().to_string()),
@@ -153,7 +153,7 @@ async fn handle(
             host,
             port,
             is_intercepted: false,
-        },
+        }),
         check_port: Some(port),
         route: None,
         request_phase: Some(Phase::Http),

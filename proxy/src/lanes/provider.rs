@@ -95,7 +95,7 @@ pub(crate) async fn handle(
     let port = base.port_u16().unwrap_or(if https { 443 } else { 80 });
     let path = format!("{}{}", base.path().trim_end_matches('/'), route.rest);
     let target = Target {
-        base: RecordBase {
+        base: Arc::new(RecordBase {
             lane: Lane::Provider,
             phase: if https { "https" } else { "http" },
             method: Some(req.method().as_str().to_string()),
@@ -103,7 +103,7 @@ pub(crate) async fn handle(
             host,
             port,
             is_intercepted: false,
-        },
+        }),
         check_port: Some(port),
         route: Some(route.provider),
         request_phase: Some(if https { Phase::Https } else { Phase::Http }),

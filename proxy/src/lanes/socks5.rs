@@ -175,7 +175,7 @@ pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>, conn: ConnGuard
         SocksAddr::Domain(d) => normalize_host(d),
     };
     let target = Target {
-        base: RecordBase {
+        base: Arc::new(RecordBase {
             lane: Lane::Socks,
             phase: "socks",
             method: None,
@@ -183,7 +183,7 @@ pub(crate) async fn serve(mut s: TcpStream, shared: Arc<Shared>, conn: ConnGuard
             host,
             port: req.port,
             is_intercepted: false,
-        },
+        }),
         check_port: Some(req.port),
         route: None,
         request_phase: Some(Phase::Socks),

@@ -77,7 +77,7 @@ fn tunnel_record(shared: &Shared, t: &Tunnel) -> AllowRecord {
     AllowRecord::new(
         shared.svc.sink.clone(),
         t.principal.session_id.clone(),
-        tunnel_base(t),
+        Arc::new(tunnel_base(t)),
         t.allowed.decider,
         t.allowed.rule_host.clone(),
     )
@@ -365,7 +365,7 @@ async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
         ),
     };
     let target = Target {
-        base: RecordBase {
+        base: Arc::new(RecordBase {
             lane,
             phase,
             method: Some(req.method().as_str().to_string()),
@@ -373,7 +373,7 @@ async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
             host: t.host.clone(),
             port: t.port,
             is_intercepted,
-        },
+        }),
         // the port was checked at CONNECT
         check_port: None,
         route: None,

@@ -16,6 +16,7 @@
 //! relay does not follow therefore behaves as it always did.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap};
@@ -159,7 +160,7 @@ where
         return flow.refuse(Step::Decide, d).await;
     }
     let target = Target {
-        base: RecordBase {
+        base: Arc::new(RecordBase {
             lane: Lane::Https,
             phase: "https",
             method: Some(flow.method.as_str().to_string()),
@@ -167,7 +168,7 @@ where
             host: t.host.clone(),
             port: t.port,
             is_intercepted: true,
-        },
+        }),
         // the port was checked at CONNECT
         check_port: None,
         route: None,
