@@ -8,7 +8,7 @@
 //! | Step | What happens | On refusal |
 //! |---|---|---|
 //! | attribute | the lane reads the proxy token in its protocol; [`crate::attribution::authorize`] | answered, not recorded (no session to record it for) |
-//! | slot | one of the session's concurrent-flow slots (held until the flow ends) | `deny` record, 503 / REP `01` |
+//! | slot | one of the session's concurrent-flow slots (held until the flow ends; the requests an intercepted tunnel relays one at a time run on the slot it took at CONNECT) | `deny` record, 503 / REP `01` |
 //! | decide | the session's policy ([`crate::policy::decide`]); a provider route is allowed by the provider's configuration instead | `deny` record |
 //! | request filters | only when filters are registered and the lane has a request phase (not CONNECT: its inner requests are filtered); first deny wins | `deny` record with the rule host |
 //! | credentials | phantom → secret swap on the provider's hosts (HTTP lanes; filters saw the phantom) | `deny` record with the rule host |
@@ -159,6 +159,12 @@ pub(crate) trait Framing: Sized + Send {
         None
     }
 
+    /// The flow runs on a session slot its connection already holds: one request at a time
+    /// on an intercepted tunnel, which took its slot at CONNECT and keeps it while it runs.
+    fn on_held_slot(&self) -> bool {
+        false
+    }
+
     /// Dial the validated address (or send the request to it).
     fn connect(
         &mut self,
@@ -201,10 +207,17 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         )
     };
 
-    let Some(slot) = env.slot(&principal.session_id) else {
-        let d = Denial::overloaded("per session");
-        record_denial(&d);
-        return lane.refuse(Step::Slot, d).await;
+    let slot = if lane.on_held_slot() {
+        None
+    } else {
+        match env.slot(&principal.session_id) {
+            Some(s) => Some(s),
+            None => {
+                let d = Denial::overloaded("per session");
+                record_denial(&d);
+                return lane.refuse(Step::Slot, d).await;
+            }
+        }
     };
 
     let verdict = match &target.route {
@@ -296,7 +309,9 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         .set_provider(provider)
         .set_would_deny(allowed.would_deny.clone())
         .set_command(command.as_deref());
-    record.hold(slot);
+    if let Some(slot) = slot {
+        record.hold(slot);
+    }
     let cleared = Cleared {
         principal,
         allowed,

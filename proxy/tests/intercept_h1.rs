@@ -538,3 +538,46 @@ async fn a_kept_alive_tunnel_waits_one_head_timeout_after_each_answer_and_then_c
         "closed {waited:?} after the last answer, the head timeout being {t:?}"
     );
 }
+
+#[tokio::test]
+async fn requests_inside_an_intercepted_tunnel_run_on_the_slot_the_tunnel_took_and_a_connect_past_the_cap_is_refused(
+) {
+    let ca = test_ca();
+    let h = start(Setup {
+        policy: POLICY,
+        extra_roots: vec![ca.der.clone()],
+        config: vis_proxy::ProxyConfig {
+            max_per_session: 2,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    // two tunnels hold the session's two slots; each still carries its requests
+    let mut a = client(intercepted_tls(&h, o.port).await).await;
+    let mut b = client(intercepted_tls(&h, o.port).await).await;
+    for i in 0..3 {
+        for c in [&mut a, &mut b] {
+            let (status, _, body) = send(c, "GET", o.port, &format!("/n{i}"), vec![]).await;
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        }
+    }
+    // a third tunnel is past the cap
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
+        .await
+        .unwrap();
+    s.write_all(
+        format!(
+            "CONNECT localhost:{} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
+            o.port,
+            basic(TOKEN)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert_eq!(records(&h, 6).await.len(), 6);
+}

@@ -463,6 +463,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         Some(self.up.addr)
     }
 
+    /// The relay serves its tunnel's requests one after another, on the tunnel's slot.
+    fn on_held_slot(&self) -> bool {
+        true
+    }
+
     async fn connect(&mut self, _: &Target, c: &Cleared) -> Result<Answered, Denial> {
         let body = if self.body_len > 0 {
             self.read_body(self.t.shared.cfg.body_idle_timeout).await?
