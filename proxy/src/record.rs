@@ -26,6 +26,35 @@ pub struct RecordBase {
     pub is_intercepted: bool,
 }
 
+impl RecordBase {
+    /// A decision about this request: its facts, who decided, and nothing else yet (no
+    /// bytes, no error, a one-shot record); callers fill in the rest.
+    fn decision(self, ts: u64, decision: Verdict, decided_by: DecidedBy) -> Decision {
+        Decision {
+            ts,
+            decision,
+            lane: self.lane,
+            phase: self.phase,
+            method: self.method,
+            path: self.path,
+            host: self.host,
+            port: self.port,
+            decided_by,
+            error_kind: None,
+            reason: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+            is_intercepted: self.is_intercepted,
+            provider: None,
+            state: None,
+            flow: 0,
+            would_deny: None,
+            command: None,
+        }
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -47,37 +76,23 @@ pub fn emit_denial_of(
     base: &RecordBase,
     d: &Denial,
 ) {
+    let verdict = if d.is_failure() {
+        Verdict::Allow
+    } else {
+        Verdict::Deny
+    };
+    let decided_by = DecidedBy {
+        kind: d.decider,
+        rule_host: d.rule_host.clone(),
+        filter: d.filter.clone(),
+    };
     sink.record(
         session,
         Decision {
-            ts: now_ms(),
-            decision: if d.is_failure() {
-                Verdict::Allow
-            } else {
-                Verdict::Deny
-            },
-            lane: base.lane,
-            phase: base.phase,
-            method: base.method.clone(),
-            path: base.path.clone(),
-            host: base.host.clone(),
-            port: base.port,
-            decided_by: DecidedBy {
-                kind: d.decider,
-                rule_host: d.rule_host.clone(),
-                filter: d.filter.clone(),
-            },
             error_kind: d.record_kind().map(str::to_string),
             reason: Some(d.reason.clone()),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-            is_intercepted: base.is_intercepted,
-            provider: None,
-            state: None,
-            flow: 0,
-            would_deny: None,
             command: command.map(str::to_string),
+            ..base.clone().decision(now_ms(), verdict, decided_by)
         },
     );
 }
@@ -228,33 +243,23 @@ impl AllowRecord {
         }
         let flow = NEXT_FLOW.fetch_add(1, Ordering::Relaxed);
         self.flow.store(flow, Ordering::Relaxed);
+        let decided_by = DecidedBy {
+            kind: self.decider,
+            rule_host: self.rule_host.clone(),
+            filter: None,
+        };
         self.sink.record(
             &self.session,
             Decision {
-                ts: self.ts,
-                decision: Verdict::Allow,
-                lane: base.lane,
-                phase: base.phase,
-                method: base.method.clone(),
-                path: base.path.clone(),
-                host: base.host.clone(),
-                port: base.port,
-                decided_by: DecidedBy {
-                    kind: self.decider,
-                    rule_host: self.rule_host.clone(),
-                    filter: None,
-                },
-                error_kind: None,
-                reason: None,
                 bytes_up: self.up.load(Ordering::Relaxed),
                 bytes_down: self.down.load(Ordering::Relaxed),
                 duration_ms: self.start.elapsed().as_millis() as u64,
-                is_intercepted: base.is_intercepted,
                 provider: self.provider.clone(),
                 state: Some(FlowState::Open),
                 flow,
                 would_deny: self.would_deny.clone(),
                 command: self.command.clone(),
+                ..base.clone().decision(self.ts, Verdict::Allow, decided_by)
             },
         );
     }
@@ -304,37 +309,29 @@ impl Drop for AllowRecord {
             Err(_) => (None, None),
         };
         let flow = *self.flow.get_mut();
-        // dropping: the base's strings are moved out when nothing else holds it (the flow's
-        // target is gone by now on every lane), copied otherwise
+        // dropping: the base's strings are moved out when nothing else holds it (every lane
+        // lets go of the flow's target before its record ends), copied otherwise
         let Some(base) = self.base.take() else { return };
         let base = Arc::try_unwrap(base).unwrap_or_else(|shared| (*shared).clone());
+        let decided_by = DecidedBy {
+            kind: self.decider,
+            rule_host: self.rule_host.take(),
+            filter: None,
+        };
         self.sink.record(
             &self.session,
             Decision {
-                ts: self.ts,
-                decision: Verdict::Allow,
-                lane: base.lane,
-                phase: base.phase,
-                method: base.method,
-                path: base.path,
-                host: base.host,
-                port: base.port,
-                decided_by: DecidedBy {
-                    kind: self.decider,
-                    rule_host: self.rule_host.take(),
-                    filter: None,
-                },
                 error_kind: kind.map(str::to_string),
                 reason,
                 bytes_up: self.up.load(Ordering::Relaxed),
                 bytes_down: self.down.load(Ordering::Relaxed),
                 duration_ms,
-                is_intercepted: base.is_intercepted,
                 provider: self.provider.take(),
                 state: (flow != 0).then_some(FlowState::Closed),
                 flow,
                 would_deny: self.would_deny.take(),
                 command: self.command.take(),
+                ..base.decision(self.ts, Verdict::Allow, decided_by)
             },
         );
     }
@@ -352,6 +349,16 @@ mod tests {
         fn record(&self, _: &str, d: Decision) {
             self.0.lock().unwrap().push(d);
         }
+    }
+
+    fn record(sink: &Arc<Sink>) -> AllowRecord {
+        AllowRecord::new(
+            sink.clone(),
+            "s".into(),
+            base().into(),
+            DeciderKind::Default,
+            None,
+        )
     }
 
     fn base() -> RecordBase {
@@ -401,22 +408,10 @@ mod tests {
     #[test]
     fn an_allow_record_is_emitted_once_when_dropped_unless_cancelled() {
         let sink: Arc<Sink> = Arc::default();
-        let r = AllowRecord::new(
-            sink.clone(),
-            "s".into(),
-            base().into(),
-            DeciderKind::Default,
-            None,
-        );
+        let r = record(&sink);
         r.down.fetch_add(5, Ordering::Relaxed);
         drop(r);
-        let r = AllowRecord::new(
-            sink.clone(),
-            "s".into(),
-            base().into(),
-            DeciderKind::Default,
-            None,
-        );
+        let r = record(&sink);
         r.cancel();
         drop(r);
         let all = sink.0.lock().unwrap();
@@ -438,13 +433,7 @@ mod tests {
         );
         drop(r);
         drop(shared);
-        let r = AllowRecord::new(
-            sink.clone(),
-            "s".into(),
-            base().into(),
-            DeciderKind::Default,
-            None,
-        );
+        let r = record(&sink);
         drop(r);
         let all = sink.0.lock().unwrap();
         assert_eq!(all.len(), 2);
@@ -465,13 +454,7 @@ mod tests {
     #[tokio::test]
     async fn a_flow_shorter_than_a_second_is_one_record_when_it_ends() {
         let sink: Arc<Sink> = Arc::default();
-        let r = AllowRecord::new(
-            sink.clone(),
-            "s".into(),
-            base().into(),
-            DeciderKind::Default,
-            None,
-        );
+        let r = record(&sink);
         let out = open_when_long(&r, async {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             7
@@ -489,13 +472,7 @@ mod tests {
     #[tokio::test]
     async fn a_flow_that_lasts_a_second_is_reported_open_while_it_runs_then_closed() {
         let sink: Arc<Sink> = Arc::default();
-        let r = AllowRecord::new(
-            sink.clone(),
-            "s".into(),
-            base().into(),
-            DeciderKind::Default,
-            None,
-        );
+        let r = record(&sink);
         let seen = sink.clone();
         open_when_long(&r, async move {
             tokio::time::sleep(LONG_FLOW + std::time::Duration::from_millis(200)).await;

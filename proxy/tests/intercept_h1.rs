@@ -564,20 +564,7 @@ async fn requests_inside_an_intercepted_tunnel_run_on_the_slot_the_tunnel_took_a
         }
     }
     // a third tunnel is past the cap
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
-        .await
-        .unwrap();
-    s.write_all(
-        format!(
-            "CONNECT localhost:{} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
-            o.port,
-            basic(TOKEN)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
+    let (_c, head) = connect_tunnel(h.port(), TOKEN, &format!("localhost:{}", o.port)).await;
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
     assert_eq!(records(&h, 6).await.len(), 6);
 }

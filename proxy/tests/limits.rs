@@ -11,21 +11,6 @@ use tokio::net::{TcpListener, TcpStream};
 use vis_proxy::policy::Policy;
 use vis_proxy::{Principal, ProxyConfig};
 
-async fn connect_tunnel(proxy_port: u16, token: &str, target: &str) -> (TcpStream, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", proxy_port)).await.unwrap();
-    s.write_all(
-        format!(
-            "CONNECT {target} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
-            basic(token)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
-    (s, head)
-}
-
 #[tokio::test]
 async fn a_client_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
     let config = ProxyConfig {

@@ -681,23 +681,27 @@ pub async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> String {
 
 pub type InterceptedTls = tokio_rustls::client::TlsStream<TcpStream>;
 
-/// A CONNECT to `localhost:port` through the proxy, then TLS (HTTP/1.1 offered alone) to the
-/// proxy's interception leaf.
-pub async fn intercepted_tls(h: &Harness, port: u16) -> InterceptedTls {
+/// A CONNECT to `target` through the proxy with `token`: the socket and the answer's head.
+pub async fn connect_tunnel(proxy_port: u16, token: &str, target: &str) -> (TcpStream, String) {
     use tokio::io::AsyncWriteExt;
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", h.port()))
-        .await
-        .unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", proxy_port)).await.unwrap();
     s.write_all(
         format!(
-            "CONNECT localhost:{port} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
-            basic(TOKEN)
+            "CONNECT {target} HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
+            basic(token)
         )
         .as_bytes(),
     )
     .await
     .unwrap();
     let head = read_head(&mut s).await;
+    (s, head)
+}
+
+/// A CONNECT to `localhost:port` through the proxy, then TLS (HTTP/1.1 offered alone) to the
+/// proxy's interception leaf.
+pub async fn intercepted_tls(h: &Harness, port: u16) -> InterceptedTls {
+    let (s, head) = connect_tunnel(h.port(), TOKEN, &format!("localhost:{port}")).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     tls_client(&h.proxy_ca_der(), &[b"http/1.1"])
