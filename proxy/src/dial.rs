@@ -85,15 +85,14 @@ pub async fn validate_with(
         None => resolver.resolve(host, port).await.unwrap_or_default(),
     };
     let denied = denied_addrs(resolver, cache, principal).await;
-    let mut reserved = principal.reserved_ports.to_vec();
-    reserved.extend(own_port);
     let ip = ssrf::check(
         &answers,
         FloorInput {
             host,
             port,
             allow_private: principal.policy.allow_private(),
-            reserved_ports: &reserved,
+            reserved_ports: &principal.reserved_ports,
+            own_port,
             denied_addrs: &denied,
         },
     )?;

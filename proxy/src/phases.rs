@@ -177,11 +177,11 @@ pub(crate) trait Framing: Sized + Send {
         None
     }
 
-    /// Relay (or hand back) the upstream's answer.
+    /// Relay (or hand back) the upstream's answer. The flow's target is gone by then: the
+    /// allow record holds the request's base alone and moves its strings when it is emitted.
     fn relay(
         self,
         up: Self::Upstream,
-        target: Target,
         cleared: Cleared,
     ) -> impl Future<Output = Self::Answer> + Send;
 
@@ -368,7 +368,8 @@ pub(crate) async fn run<E: Env, F: Framing>(env: &E, target: Target, mut lane: F
         }
     }
 
-    lane.relay(up, target, cleared).await
+    drop(target);
+    lane.relay(up, cleared).await
 }
 
 impl Env for Arc<Shared> {

@@ -230,7 +230,7 @@ impl Framing for ProbeFlow {
     async fn connect(&mut self, _: &Target, _: &Cleared) -> Result<(), Denial> {
         Ok(())
     }
-    async fn relay(self, _: (), _: Target, _: Cleared) -> Tier1 {
+    async fn relay(self, _: (), _: Cleared) -> Tier1 {
         Tier1 {
             allow: true,
             reason: None,

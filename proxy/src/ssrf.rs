@@ -202,8 +202,10 @@ pub struct FloorInput<'a> {
     pub port: u16,
     /// Policy's `allow_private`.
     pub allow_private: bool,
-    /// Reserved loopback ports (proxy + control plane).
+    /// Reserved loopback ports (the control plane's).
     pub reserved_ports: &'a [u16],
+    /// The proxy's own port, reserved as well.
+    pub own_port: Option<u16>,
     /// Resolved addresses of the concrete denied names.
     pub denied_addrs: &'a [IpAddr],
 }
@@ -243,7 +245,7 @@ pub fn check(answers: &[IpAddr], f: FloorInput<'_>) -> Result<IpAddr, Denial> {
         return Err(ssrf_denial("blocked internal address", f.host));
     }
     if let Some(i) = classes.iter().position(|c| *c == AddrClass::Loopback) {
-        if f.reserved_ports.contains(&f.port) {
+        if f.reserved_ports.contains(&f.port) || f.own_port == Some(f.port) {
             return Err(ssrf_denial("blocked loopback address", f.host));
         }
         return Ok(answers[i]);
@@ -269,7 +271,8 @@ mod tests {
                 host: "h.test",
                 port,
                 allow_private,
-                reserved_ports: &[7890, 9999],
+                reserved_ports: &[7890],
+                own_port: Some(9999),
                 denied_addrs: &[],
             },
         )
@@ -397,6 +400,7 @@ mod tests {
                 port: 80,
                 allow_private: false,
                 reserved_ports: &[],
+                own_port: None,
                 denied_addrs: &d,
             },
         )

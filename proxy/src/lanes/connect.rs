@@ -80,8 +80,9 @@ struct ConnectFlow {
 enum Tunnel {
     /// Bytes relayed as they are, to this upstream socket.
     Opaque(TcpStream),
-    /// TLS (or plain HTTP) served here, every inner request decided on its own.
-    Intercept,
+    /// TLS (or plain HTTP) served here, every inner request decided on its own, for this
+    /// host and port.
+    Intercept(String, u16),
 }
 
 impl Framing for ConnectFlow {
@@ -104,7 +105,7 @@ impl Framing for ConnectFlow {
         let intercept = !policy.is_excluded(host)
             && (rule_restricts || !c.filters.is_empty() || provider_host || policy.is_learning());
         if intercept {
-            return Ok(Tunnel::Intercept);
+            return Ok(Tunnel::Intercept(host.to_string(), target.base.port));
         }
         let up = &self.shared.up;
         crate::dial::connect(up.dialer.as_ref(), up.connect_timeout, c.addr)
@@ -112,19 +113,19 @@ impl Framing for ConnectFlow {
             .map(Tunnel::Opaque)
     }
 
-    async fn relay(mut self, up: Tunnel, target: Target, c: Cleared) -> Response<ProxyBody> {
+    async fn relay(mut self, up: Tunnel, c: Cleared) -> Response<ProxyBody> {
         let on_upgrade = hyper::upgrade::on(&mut self.req);
         let shared = self.shared;
         let conn = self.conn;
         let upstream = match up {
             Tunnel::Opaque(s) => s,
-            Tunnel::Intercept => {
+            Tunnel::Intercept(host, port) => {
                 // the inner requests are recorded one by one, not the tunnel
                 c.record.cancel();
                 let tunnel = crate::lanes::intercept::Tunnel {
                     principal: c.principal,
-                    host: target.base.host.clone(),
-                    port: target.base.port,
+                    host,
+                    port,
                     addr: c.addr,
                     conn,
                     allowed: c.allowed,

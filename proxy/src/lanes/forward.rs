@@ -416,12 +416,7 @@ impl Framing for HttpFlow<'_> {
         })
     }
 
-    async fn relay(
-        self,
-        mut resp: Response<Incoming>,
-        _: Target,
-        c: Cleared,
-    ) -> Response<ProxyBody> {
+    async fn relay(self, mut resp: Response<Incoming>, c: Cleared) -> Response<ProxyBody> {
         let record = c.record;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             if let Some(client_up) = self.client_upgrade {

@@ -220,9 +220,7 @@ impl Framing for SocksFlow {
         crate::dial::connect(up.dialer.as_ref(), up.connect_timeout, cleared.addr).await
     }
 
-    async fn relay(mut self, upstream: TcpStream, target: Target, cleared: Cleared) {
-        // the record then holds the connection's base alone and moves its strings when emitted
-        drop(target);
+    async fn relay(mut self, upstream: TcpStream, cleared: Cleared) {
         if self
             .stream
             .write_all(&socks_reply_frame(0x00))

@@ -491,9 +491,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         })
     }
 
-    async fn relay(mut self, up: Answered, target: Target, c: Cleared) -> Next {
-        // the record then holds the request's base alone and moves its strings when emitted
-        drop(target);
+    async fn relay(mut self, up: Answered, c: Cleared) -> Next {
         let Answered { mut conn, head } = up;
         let close = self.close || head.framing == BodyFraming::Close;
         let mut out = Vec::with_capacity(512 + conn.buf.len());
