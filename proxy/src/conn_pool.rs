@@ -218,6 +218,21 @@ impl ConnPool {
         }
     }
 
+    /// Keep an open, idle HTTP/1.1 connection to `key` (the intercepted relay's, when it
+    /// hands its client over) as an idle sender: the next request to `key` goes on it.
+    pub(crate) async fn adopt_h1(&self, key: &Key, tls: UpstreamTls) {
+        match http1::Builder::new()
+            .handshake::<_, ProxyBody>(TokioIo::new(tls))
+            .await
+        {
+            Ok((sender, conn)) => {
+                let id = self.register(Conn::Tls1(Box::new(conn)));
+                self.checkin(id, key, Sender::H1(sender));
+            }
+            Err(e) => tracing::debug!(error = %e, "the relay's upstream connection was not kept"),
+        }
+    }
+
     /// A new upstream connection for `key`: a pooled idle socket (plain
     /// HTTP; `true` = reused) or a fresh dial of the validated address.
     async fn open(&self, up: &Upstreams, key: &Key) -> Result<(u64, Sender, bool), Denial> {

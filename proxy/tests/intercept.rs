@@ -447,20 +447,32 @@ async fn a_websocket_upgrade_works_through_interception() {
     let acceptor = tls_acceptor(&ca, &["localhost"]);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
+    // (the proxy may also have dialled a connection of its own during the client's
+    // handshake, which carries no request here)
     tokio::spawn(async move {
-        let (s, _) = l.accept().await.unwrap();
-        let mut tls = acceptor.accept(s).await.unwrap();
-        let head = read_head(&mut tls).await.to_ascii_lowercase();
-        assert!(head.contains("upgrade: websocket"), "{head}");
-        tls.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n").await.unwrap();
-        let mut buf = [0u8; 64];
         loop {
-            let n = tls.read(&mut buf).await.unwrap_or(0);
-            if n == 0 {
-                return;
-            }
-            tls.write_all(&buf[..n]).await.unwrap();
-            tls.flush().await.unwrap();
+            let (s, _) = l.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let head = read_head(&mut tls).await.to_ascii_lowercase();
+                if head.is_empty() {
+                    return;
+                }
+                assert!(head.contains("upgrade: websocket"), "{head}");
+                tls.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n").await.unwrap();
+                let mut buf = [0u8; 64];
+                loop {
+                    let n = tls.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    tls.write_all(&buf[..n]).await.unwrap();
+                    tls.flush().await.unwrap();
+                }
+            });
         }
     });
     let h = start(Setup {

@@ -151,11 +151,44 @@ where
         }
         Err(_) => return,
     };
-    let name = start
-        .client_hello()
+    let hello = start.client_hello();
+    let name = hello
         .server_name()
         .map(str::to_string)
         .unwrap_or_else(|| t.host.clone());
+    // A client that does not offer h2 will speak HTTP/1.1 through the relay, which sends on a
+    // connection of its own to the upstream: dial it now, while the handshake below and the
+    // client's first request are on their way. No byte of a request goes on it before that
+    // request has passed its steps; CONNECT has allowed the host and validated the address.
+    let offers_h2 = hello.alpn().is_some_and(|mut a| a.any(|p| p == b"h2"));
+    let server_name = match ServerName::try_from(t.host.clone()) {
+        Ok(n) => n,
+        Err(_) => return,
+    };
+    let connector = TunnelTlsConnector {
+        dialer: shared.svc.dialer.clone(),
+        timeout: shared.cfg.connect_timeout,
+        addr: t.addr,
+        name: server_name.clone(),
+        tls: shared.up.tls.clone(),
+    };
+    let authority = if t.port == 443 {
+        bracket(&t.host)
+    } else {
+        format!("{}:{}", bracket(&t.host), t.port)
+    };
+    let up = Arc::new(TunnelUpstream {
+        local: ConnPool::default(),
+        addr: t.addr,
+        key: Key::Tls(t.addr, server_name),
+        authority,
+        client: Client::builder(TokioExecutor::new()).build(connector),
+    });
+    let kept = if offers_h2 {
+        h1::Kept::None
+    } else {
+        h1::Kept::dial_early(&shared, &up)
+    };
     let cfg = match shared.ca.server_config(&name) {
         Ok(c) => c,
         Err(e) => {
@@ -187,38 +220,18 @@ where
             return;
         }
     };
-    let server_name = match ServerName::try_from(t.host.clone()) {
-        Ok(n) => n,
-        Err(_) => return,
-    };
-    let connector = TunnelTlsConnector {
-        dialer: shared.svc.dialer.clone(),
-        timeout: shared.cfg.connect_timeout,
-        addr: t.addr,
-        name: server_name.clone(),
-        tls: shared.up.tls.clone(),
-    };
-    let authority = if t.port == 443 {
-        bracket(&t.host)
-    } else {
-        format!("{}:{}", bracket(&t.host), t.port)
-    };
-    let up = Arc::new(TunnelUpstream {
-        local: ConnPool::default(),
-        addr: t.addr,
-        key: Key::Tls(t.addr, server_name),
-        authority,
-        client: Client::builder(TokioExecutor::new()).build(connector),
-    });
     let tunnel = inside(shared, t, InnerUpstream::Tls(up.clone()));
     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
         // HTTP/2 has no chunked bodies: its frames are not watched
         return serve_inner(tunnel, tls, false).await;
     }
     // HTTP/1.1: the relay, until a request needs the HTTP server
-    match h1::serve(&tunnel, &up, tls).await {
+    match h1::serve(&tunnel, &up, tls, kept).await {
         h1::End::Closed => {}
-        h1::End::Handoff(read, tls) => serve_inner(tunnel, Prefixed::new(read, tls), true).await,
+        h1::End::Handoff(read, tls, kept) => {
+            h1::hand_over(kept, &up).await;
+            serve_inner(tunnel, Prefixed::new(read, tls), true).await
+        }
     }
 }
 

@@ -2,17 +2,19 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::task::JoinHandle;
 
 use super::wire::{parse_response, RespHead, MAX_HEADERS};
 use super::{CLIENT_BUF_CAP, MAX_RESPONSE_HEAD, READ_CHUNK};
 use crate::conn_pool::Key;
 use crate::deny::{Denial, DenyClass};
 use crate::lanes::forward::TunnelUpstream;
-use crate::lanes::intercept::Inside;
+use crate::state::Shared;
 use crate::upstream::{connect_tls, UpstreamTls};
 
 /// The client's side: its stream and the bytes read from it not consumed yet.
@@ -71,7 +73,7 @@ impl BodyError {
 }
 
 /// A kept upstream connection and the bytes read from it not relayed yet.
-pub(super) struct UpConn {
+pub(in crate::lanes::intercept) struct UpConn {
     pub(super) tls: UpstreamTls,
     pub(super) buf: BytesMut,
 }
@@ -224,8 +226,7 @@ where
 }
 
 /// A new upstream connection: the address validated at CONNECT, the name verified, HTTP/1.1.
-pub(super) async fn dial(t: &Inside, up: &TunnelUpstream) -> Result<Box<UpConn>, Denial> {
-    let shared = &t.shared;
+pub(super) async fn dial(shared: &Shared, up: &TunnelUpstream) -> Result<Box<UpConn>, Denial> {
     let Key::Tls(addr, name) = &up.key else {
         return Err(Denial::bad_request(crate::deny::reason::MALFORMED));
     };
@@ -242,4 +243,65 @@ pub(super) async fn dial(t: &Inside, up: &TunnelUpstream) -> Result<Box<UpConn>,
         tls,
         buf: BytesMut::with_capacity(READ_CHUNK),
     }))
+}
+
+/// The relay's upstream connection between requests.
+pub(in crate::lanes::intercept) enum Kept {
+    /// None yet, or the last one could not be kept.
+    None,
+    /// Being dialled since the client's handshake began (the first request awaits it).
+    Dialling(Predial),
+    /// Kept from the last answer.
+    Ready(Box<UpConn>),
+}
+
+impl Kept {
+    /// Start dialling the tunnel's upstream now, on this thread, while the client's TLS
+    /// handshake and its first request are still on their way.
+    pub(in crate::lanes::intercept) fn dial_early(
+        shared: &Arc<Shared>,
+        up: &Arc<TunnelUpstream>,
+    ) -> Kept {
+        let (shared, up) = (shared.clone(), up.clone());
+        Kept::Dialling(Predial(tokio::spawn(
+            async move { dial(&shared, &up).await },
+        )))
+    }
+
+    /// A connection to send on that is open and silent, if there is one: a dial under way
+    /// is awaited, and one that failed or a connection the upstream closed gives `None`
+    /// (the request then dials itself, as if nothing had been kept).
+    pub(super) async fn take_open(&mut self) -> Option<Box<UpConn>> {
+        let mut conn = match std::mem::replace(self, Kept::None) {
+            Kept::None => return None,
+            Kept::Ready(c) => c,
+            Kept::Dialling(mut p) => match (&mut p.0).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(d)) => {
+                    tracing::debug!(reason = %d.reason, "the early upstream dial failed; dialling again");
+                    return None;
+                }
+                Err(_) => return None,
+            },
+        };
+        conn.idle_and_open().then_some(conn)
+    }
+}
+
+/// Hand the relay's upstream connection, if it is open and idle (a dial under way is
+/// awaited), to the HTTP server lane's pool for `up`'s key.
+pub(in crate::lanes::intercept) async fn hand_over(mut kept: Kept, up: &TunnelUpstream) {
+    if let Some(conn) = kept.take_open().await {
+        let UpConn { tls, .. } = *conn;
+        up.local.adopt_h1(&up.key, tls).await;
+    }
+}
+
+/// A dial started early; stopped when the relay lets go of it unused.
+pub(in crate::lanes::intercept) struct Predial(JoinHandle<Result<Box<UpConn>, Denial>>);
+
+impl Drop for Predial {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -37,6 +37,7 @@ mod fields;
 pub(crate) mod wire;
 
 use conn::{dial, exchange, read_up, Answered, BodyError, ClientSide, Failed, UpConn, UpRead};
+pub(super) use conn::{hand_over, Kept};
 use fields::{write_field, Fields};
 use wire::{parse_head, response_head, write_fields, BodyFraming, Head, Parsed};
 
@@ -54,12 +55,14 @@ const CLIENT_BUF_CAP: usize = 128 * 1024;
 pub(super) enum End<IO> {
     /// Closed (or to be closed by the caller dropping it).
     Closed,
-    /// For the HTTP server lane, with the bytes read and not served yet.
-    Handoff(Vec<u8>, IO),
+    /// For the HTTP server lane, with the bytes read and not served yet and the upstream
+    /// connection (for the lane's pool).
+    Handoff(Vec<u8>, IO, Kept),
 }
 
 /// Serve the tunnel's requests until the client closes or a request needs the HTTP server.
-pub(super) async fn serve<IO>(t: &Inside, up: &TunnelUpstream, io: IO) -> End<IO>
+/// `kept`: the upstream connection to start with (one dialled early, or none).
+pub(super) async fn serve<IO>(t: &Inside, up: &TunnelUpstream, io: IO, mut kept: Kept) -> End<IO>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -68,7 +71,6 @@ where
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),
     };
-    let mut kept: Option<Box<UpConn>> = None;
     // One timer for the connection, moved on only when it fires before the deadline of the
     // head awaited: a request on a kept-alive connection sets no timer of its own.
     let idle = tokio::time::sleep(cfg.head_timeout);
@@ -81,7 +83,7 @@ where
             if !client.buf.is_empty() {
                 match parse_head(&mut client.buf, cfg.max_header_bytes) {
                     Parsed::Take(head) => break head,
-                    Parsed::Handoff => return End::Handoff(client.buf.to_vec(), client.io),
+                    Parsed::Handoff => return End::Handoff(client.buf.to_vec(), client.io, kept),
                     Parsed::Partial => {}
                 }
             }
@@ -123,7 +125,7 @@ async fn request<IO>(
     t: &Inside,
     up: &TunnelUpstream,
     client: &mut ClientSide<IO>,
-    kept: &mut Option<Box<UpConn>>,
+    kept: &mut Kept,
     head: Head,
 ) -> Next
 where
@@ -198,7 +200,7 @@ struct Flow<'a, IO> {
     t: &'a Inside,
     up: &'a TunnelUpstream,
     client: &'a mut ClientSide<IO>,
-    kept: &'a mut Option<Box<UpConn>>,
+    kept: &'a mut Kept,
     method: Method,
     fields: ReqFields,
     close: bool,
@@ -253,19 +255,16 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
         out
     }
 
-    /// Send on the kept connection, or a new one. A kept connection that closed before
-    /// answering an idempotent request is replaced once and the request sent again.
+    /// Send on the kept connection (or the one dialled during the client's handshake), or a
+    /// new one. A kept connection that closed before answering an idempotent request is
+    /// replaced once and the request sent again.
     async fn send(&mut self, out: &[u8], record: &AllowRecord) -> Result<Answered, Denial> {
         let head = self.method == Method::HEAD;
         let mut retried = false;
         loop {
-            let reuse = self
-                .kept
-                .take()
-                .and_then(|mut c| c.idle_and_open().then_some(c));
-            let (mut conn, reused) = match reuse {
+            let (mut conn, reused) = match self.kept.take_open().await {
                 Some(c) => (c, true),
-                None => (dial(self.t, self.up).await?, false),
+                None => (dial(&self.t.shared, self.up).await?, false),
             };
             match exchange(&mut conn, self.client, out, head).await {
                 Ok(head) => return Ok(Answered { conn, head }),
@@ -500,7 +499,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         match self.copy_body(&mut conn, head.framing, out, &record).await {
             Ok(()) => {
                 if head.reusable && conn.buf.is_empty() {
-                    *self.kept = Some(conn);
+                    *self.kept = Kept::Ready(conn);
                 }
                 if close {
                     Next::Close
