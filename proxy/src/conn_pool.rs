@@ -92,6 +92,53 @@ struct Inner {
     conns: Vec<Driven>,
     idle: Vec<Idle>,
     next_id: u64,
+    /// A TLS connection to a key made before a request needed it.
+    early: Option<(Key, Early)>,
+}
+
+/// A TLS connection made before any request needed it: an intercepted tunnel's, dialled
+/// during the client's handshake, or the HTTP/1.1 relay's, handed over with its client.
+pub(crate) enum Early {
+    /// Still being dialled.
+    Dialling(EarlyDial),
+    /// Open (and idle).
+    Ready(UpstreamTls),
+}
+
+/// A TLS dial under way on this thread; stopped when dropped unused.
+pub(crate) struct EarlyDial(tokio::task::JoinHandle<std::io::Result<UpstreamTls>>);
+
+impl EarlyDial {
+    /// Dial `key`'s validated address and verify its name, with `tls`.
+    pub(crate) fn start(up: &Upstreams, key: &Key, tls: Arc<rustls::ClientConfig>) -> Option<Self> {
+        let Key::Tls(addr, name) = key else {
+            return None;
+        };
+        let (dialer, timeout, addr, name) =
+            (up.dialer.clone(), up.connect_timeout, *addr, name.clone());
+        Some(EarlyDial(tokio::spawn(async move {
+            connect_tls(dialer.as_ref(), timeout, addr, name, tls).await
+        })))
+    }
+
+    /// The connection, once dialled (`None`: the dial failed; the caller dials again, so that
+    /// its own error is the one reported).
+    pub(crate) async fn finish(mut self) -> Option<UpstreamTls> {
+        match (&mut self.0).await {
+            Ok(Ok(tls)) => Some(tls),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "an early upstream dial failed");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl Drop for EarlyDial {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// How upstream connections are opened: the dialer (validated addresses only), its
@@ -218,18 +265,23 @@ impl ConnPool {
         }
     }
 
-    /// Keep an open, idle HTTP/1.1 connection to `key` (the intercepted relay's, when it
-    /// hands its client over) as an idle sender: the next request to `key` goes on it.
-    pub(crate) async fn adopt_h1(&self, key: &Key, tls: UpstreamTls) {
-        match http1::Builder::new()
-            .handshake::<_, ProxyBody>(TokioIo::new(tls))
-            .await
-        {
-            Ok((sender, conn)) => {
-                let id = self.register(Conn::Tls1(Box::new(conn)));
-                self.checkin(id, key, Sender::H1(sender));
+    /// Keep `early` for the first request to `key` that finds no idle connection.
+    pub(crate) fn give_early(&self, key: &Key, early: Early) {
+        self.lock().early = Some((key.clone(), early));
+    }
+
+    /// The early connection to `key`, once dialled (and taken: it is this request's).
+    async fn take_early(&self, key: &Key) -> Option<UpstreamTls> {
+        let early = {
+            let mut inner = self.lock();
+            match &inner.early {
+                Some((k, _)) if k == key => inner.early.take().map(|(_, e)| e),
+                _ => None,
             }
-            Err(e) => tracing::debug!(error = %e, "the relay's upstream connection was not kept"),
+        }?;
+        match early {
+            Early::Ready(tls) => Some(tls),
+            Early::Dialling(d) => d.finish().await,
         }
     }
 
@@ -263,27 +315,34 @@ impl ConnPool {
                 )
                 .await
                 .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
-                let h2 = tls.0.get_ref().1.alpn_protocol() == Some(b"h2");
-                let io = TokioIo::new(tls);
-                if h2 {
-                    let (sender, conn) = h2_handshake(io).await?;
-                    let id = self.register(Conn::Tls2(Box::pin(conn)));
-                    // shared by concurrent requests: into the pool right away
-                    self.lock().idle.push(Idle {
-                        id,
-                        key: key.clone(),
-                        sender: Sender::H2(sender.clone()),
-                    });
-                    Ok((id, Sender::H2(sender), false))
-                } else {
-                    let (sender, conn) = http1::Builder::new()
-                        .handshake::<_, ProxyBody>(io)
-                        .await
-                        .map_err(|e| upstream_denial(&e))?;
-                    let id = self.register(Conn::Tls1(Box::new(conn)));
-                    Ok((id, Sender::H1(sender), false))
-                }
+                let (id, sender) = self.attach(key, tls).await?;
+                Ok((id, sender, false))
             }
+        }
+    }
+
+    /// An HTTP connection (h2 when the upstream chose it) on an open TLS connection to `key`,
+    /// driven by this pool.
+    async fn attach(&self, key: &Key, tls: UpstreamTls) -> Result<(u64, Sender), Denial> {
+        let h2 = tls.0.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = TokioIo::new(tls);
+        if h2 {
+            let (sender, conn) = h2_handshake(io).await?;
+            let id = self.register(Conn::Tls2(Box::pin(conn)));
+            // shared by concurrent requests: into the pool right away
+            self.lock().idle.push(Idle {
+                id,
+                key: key.clone(),
+                sender: Sender::H2(sender.clone()),
+            });
+            Ok((id, Sender::H2(sender)))
+        } else {
+            let (sender, conn) = http1::Builder::new()
+                .handshake::<_, ProxyBody>(io)
+                .await
+                .map_err(|e| upstream_denial(&e))?;
+            let id = self.register(Conn::Tls1(Box::new(conn)));
+            Ok((id, Sender::H1(sender)))
         }
     }
 
@@ -305,7 +364,15 @@ impl ConnPool {
             attempts += 1;
             let (id, mut sender, reused) = match self.checkout(key) {
                 Some((id, s)) => (id, s, true),
-                None => self.open(up, key).await?,
+                // an early connection may have been closed by the upstream meanwhile: a
+                // request that never left it is sent again, as on a reused one
+                None => match self.take_early(key).await {
+                    Some(tls) => {
+                        let (id, s) = self.attach(key, tls).await?;
+                        (id, s, true)
+                    }
+                    None => self.open(up, key).await?,
+                },
             };
             let res = match &mut sender {
                 Sender::H1(s) => {

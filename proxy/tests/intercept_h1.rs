@@ -398,7 +398,7 @@ async fn the_upstream_is_dialled_while_the_client_handshakes_and_the_first_reque
 }
 
 #[tokio::test]
-async fn a_client_offering_h2_gets_no_early_http1_connection_and_is_served_over_h2() {
+async fn an_h2_client_s_first_request_goes_on_the_connection_dialled_during_its_handshake() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
     let (s, head) = connect_tunnel(h.port(), TOKEN, &format!("localhost:{}", o.port)).await;
@@ -409,11 +409,9 @@ async fn a_client_offering_h2_gets_no_early_http1_connection_and_is_served_over_
         .await
         .unwrap();
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        o.conns.load(Ordering::SeqCst),
-        0,
-        "no connection before a request"
+    assert!(
+        accepted(&o.conns, 1).await,
+        "the origin was not dialled before the client's first request"
     );
     let (mut send_req, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -422,14 +420,21 @@ async fn a_client_offering_h2_gets_no_early_http1_connection_and_is_served_over_
     .await
     .unwrap();
     tokio::spawn(conn);
-    let req = http::Request::builder()
-        .uri(format!("https://localhost:{}/h2", o.port))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let resp = send_req.send_request(req).await.expect("an answer");
-    assert_eq!(resp.status(), 200);
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(&body[..], b"GET /h2 body=0");
+    for i in 0..2 {
+        let req = http::Request::builder()
+            .uri(format!("https://localhost:{}/h2-{i}", o.port))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = send_req.send_request(req).await.expect("an answer");
+        assert_eq!(resp.status(), 200);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, format!("GET /h2-{i} body=0").as_bytes());
+    }
+    assert_eq!(
+        o.conns.load(Ordering::SeqCst),
+        1,
+        "the early connection carried both"
+    );
 }
 
 #[tokio::test]

@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::body::ProxyBody;
-use crate::conn_pool::{ConnPool, Key};
+use crate::conn_pool::{ConnPool, Early, EarlyDial, Key};
 use crate::deny::{kind, reason, Denial};
 use crate::h1_watch::{Signal, Watched};
 use crate::lanes::forward::{forward, TunnelUpstream, Upstream, Who};
@@ -156,10 +156,10 @@ where
         .server_name()
         .map(str::to_string)
         .unwrap_or_else(|| t.host.clone());
-    // A client that does not offer h2 will speak HTTP/1.1 through the relay, which sends on a
-    // connection of its own to the upstream: dial it now, while the handshake below and the
-    // client's first request are on their way. No byte of a request goes on it before that
-    // request has passed its steps; CONNECT has allowed the host and validated the address.
+    // Dial the upstream now, while the handshake below and the client's first request are on
+    // their way: for the relay (HTTP/1.1 alone) when the client does not offer h2, else for
+    // the HTTP server lane. No byte of a request goes on it before that request has passed
+    // its steps; CONNECT has allowed the host and validated the address.
     let offers_h2 = hello.alpn().is_some_and(|mut a| a.any(|p| p == b"h2"));
     let server_name = match ServerName::try_from(t.host.clone()) {
         Ok(n) => n,
@@ -185,6 +185,11 @@ where
         client: Client::builder(TokioExecutor::new()).build(connector),
     });
     let kept = if offers_h2 {
+        // h2 (or whatever the handshake settles on) goes through the HTTP server lane, whose
+        // pool takes the early connection for its first request
+        if let Some(d) = EarlyDial::start(&shared.up, &up.key, shared.up.tls.clone()) {
+            up.local.give_early(&up.key, Early::Dialling(d));
+        }
         h1::Kept::None
     } else {
         h1::Kept::dial_early(&shared, &up)
@@ -229,7 +234,7 @@ where
     match h1::serve(&tunnel, &up, tls, kept).await {
         h1::End::Closed => {}
         h1::End::Handoff(read, tls, kept) => {
-            h1::hand_over(kept, &up).await;
+            h1::hand_over(kept, &up);
             serve_inner(tunnel, Prefixed::new(read, tls), true).await
         }
     }

@@ -2,16 +2,14 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::task::JoinHandle;
 
 use super::wire::{parse_response, RespHead, MAX_HEADERS};
 use super::{CLIENT_BUF_CAP, MAX_RESPONSE_HEAD, READ_CHUNK};
-use crate::conn_pool::Key;
+use crate::conn_pool::{Early, EarlyDial, Key};
 use crate::deny::{Denial, DenyClass};
 use crate::lanes::forward::TunnelUpstream;
 use crate::state::Shared;
@@ -250,7 +248,7 @@ pub(in crate::lanes::intercept) enum Kept {
     /// None yet, or the last one could not be kept.
     None,
     /// Being dialled since the client's handshake began (the first request awaits it).
-    Dialling(Predial),
+    Dialling(EarlyDial),
     /// Kept from the last answer.
     Ready(Box<UpConn>),
 }
@@ -258,14 +256,11 @@ pub(in crate::lanes::intercept) enum Kept {
 impl Kept {
     /// Start dialling the tunnel's upstream now, on this thread, while the client's TLS
     /// handshake and its first request are still on their way.
-    pub(in crate::lanes::intercept) fn dial_early(
-        shared: &Arc<Shared>,
-        up: &Arc<TunnelUpstream>,
-    ) -> Kept {
-        let (shared, up) = (shared.clone(), up.clone());
-        Kept::Dialling(Predial(tokio::spawn(
-            async move { dial(&shared, &up).await },
-        )))
+    pub(in crate::lanes::intercept) fn dial_early(shared: &Shared, up: &TunnelUpstream) -> Kept {
+        match EarlyDial::start(&shared.up, &up.key, shared.up.tls_h1.clone()) {
+            Some(d) => Kept::Dialling(d),
+            None => Kept::None,
+        }
     }
 
     /// A connection to send on that is open and silent, if there is one: a dial under way
@@ -275,33 +270,27 @@ impl Kept {
         let mut conn = match std::mem::replace(self, Kept::None) {
             Kept::None => return None,
             Kept::Ready(c) => c,
-            Kept::Dialling(mut p) => match (&mut p.0).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(d)) => {
-                    tracing::debug!(reason = %d.reason, "the early upstream dial failed; dialling again");
-                    return None;
-                }
-                Err(_) => return None,
-            },
+            Kept::Dialling(d) => Box::new(UpConn {
+                tls: d.finish().await?,
+                buf: BytesMut::with_capacity(READ_CHUNK),
+            }),
         };
         conn.idle_and_open().then_some(conn)
     }
 }
 
-/// Hand the relay's upstream connection, if it is open and idle (a dial under way is
-/// awaited), to the HTTP server lane's pool for `up`'s key.
-pub(in crate::lanes::intercept) async fn hand_over(mut kept: Kept, up: &TunnelUpstream) {
-    if let Some(conn) = kept.take_open().await {
-        let UpConn { tls, .. } = *conn;
-        up.local.adopt_h1(&up.key, tls).await;
-    }
-}
-
-/// A dial started early; stopped when the relay lets go of it unused.
-pub(in crate::lanes::intercept) struct Predial(JoinHandle<Result<Box<UpConn>, Denial>>);
-
-impl Drop for Predial {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// Hand the relay's upstream connection (open and idle, or still being dialled) to the HTTP
+/// server lane's pool for the tunnel: that lane's next request goes on it.
+pub(in crate::lanes::intercept) fn hand_over(kept: Kept, up: &TunnelUpstream) {
+    let early = match kept {
+        Kept::None => return,
+        Kept::Dialling(d) => Early::Dialling(d),
+        Kept::Ready(mut c) => {
+            if !c.idle_and_open() {
+                return;
+            }
+            Early::Ready(c.tls)
+        }
+    };
+    up.local.give_early(&up.key, early);
 }
