@@ -102,7 +102,7 @@ pub(crate) enum Early {
     /// Still being dialled.
     Dialling(EarlyDial),
     /// Open (and idle).
-    Ready(UpstreamTls),
+    Ready(Box<UpstreamTls>),
 }
 
 /// A TLS dial under way on this thread; stopped when dropped unused.
@@ -280,7 +280,7 @@ impl ConnPool {
             }
         }?;
         match early {
-            Early::Ready(tls) => Some(tls),
+            Early::Ready(tls) => Some(*tls),
             Early::Dialling(d) => d.finish().await,
         }
     }

@@ -289,7 +289,7 @@ pub(in crate::lanes::intercept) fn hand_over(kept: Kept, up: &TunnelUpstream) {
             if !c.idle_and_open() {
                 return;
             }
-            Early::Ready(c.tls)
+            Early::Ready(Box::new(c.tls))
         }
     };
     up.local.give_early(&up.key, early);
