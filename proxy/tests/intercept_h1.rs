@@ -438,6 +438,31 @@ async fn an_h2_client_s_first_request_goes_on_the_connection_dialled_during_its_
 }
 
 #[tokio::test]
+async fn with_a_network_filter_the_upstream_is_dialled_only_for_a_request_the_filter_let_through() {
+    let ca = test_ca();
+    let h = start(Setup {
+        policy: POLICY,
+        filters: vec![Arc::new(BlockMethod("GET"))],
+        extra_roots: vec![ca.der.clone()],
+        ..Default::default()
+    })
+    .await;
+    let o = scripted_tls_origin(&ca, by_path).await;
+    let mut c = client(intercepted_tls(&h, o.port).await).await;
+    let (status, _, _) = send(&mut c, "GET", o.port, "/refused", vec![]).await;
+    assert_eq!(status, 403, "the filter blocks GET");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        o.conns.load(Ordering::SeqCst),
+        0,
+        "a filter could refuse every request: no connection before one passes"
+    );
+    let (status, _, body) = send(&mut c, "POST", o.port, "/let", b"ok".to_vec()).await;
+    assert_eq!((status, body), (200, b"POST /let body=2".to_vec()));
+    assert_eq!(o.conns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn an_early_connection_the_origin_closed_unused_is_replaced_for_the_first_request() {
     let (h, ca) = mitm().await;
     // The origin hangs up on its first connection right after the handshake, and serves

@@ -82,7 +82,15 @@ enum Tunnel {
     Opaque(TcpStream),
     /// TLS (or plain HTTP) served here, every inner request decided on its own, for this
     /// host and port.
-    Intercept(String, u16),
+    Intercept(Intercepted),
+}
+
+/// What an intercepted tunnel is for.
+struct Intercepted {
+    host: String,
+    port: u16,
+    /// Its upstream may be dialled before the first inner request is decided.
+    dial_early: bool,
 }
 
 impl Framing for ConnectFlow {
@@ -96,16 +104,23 @@ impl Framing for ConnectFlow {
     async fn connect(&mut self, target: &Target, c: &Cleared) -> Result<Tunnel, Denial> {
         let host = target.base.host.as_str();
         let policy = &c.principal.policy;
-        let rule_restricts = policy
-            .select_rule(host)
-            .map(|r| r.restricts_requests())
-            .unwrap_or(false);
+        let rule = policy.select_rule(host);
+        let rule_restricts = rule.map(|r| r.restricts_requests()).unwrap_or(false);
         let provider_host = c.credentials.iter().any(|cr| cr.covers(host));
         // learn mode looks inside too: a proposal needs the methods and paths (L1)
         let intercept = !policy.is_excluded(host)
             && (rule_restricts || !c.filters.is_empty() || provider_host || policy.is_learning());
         if intercept {
-            return Ok(Tunnel::Intercept(host.to_string(), target.base.port));
+            // Dialling the upstream before the first inner request is decided only opens a
+            // connection a request the policy allows would open anyway. Not when a filter
+            // may refuse every request to the host, nor when its rule allows none: the
+            // connections themselves would then carry a signal no request may carry.
+            let dial_early = c.filters.is_empty() && !rule.is_some_and(|r| r.closed);
+            return Ok(Tunnel::Intercept(Intercepted {
+                host: host.to_string(),
+                port: target.base.port,
+                dial_early,
+            }));
         }
         let up = &self.shared.up;
         crate::dial::connect(up.dialer.as_ref(), up.connect_timeout, c.addr)
@@ -119,7 +134,11 @@ impl Framing for ConnectFlow {
         let conn = self.conn;
         let upstream = match up {
             Tunnel::Opaque(s) => s,
-            Tunnel::Intercept(host, port) => {
+            Tunnel::Intercept(Intercepted {
+                host,
+                port,
+                dial_early,
+            }) => {
                 // the inner requests are recorded one by one, not the tunnel
                 c.record.cancel();
                 let tunnel = crate::lanes::intercept::Tunnel {
@@ -127,6 +146,7 @@ impl Framing for ConnectFlow {
                     host,
                     port,
                     addr: c.addr,
+                    dial_early,
                     conn,
                     allowed: c.allowed,
                     hold: c.record,

@@ -41,6 +41,10 @@ pub(crate) struct Tunnel {
     pub port: u16,
     /// The address validated at CONNECT: every inner request goes there.
     pub addr: SocketAddr,
+    /// The upstream may be dialled while the client's TLS handshake runs, before any inner
+    /// request is decided (no network filter could refuse them all, and the host's rule
+    /// allows some).
+    pub dial_early: bool,
     /// The client connection's place under the overall cap, held for the tunnel's life.
     pub conn: ConnGuard,
     /// How CONNECT was allowed (for the tunnel's own record).
@@ -159,7 +163,8 @@ where
     // Dial the upstream now, while the handshake below and the client's first request are on
     // their way: for the relay (HTTP/1.1 alone) when the client does not offer h2, else for
     // the HTTP server lane. No byte of a request goes on it before that request has passed
-    // its steps; CONNECT has allowed the host and validated the address.
+    // its steps; CONNECT has allowed the host, validated the address and said whether an
+    // early connection is allowed (`Tunnel::dial_early`).
     let offers_h2 = hello.alpn().is_some_and(|mut a| a.any(|p| p == b"h2"));
     let server_name = match ServerName::try_from(t.host.clone()) {
         Ok(n) => n,
@@ -184,7 +189,9 @@ where
         authority,
         client: Client::builder(TokioExecutor::new()).build(connector),
     });
-    let kept = if offers_h2 {
+    let kept = if !t.dial_early {
+        h1::Kept::None
+    } else if offers_h2 {
         // h2 (or whatever the handshake settles on) goes through the HTTP server lane, whose
         // pool takes the early connection for its first request
         if let Some(d) = EarlyDial::start(&shared.up, &up.key, shared.up.tls.clone()) {
