@@ -113,8 +113,9 @@ impl Framing for ConnectFlow {
         if intercept {
             // Dialling the upstream before the first inner request is decided only opens a
             // connection a request the policy allows would open anyway. Not when a filter
-            // may refuse every request to the host, nor when its rule allows none: the
-            // connections themselves would then carry a signal no request may carry.
+            // may refuse every request to the host, nor when its rule is `access: none`
+            // (which may allow nothing): the connections themselves would then carry a
+            // signal no request may carry.
             let dial_early = c.filters.is_empty() && !rule.is_some_and(|r| r.closed);
             return Ok(Tunnel::Intercept(Intercepted {
                 host: host.to_string(),

@@ -42,8 +42,8 @@ pub(crate) struct Tunnel {
     /// The address validated at CONNECT: every inner request goes there.
     pub addr: SocketAddr,
     /// The upstream may be dialled while the client's TLS handshake runs, before any inner
-    /// request is decided (no network filter could refuse them all, and the host's rule
-    /// allows some).
+    /// request is decided (no network filter could refuse them all, and the host's rule is
+    /// not `access: none`).
     pub dial_early: bool,
     /// The client connection's place under the overall cap, held for the tunnel's life.
     pub conn: ConnGuard,
