@@ -114,11 +114,7 @@ impl EarlyDial {
         let Key::Tls(addr, name) = key else {
             return None;
         };
-        let (dialer, timeout, addr, name) =
-            (up.dialer.clone(), up.connect_timeout, *addr, name.clone());
-        Some(EarlyDial(tokio::spawn(async move {
-            connect_tls(dialer.as_ref(), timeout, addr, name, tls).await
-        })))
+        Some(EarlyDial(tokio::spawn(up.dial_tls(*addr, name, tls))))
     }
 
     /// The connection, once dialled (`None`: the dial failed; the caller dials again, so that
@@ -154,6 +150,20 @@ pub(crate) struct Upstreams {
     pub tls_h1: Arc<rustls::ClientConfig>,
     /// Idle plain-HTTP upstream sockets left by ended client connections.
     pub idle_tcp: IdleTcp,
+}
+
+impl Upstreams {
+    /// TLS to a validated address, `name` verified, with `tls` (within the connect timeout):
+    /// an owned future, so that it can also run as a task of its own.
+    pub(crate) fn dial_tls(
+        &self,
+        addr: SocketAddr,
+        name: &ServerName<'static>,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> impl Future<Output = std::io::Result<UpstreamTls>> + Send + 'static {
+        let (dialer, timeout, name) = (self.dialer.clone(), self.connect_timeout, name.clone());
+        async move { connect_tls(dialer.as_ref(), timeout, addr, name, tls).await }
+    }
 }
 
 /// Idle senders kept per client connection (more only with an h2 client
@@ -306,15 +316,10 @@ impl ConnPool {
                 Ok((id, Sender::H1(sender), reused))
             }
             Key::Tls(addr, name) => {
-                let tls = connect_tls(
-                    up.dialer.as_ref(),
-                    up.connect_timeout,
-                    *addr,
-                    name.clone(),
-                    up.tls.clone(),
-                )
-                .await
-                .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
+                let tls = up
+                    .dial_tls(*addr, name, up.tls.clone())
+                    .await
+                    .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
                 let (id, sender) = self.attach(key, tls).await?;
                 Ok((id, sender, false))
             }

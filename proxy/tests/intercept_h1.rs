@@ -401,13 +401,7 @@ async fn the_upstream_is_dialled_while_the_client_handshakes_and_the_first_reque
 async fn an_h2_client_s_first_request_goes_on_the_connection_dialled_during_its_handshake() {
     let (h, ca) = mitm().await;
     let o = scripted_tls_origin(&ca, by_path).await;
-    let (s, head) = connect_tunnel(h.port(), TOKEN, &format!("localhost:{}", o.port)).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = tls_client(&h.proxy_ca_der(), &[b"h2", b"http/1.1"])
-        .connect(name, s)
-        .await
-        .unwrap();
+    let tls = intercepted_tls_offering(&h, o.port, &[b"h2", b"http/1.1"]).await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     assert!(
         accepted(&o.conns, 1).await,

@@ -701,10 +701,15 @@ pub async fn connect_tunnel(proxy_port: u16, token: &str, target: &str) -> (TcpS
 /// A CONNECT to `localhost:port` through the proxy, then TLS (HTTP/1.1 offered alone) to the
 /// proxy's interception leaf.
 pub async fn intercepted_tls(h: &Harness, port: u16) -> InterceptedTls {
+    intercepted_tls_offering(h, port, &[b"http/1.1"]).await
+}
+
+/// [`intercepted_tls`] offering these ALPN protocols.
+pub async fn intercepted_tls_offering(h: &Harness, port: u16, alpn: &[&[u8]]) -> InterceptedTls {
     let (s, head) = connect_tunnel(h.port(), TOKEN, &format!("localhost:{port}")).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    tls_client(&h.proxy_ca_der(), &[b"http/1.1"])
+    tls_client(&h.proxy_ca_der(), alpn)
         .connect(name, s)
         .await
         .unwrap()

@@ -13,7 +13,7 @@ use crate::conn_pool::{Early, EarlyDial, Key};
 use crate::deny::{Denial, DenyClass};
 use crate::lanes::forward::TunnelUpstream;
 use crate::state::Shared;
-use crate::upstream::{connect_tls, UpstreamTls};
+use crate::upstream::UpstreamTls;
 
 /// The client's side: its stream and the bytes read from it not consumed yet.
 pub(super) struct ClientSide<IO> {
@@ -77,6 +77,13 @@ pub(in crate::lanes::intercept) struct UpConn {
 }
 
 impl UpConn {
+    fn new(tls: UpstreamTls) -> Box<UpConn> {
+        Box::new(UpConn {
+            tls,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        })
+    }
+
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
         self.buf.reserve(READ_CHUNK);
         self.tls.read_buf(&mut self.buf).await
@@ -228,19 +235,12 @@ pub(super) async fn dial(shared: &Shared, up: &TunnelUpstream) -> Result<Box<UpC
     let Key::Tls(addr, name) = &up.key else {
         return Err(Denial::bad_request(crate::deny::reason::MALFORMED));
     };
-    let tls = connect_tls(
-        shared.up.dialer.as_ref(),
-        shared.up.connect_timeout,
-        *addr,
-        name.clone(),
-        shared.up.tls_h1.clone(),
-    )
-    .await
-    .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
-    Ok(Box::new(UpConn {
-        tls,
-        buf: BytesMut::with_capacity(READ_CHUNK),
-    }))
+    let tls = shared
+        .up
+        .dial_tls(*addr, name, shared.up.tls_h1.clone())
+        .await
+        .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
+    Ok(UpConn::new(tls))
 }
 
 /// The relay's upstream connection between requests.
@@ -270,10 +270,7 @@ impl Kept {
         let mut conn = match std::mem::replace(self, Kept::None) {
             Kept::None => return None,
             Kept::Ready(c) => c,
-            Kept::Dialling(d) => Box::new(UpConn {
-                tls: d.finish().await?,
-                buf: BytesMut::with_capacity(READ_CHUNK),
-            }),
+            Kept::Dialling(d) => UpConn::new(d.finish().await?),
         };
         conn.idle_and_open().then_some(conn)
     }
