@@ -231,6 +231,11 @@ impl AllowRecord {
         self.start.elapsed() >= LONG_FLOW
     }
 
+    /// When the request will have run for [`LONG_FLOW`].
+    pub fn long_at(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.start + LONG_FLOW)
+    }
+
     /// Report the flow now, as `open` (bytes so far); the record emitted on drop becomes its
     /// `closed` counterpart. For tunnels and upgraded connections, which can run for hours
     /// (through [`open_when_long`]), and responses still streaming after [`LONG_FLOW`].

@@ -461,7 +461,8 @@ async fn a_response_still_streaming_after_a_second_is_reported_while_it_runs() {
         .expect("reported while streaming");
     assert_eq!(open.state, Some(FlowState::Open));
     assert!(!download.is_finished());
-    assert!(open.bytes_down >= 10, "{open:?}");
+    // at least the first chunk, relayed before the report
+    assert!(open.bytes_down >= 5, "{open:?}");
     let _ = download.await;
     let closed = wait_until(&h, |d| {
         d.path.as_deref() == Some("/events") && d.state == Some(FlowState::Closed)

@@ -318,3 +318,93 @@ async fn upstream_connection_refused_is_a_502() {
     assert_eq!(r.status(), 502, "{r:?}");
     assert!(r.body().starts_with("upstream error:"));
 }
+
+#[tokio::test]
+async fn each_request_on_one_connection_is_attributed_by_its_own_token() {
+    let h = start(Setup::default()).await;
+    let o = origin().await;
+    let (p, auth) = (o.port(), basic(TOKEN));
+    let req = format!(
+        "GET http://origin.test:{p}/one HTTP/1.1\r\nHost: origin.test:{p}\r\nProxy-Authorization: {auth}\r\n\r\n\
+         GET http://origin.test:{p}/two HTTP/1.1\r\nHost: origin.test:{p}\r\n\r\n\
+         GET http://origin.test:{p}/three HTTP/1.1\r\nHost: origin.test:{p}\r\nProxy-Authorization: {auth}\r\n\r\n"
+    );
+    let out = raw(h.port(), req.as_bytes(), "GET /three").await;
+    let statuses: Vec<&str> = out.split("HTTP/1.1 ").skip(1).map(|s| &s[..3]).collect();
+    assert_eq!(statuses, ["200", "407", "200"], "{out}");
+    let paths: Vec<String> = o.seen().into_iter().map(|s| s.path).collect();
+    assert_eq!(paths, ["/one", "/three"]);
+}
+
+#[tokio::test]
+async fn a_request_the_relay_does_not_take_is_served_by_the_http_server_in_order() {
+    let h = start(Setup::default()).await;
+    let o = origin().await;
+    let (p, auth) = (o.port(), basic(TOKEN));
+    // a plain GET (the relay), a chunked upload (the HTTP server from here on), a GET
+    let req = format!(
+        "GET http://origin.test:{p}/first HTTP/1.1\r\nHost: origin.test:{p}\r\nProxy-Authorization: {auth}\r\n\r\n\
+         POST http://origin.test:{p}/upload HTTP/1.1\r\nHost: origin.test:{p}\r\nProxy-Authorization: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n\
+         GET http://origin.test:{p}/last HTTP/1.1\r\nHost: origin.test:{p}\r\nProxy-Authorization: {auth}\r\n\r\n"
+    );
+    let out = raw(h.port(), req.as_bytes(), "GET /last").await;
+    let answers: Vec<&str> = out.split("HTTP/1.1 200").skip(1).collect();
+    assert_eq!(answers.len(), 3, "{out}");
+    assert!(answers[0].contains("GET /first") && answers[1].contains("POST /upload"));
+    let seen = o.seen();
+    let got: Vec<(&str, &str, &[u8])> = seen
+        .iter()
+        .map(|s| (s.method.as_str(), s.path.as_str(), &s.body[..]))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("GET", "/first", &b""[..]),
+            ("POST", "/upload", &b"hello"[..]),
+            ("GET", "/last", &b""[..])
+        ]
+    );
+    assert!(seen
+        .iter()
+        .all(|s| !s.headers.contains_key("proxy-authorization")));
+    assert_eq!(h.sink.wait_for(3).await.len(), 3);
+}
+
+#[tokio::test]
+async fn a_small_body_and_the_client_s_host_field_reach_the_origin_as_sent() {
+    let h = start(Setup::default()).await;
+    let o = origin().await;
+    let (p, auth) = (o.port(), basic(TOKEN));
+    let req = format!(
+        "PUT http://ORIGIN.test:{p}/put?x=1 HTTP/1.1\r\nHost: vhost.example\r\nProxy-Authorization: {auth}\r\n\
+         Proxy-Connection: keep-alive\r\nContent-Length: 3\r\nX-Kept: yes\r\n\r\nabc"
+    );
+    let out = raw(h.port(), req.as_bytes(), "PUT /put?x=1").await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    let seen = o.seen();
+    assert_eq!(seen.len(), 1);
+    let s = &seen[0];
+    assert_eq!((s.method.as_str(), s.path.as_str()), ("PUT", "/put?x=1"));
+    assert_eq!(&s.body[..], b"abc");
+    assert_eq!(s.headers["host"], "vhost.example");
+    assert_eq!(s.headers["x-kept"], "yes");
+    assert!(!s.headers.contains_key("proxy-connection"));
+    let recs = h.sink.wait_for(1).await;
+    assert_eq!(
+        (recs[0].host.as_str(), recs[0].path.as_deref()),
+        ("origin.test", Some("/put?x=1"))
+    );
+}
+
+#[tokio::test]
+async fn a_port_that_is_not_one_is_a_400_not_a_request_to_port_80() {
+    let h = start(Setup::default()).await;
+    let auth = basic(TOKEN);
+    for target in ["http://origin.test:99999/", "http://origin.test:/"] {
+        let req = format!(
+            "GET {target} HTTP/1.1\r\nHost: origin.test\r\nProxy-Authorization: {auth}\r\n\r\n"
+        );
+        let out = raw(h.port(), req.as_bytes(), "\r\n\r\n").await;
+        assert!(out.starts_with("HTTP/1.1 400"), "{target}: {out}");
+    }
+}

@@ -40,6 +40,18 @@ pub fn parse_authority(s: &str) -> Option<(String, u16)> {
     Some((normalize_host(&host), port))
 }
 
+/// The port an absolute URI's authority names: `default` when it names none, `None` when
+/// what follows its `:` is not a port (`http://h:99999/`, `http://h:/`).
+pub(crate) fn authority_port(authority: &str, default: u16) -> Option<u16> {
+    // after an IPv6 literal's bracket
+    let tail = &authority[authority.rfind(']').map_or(0, |i| i + 1)..];
+    match tail.split_once(':') {
+        Some((_, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok(),
+        Some(_) => None,
+        None => Some(default),
+    }
+}
+
 /// Approximate size of a request head (names, values, separators).
 pub(crate) fn head_size<B>(req: &Request<B>) -> usize {
     let uri = req.uri();
@@ -65,7 +77,18 @@ pub(crate) fn bracket(host: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_authority;
+    use super::{authority_port, parse_authority};
+
+    #[test]
+    fn an_absolute_uri_s_port_is_its_digits_or_the_default_and_anything_else_is_none() {
+        assert_eq!(authority_port("h:8080", 80), Some(8080));
+        assert_eq!(authority_port("h", 80), Some(80));
+        assert_eq!(authority_port("[::1]", 80), Some(80));
+        assert_eq!(authority_port("[::1]:81", 80), Some(81));
+        assert_eq!(authority_port("h:99999", 80), None);
+        assert_eq!(authority_port("h:", 80), None);
+        assert_eq!(authority_port("h:+1", 80), None);
+    }
 
     #[test]
     fn connect_targets_parse_including_bracketed_ipv6() {

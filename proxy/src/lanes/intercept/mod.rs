@@ -1,10 +1,11 @@
 //! HTTPS interception: TLS server with a leaf for the SNI (CONNECT host as fallback),
 //! HTTP/1.1 + h2 inside, every inner request run through the flow's steps on its own
 //! ([`crate::phases`]), upstream TLS to the address validated at CONNECT. HTTP/1.1 over TLS
-//! goes through the relay ([`h1`]) and, from the first request it does not take, the HTTP
-//! server; h2 and plain HTTP inside a tunnel through the HTTP server.
+//! goes through the HTTP/1.1 relay ([`crate::lanes::h1`], the tunnel's side in [`relay`])
+//! and, from the first request it does not take, the HTTP server; h2 and plain HTTP inside a
+//! tunnel through the HTTP server.
 
-pub(crate) mod h1;
+mod relay;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -190,16 +191,16 @@ where
         client: Client::builder(TokioExecutor::new()).build(connector),
     });
     let kept = if !t.dial_early {
-        h1::Kept::None
+        relay::Kept::None
     } else if offers_h2 {
         // h2 (or whatever the handshake settles on) goes through the HTTP server lane, whose
         // pool takes the early connection for its first request
         if let Some(d) = EarlyDial::start(&shared.up, &up.key, shared.up.tls.clone()) {
             up.local.give_early(&up.key, Early::Dialling(d));
         }
-        h1::Kept::None
+        relay::Kept::None
     } else {
-        h1::Kept::dial_early(&shared, &up)
+        relay::Kept::dial_early(&shared, &up)
     };
     let cfg = match shared.ca.server_config(&name) {
         Ok(c) => c,
@@ -238,10 +239,10 @@ where
         return serve_inner(tunnel, tls, false).await;
     }
     // HTTP/1.1: the relay, until a request needs the HTTP server
-    match h1::serve(&tunnel, &up, tls, kept).await {
-        h1::End::Closed => {}
-        h1::End::Handoff(read, tls, kept) => {
-            h1::hand_over(kept, &up);
+    match relay::serve(&tunnel, &up, tls, kept).await {
+        relay::End::Closed => {}
+        relay::End::Handoff(read, tls, kept) => {
+            relay::hand_over(kept, &up);
             serve_inner(tunnel, Prefixed::new(read, tls), true).await
         }
     }

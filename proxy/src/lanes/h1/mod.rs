@@ -1,20 +1,26 @@
-//! The HTTP/1.1 relay of an intercepted TLS tunnel.
+//! The HTTP/1.1 relay: plain-HTTP proxy requests, and the requests inside an intercepted TLS
+//! tunnel.
 //!
-//! Most requests inside an intercepted tunnel are plain: a head, no body or a small
-//! `Content-Length` one, one answer. For those the tunnel runs neither an HTTP server nor an
-//! HTTP client per request: it reads each head once (httparse), runs the flow's steps on it
-//! ([`crate::phases`]) like every other request, writes the head and the body upstream in one
-//! TLS write on a connection it keeps for the tunnel (the address validated at CONNECT, the
-//! name verified, HTTP/1.1 offered alone), and copies the answer back by its framing
-//! (`Content-Length`, chunked, or to the upstream's close).
+//! Most requests are plain: a head, no body or a small `Content-Length` one, one answer. For
+//! those the lane runs neither an HTTP server nor an HTTP client per request: it reads each
+//! head once (httparse), runs the flow's steps on it ([`crate::phases`]) like every other
+//! request, writes the head and the body upstream in one write on a connection it keeps (to
+//! the validated address; in a tunnel TLS with the name verified and HTTP/1.1 offered alone),
+//! and copies the answer back by its framing (`Content-Length`, chunked, or to the upstream's
+//! close).
 //!
 //! What the relay does not take exactly — HTTP/1.0, a `Transfer-Encoding`, `Expect` or
-//! `Upgrade` request, a body over [`wire::BODY_LIMIT`], two `Content-Length` headers, no `Host` or
-//! two, a target that is not a path, a head larger than the proxy's cap or one that httparse
-//! or the `http` types refuse — hands the connection over, from that request's first byte, to
-//! the HTTP server lane (hyper, with the framing watch) for the rest of its life. A request the
-//! relay does not follow therefore behaves as it always did.
+//! `Upgrade` request, a body over [`wire::BODY_LIMIT`], two `Content-Length` headers, no `Host`
+//! or two, a target not of the lane's form ([`Form`]), CONNECT, a head larger than the proxy's
+//! cap or one that httparse or the `http` types refuse — hands the connection over, from that
+//! request's first byte, to the lane's HTTP server (hyper, with the framing watch) for the
+//! rest of its life. A request the relay does not follow therefore behaves as it always did.
+//!
+//! A lane says what differs through [`Side`]: who asks, what the steps check, and which
+//! upstream connections it keeps. [`serve`] and the flow's steps are written once.
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -24,22 +30,24 @@ use http::Method;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::{authority_matches, Inside};
 use crate::deny::{kind, Denial, DenyClass};
 use crate::filters::header_map;
-use crate::lanes::forward::{strip_hop_by_hop, TunnelUpstream};
+use crate::lanes::forward::strip_hop_by_hop;
 use crate::phases::{self, Cleared, Framing, RequestView, ResponseView, Step, Target};
-use crate::record::{AllowRecord, RecordBase};
-use crate::traits::{Lane, Phase, Principal, ProviderCredential};
+use crate::record::AllowRecord;
+use crate::state::Shared;
+use crate::traits::{Principal, ProviderCredential};
 
 mod conn;
 mod fields;
 pub(crate) mod wire;
 
-use conn::{dial, exchange, read_up, Answered, BodyError, ClientSide, Failed, UpConn, UpRead};
-pub(super) use conn::{hand_over, Kept};
-use fields::{write_field, Fields};
-use wire::{parse_head, response_head, write_fields, BodyFraming, Head, Parsed};
+use conn::{exchange, read_up, BodyError, Failed, UpRead};
+pub(crate) use conn::{Answered, ClientSide, UpConn};
+use fields::write_field;
+pub(crate) use fields::Fields;
+use wire::{parse_head, response_head, write_fields, BodyFraming, Parsed};
+pub(crate) use wire::{Form, Head};
 
 /// The largest response head read from the upstream.
 const MAX_RESPONSE_HEAD: usize = 256 * 1024;
@@ -51,22 +59,50 @@ const READ_CHUNK: usize = 16 * 1024;
 /// client is not read until the answer is relayed.
 const CLIENT_BUF_CAP: usize = 128 * 1024;
 
-/// How the relay left the client connection.
-pub(super) enum End<IO> {
-    /// Closed (or to be closed by the caller dropping it).
-    Closed,
-    /// For the HTTP server lane, with the bytes read and not served yet and the upstream
-    /// connection (for the lane's pool).
-    Handoff(Vec<u8>, IO, Kept),
+/// What a lane tells the relay.
+pub(crate) trait Side: Send {
+    /// The upstream stream: TLS in a tunnel, TCP for plain HTTP.
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send;
+    fn shared(&self) -> &Arc<Shared>;
+    /// Which request targets the relay takes.
+    fn form(&self) -> Form;
+    /// Bytes to answer with before the request's steps, the connection then closed (the
+    /// connection cap); `None`: go on.
+    fn gate(&mut self, _head: &Head) -> impl Future<Output = Option<&'static [u8]>> + Send {
+        async { None }
+    }
+    /// What the steps check for this request, or why it is refused before them.
+    fn target(&self, head: &Head) -> Result<Target, Denial>;
+    /// Who asks.
+    fn attribute(&self, fields: &Fields) -> impl Future<Output = Result<Principal, Denial>> + Send;
+    /// The address validated before the request (at CONNECT), if any.
+    fn validated(&self) -> Option<SocketAddr>;
+    /// The requests run on a slot the lane holds already.
+    fn on_held_slot(&self) -> bool;
+    /// An open, silent connection to `addr` kept from an earlier answer (or dialled early).
+    fn take(
+        &mut self,
+        addr: SocketAddr,
+    ) -> impl Future<Output = Option<Box<UpConn<Self::Stream>>>> + Send;
+    /// A new connection to `addr` (validated).
+    fn dial(
+        &self,
+        addr: SocketAddr,
+    ) -> impl Future<Output = Result<Box<UpConn<Self::Stream>>, Denial>> + Send;
+    /// Keep a connection whose answer ended cleanly for the next request.
+    fn keep(&mut self, addr: SocketAddr, conn: Box<UpConn<Self::Stream>>);
 }
 
-/// Serve the tunnel's requests until the client closes or a request needs the HTTP server.
-/// `kept`: the upstream connection to start with (one dialled early, or none).
-pub(super) async fn serve<IO>(t: &Inside, up: &TunnelUpstream, io: IO, mut kept: Kept) -> End<IO>
+/// Serve requests until the client closes (`None`) or a request needs the HTTP server:
+/// then the bytes read and not served yet, and the client's stream.
+pub(crate) async fn serve<IO, U>(side: &mut U, io: IO) -> Option<(Vec<u8>, IO)>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send,
+    U: Side,
 {
-    let cfg = &t.shared.cfg;
+    let shared = side.shared().clone();
+    let cfg = &shared.cfg;
+    let form = side.form();
     let mut client = ClientSide {
         io,
         buf: BytesMut::with_capacity(READ_CHUNK),
@@ -81,9 +117,9 @@ where
         let deadline = tokio::time::Instant::now() + cfg.head_timeout;
         let head = loop {
             if !client.buf.is_empty() {
-                match parse_head(&mut client.buf, cfg.max_header_bytes) {
+                match parse_head(&mut client.buf, cfg.max_header_bytes, form) {
                     Parsed::Take(head) => break head,
-                    Parsed::Handoff => return End::Handoff(client.buf.to_vec(), client.io, kept),
+                    Parsed::Handoff => return Some((client.buf.to_vec(), client.io)),
                     Parsed::Partial => {}
                 }
             }
@@ -93,7 +129,7 @@ where
                     r = client.fill() => break r,
                     () = &mut idle => {
                         if tokio::time::Instant::now() >= deadline {
-                            return End::Closed;
+                            return None;
                         }
                         idle.as_mut().reset(deadline);
                     }
@@ -101,49 +137,45 @@ where
             };
             match filled {
                 Ok(true) => {}
-                _ => return End::Closed,
+                _ => return None,
             }
         };
-        match request(t, up, &mut client, &mut kept, head).await {
+        if let Some(answer) = side.gate(&head).await {
+            let _ = client.send(answer).await;
+            return None;
+        }
+        match request(&shared, side, &mut client, head).await {
             Next::Keep => {}
             Next::Close => {
                 let _ = tokio::time::timeout(cfg.head_timeout, client.io.shutdown()).await;
-                return End::Closed;
+                return None;
             }
         }
     }
 }
 
 /// What the connection does after an answer.
-enum Next {
+pub(crate) enum Next {
     Keep,
     Close,
 }
 
 /// One request through the flow's steps.
-async fn request<IO>(
-    t: &Inside,
-    up: &TunnelUpstream,
+async fn request<IO, U>(
+    shared: &Arc<Shared>,
+    side: &mut U,
     client: &mut ClientSide<IO>,
-    kept: &mut Kept,
     head: Head,
 ) -> Next
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send,
+    U: Side,
 {
-    // the one Host value, read as the other lanes read it (visible ASCII only)
-    let host = head
-        .fields
-        .values("host")
-        .next()
-        .filter(|v| v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
-        .and_then(|v| std::str::from_utf8(v).ok());
-    let host_matches = authority_matches(host, &t.host, t.port);
+    let target = side.target(&head);
     let flow = Flow {
-        t,
-        up,
+        shared,
+        side,
         client,
-        kept,
         method: head.method,
         fields: ReqFields {
             read: head.fields,
@@ -157,27 +189,10 @@ where
         gone: false,
         broken: false,
     };
-    if !host_matches {
-        let d = Denial::bad_request(format!("Host does not match the CONNECT target {}", t.host));
-        return flow.refuse(Step::Decide, d).await;
+    match target {
+        Ok(target) => phases::run(shared, target, flow).await,
+        Err(d) => flow.refuse(Step::Decide, d).await,
     }
-    let target = Target {
-        base: Arc::new(RecordBase {
-            lane: Lane::Https,
-            phase: "https",
-            method: Some(flow.method.as_str().to_string()),
-            path: Some(flow.path.clone()),
-            host: t.host.clone(),
-            port: t.port,
-            is_intercepted: true,
-        }),
-        // the port was checked at CONNECT
-        check_port: None,
-        route: None,
-        request_phase: Some(Phase::Https),
-        response_phase: Some(Phase::HttpsResponse),
-    };
-    phases::run(&t.shared, target, flow).await
 }
 
 /// A request's fields as read, and as a map once a credential swap needed one (from then on
@@ -196,11 +211,10 @@ impl ReqFields {
 }
 
 /// One request on the relay.
-struct Flow<'a, IO> {
-    t: &'a Inside,
-    up: &'a TunnelUpstream,
+struct Flow<'a, IO, U> {
+    shared: &'a Arc<Shared>,
+    side: &'a mut U,
     client: &'a mut ClientSide<IO>,
-    kept: &'a mut Kept,
     method: Method,
     fields: ReqFields,
     close: bool,
@@ -217,7 +231,7 @@ struct Flow<'a, IO> {
     broken: bool,
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send, U: Side> Flow<'_, IO, U> {
     async fn read_body(&mut self, idle: std::time::Duration) -> Result<Bytes, Denial> {
         if let Some(b) = self.body.take() {
             return Ok(b);
@@ -255,16 +269,21 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
         out
     }
 
-    /// Send on the kept connection (or the one dialled during the client's handshake), or a
-    /// new one. A kept connection that closed before answering an idempotent request is
-    /// replaced once and the request sent again.
-    async fn send(&mut self, out: &[u8], record: &AllowRecord) -> Result<Answered, Denial> {
+    /// Send on the kept connection (or the one dialled early), or a new one. A kept
+    /// connection that closed before answering an idempotent request is replaced once and
+    /// the request sent again.
+    async fn send(
+        &mut self,
+        addr: SocketAddr,
+        out: &[u8],
+        record: &AllowRecord,
+    ) -> Result<Answered<U::Stream>, Denial> {
         let head = self.method == Method::HEAD;
         let mut retried = false;
         loop {
-            let (mut conn, reused) = match self.kept.take_open().await {
+            let (mut conn, reused) = match self.side.take(addr).await {
                 Some(c) => (c, true),
-                None => (dial(&self.t.shared, self.up).await?, false),
+                None => (self.side.dial(addr).await?, false),
             };
             match exchange(&mut conn, self.client, out, head).await {
                 Ok(head) => return Ok(Answered { conn, head }),
@@ -291,16 +310,18 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
     }
 
     /// Copy the response body to the client by its framing (chunked bodies re-chunked, their
-    /// trailers dropped). `Ok(true)`: complete, the upstream connection can be kept.
+    /// trailers dropped).
     async fn copy_body(
         &mut self,
-        conn: &mut UpConn,
+        conn: &mut UpConn<U::Stream>,
         framing: BodyFraming,
         mut out: Vec<u8>,
         record: &AllowRecord,
     ) -> Result<(), CopyEnd> {
-        let mut reads = 0u32;
+        // A body still coming after `LONG_FLOW` is reported while it runs: one timer per
+        // response that needs more than the first read, none for the others.
         let mut opened = false;
+        let mut long: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
         // every wait for the upstream first hands the client what is ready
         macro_rules! more {
             () => {{
@@ -311,16 +332,29 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Flow<'_, IO> {
                         .map_err(|_| CopyEnd::ClientGone)?;
                     out.clear();
                 }
-                let n = read_up(conn, self.client).await.map_err(|e| match e {
+                let read = if opened {
+                    Some(read_up(conn, self.client).await)
+                } else {
+                    let at = record.long_at();
+                    let sleep = long.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                    tokio::select! {
+                        biased;
+                        r = read_up(conn, self.client) => Some(r),
+                        () = sleep.as_mut() => None,
+                    }
+                };
+                let read = match read {
+                    Some(r) => r,
+                    None => {
+                        record.open();
+                        opened = true;
+                        read_up(conn, self.client).await
+                    }
+                };
+                read.map_err(|e| match e {
                     UpRead::Io(e) => CopyEnd::Upstream(e.to_string()),
                     UpRead::ClientGone => CopyEnd::ClientGone,
-                })?;
-                reads += 1;
-                if !opened && reads > 1 && record.is_long() {
-                    record.open();
-                    opened = true;
-                }
-                n
+                })?
             }};
         }
         let down = &record.down;
@@ -418,18 +452,18 @@ enum CopyEnd {
     ClientGone,
 }
 
-impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send, U: Side> Framing for Flow<'_, IO, U> {
     type Answer = Next;
-    type Upstream = Answered;
+    type Upstream = (SocketAddr, Answered<U::Stream>);
 
     async fn attribute(&mut self) -> Result<Principal, Denial> {
-        Ok(self.t.principal.clone())
+        self.side.attribute(&self.fields.read).await
     }
 
     async fn request_view(&mut self) -> Result<RequestView, Denial> {
         let mut body = None;
         if self.body_len > 0 {
-            let bytes = self.read_body(self.t.shared.cfg.head_timeout).await?;
+            let bytes = self.read_body(self.shared.cfg.head_timeout).await?;
             body = Some(String::from_utf8_lossy(&bytes).into_owned());
             self.body = Some(bytes);
         }
@@ -458,18 +492,21 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         )
     }
 
-    fn validated(&self) -> Option<std::net::SocketAddr> {
-        Some(self.up.addr)
+    fn validated(&self) -> Option<SocketAddr> {
+        self.side.validated()
     }
 
-    /// The relay serves its tunnel's requests one after another, on the tunnel's slot.
     fn on_held_slot(&self) -> bool {
-        true
+        self.side.on_held_slot()
     }
 
-    async fn connect(&mut self, _: &Target, c: &Cleared) -> Result<Answered, Denial> {
+    async fn connect(
+        &mut self,
+        _: &Target,
+        c: &Cleared,
+    ) -> Result<(SocketAddr, Answered<U::Stream>), Denial> {
         let body = if self.body_len > 0 {
-            self.read_body(self.t.shared.cfg.body_idle_timeout).await?
+            self.read_body(self.shared.cfg.body_idle_timeout).await?
         } else {
             Bytes::new()
         };
@@ -478,20 +515,20 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         // Until the response head arrives, a record dropped (the client gave up) says the
         // upstream never answered.
         c.record.awaiting_response(true);
-        let sent = self.send(&out, &c.record).await;
+        let sent = self.send(c.addr, &out, &c.record).await;
         c.record.awaiting_response(false);
-        sent
+        sent.map(|a| (c.addr, a))
     }
 
-    fn response_view(&self, up: &Answered) -> Option<ResponseView> {
+    fn response_view(&self, up: &(SocketAddr, Answered<U::Stream>)) -> Option<ResponseView> {
         Some(ResponseView {
-            status: up.head.status.as_u16(),
-            headers: header_map(&up.head.to_map()),
+            status: up.1.head.status.as_u16(),
+            headers: header_map(&up.1.head.to_map()),
         })
     }
 
-    async fn relay(mut self, up: Answered, c: Cleared) -> Next {
-        let Answered { mut conn, head } = up;
+    async fn relay(mut self, up: (SocketAddr, Answered<U::Stream>), c: Cleared) -> Next {
+        let (addr, Answered { mut conn, head }) = up;
         let close = self.close || head.framing == BodyFraming::Close;
         let mut out = Vec::with_capacity(512 + conn.buf.len());
         head.write(&mut out, close);
@@ -499,7 +536,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
         match self.copy_body(&mut conn, head.framing, out, &record).await {
             Ok(()) => {
                 if head.reusable && conn.buf.is_empty() {
-                    *self.kept = Kept::Ready(conn);
+                    self.side.keep(addr, conn);
                 }
                 if close {
                     Next::Close
@@ -525,7 +562,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Framing for Flow<'_, IO> {
             return Next::Close;
         }
         if self.unread {
-            let wait = self.t.shared.cfg.head_timeout;
+            let wait = self.shared.cfg.head_timeout;
             let _ = self.read_body(wait).await;
             if self.gone {
                 return Next::Close;

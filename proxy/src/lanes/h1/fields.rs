@@ -64,7 +64,7 @@ struct Span {
 
 /// The fields of one head, in the order they came.
 #[derive(Debug)]
-pub(super) struct Fields {
+pub(crate) struct Fields {
     raw: Bytes,
     spans: Vec<Span>,
     /// Some field is not [`Kind::Plain`].
@@ -121,7 +121,7 @@ impl Fields {
     }
 
     /// The values of the fields named `name` (any case).
-    pub(super) fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+    pub(crate) fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
         self.iter()
             .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
             .map(|(_, v)| v)

@@ -9,28 +9,48 @@ use super::fields::{write_field, Fields};
 
 /// The largest request body the relay carries (read whole, then sent with its head in one
 /// write); a larger one goes to the HTTP server lane, which streams it.
-pub(super) const BODY_LIMIT: u64 = 64 * 1024;
+pub(crate) const BODY_LIMIT: u64 = 64 * 1024;
 /// Header fields per head (hyper's limit too).
 pub(super) const MAX_HEADERS: usize = 100;
 
+/// Which request targets the relay takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// A path and query (inside a tunnel, whose host CONNECT named).
+    Origin,
+    /// `http://host[:port]/path` (a plain-HTTP proxy request). A target naming `own_port`
+    /// may be a provider route addressed to the proxy itself: the HTTP server reads it.
+    Absolute { own_port: u16 },
+}
+
+/// The host and port an absolute-form target names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Authority {
+    /// Lower case, IPv6 without brackets (as the policy reads hosts).
+    pub(crate) host: String,
+    pub(crate) port: u16,
+}
+
 /// A request head the relay takes.
 #[derive(Debug)]
-pub(super) struct Head {
-    pub(super) method: Method,
-    /// The target: a path and query.
-    pub(super) path: PathAndQuery,
+pub(crate) struct Head {
+    pub(crate) method: Method,
+    /// The path and query sent upstream.
+    pub(crate) path: PathAndQuery,
+    /// The host and port of an absolute-form target ([`Form::Absolute`]).
+    pub(crate) authority: Option<Authority>,
     /// The fields (one `Host` among them).
-    pub(super) fields: Fields,
-    pub(super) body_len: u64,
+    pub(crate) fields: Fields,
+    pub(crate) body_len: u64,
     /// The client asked to close after this answer.
-    pub(super) close: bool,
+    pub(crate) close: bool,
 }
 
 /// A return value that lives for one match: boxing the head would cost an allocation per
 /// request.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(super) enum Parsed {
+pub(crate) enum Parsed {
     /// Not complete yet.
     Partial,
     /// A head the relay takes, taken off the buffer.
@@ -40,11 +60,11 @@ pub(super) enum Parsed {
 }
 
 /// Read a request head at the start of `buf`; a head the relay takes is taken off it.
-pub(super) fn parse_head(buf: &mut BytesMut, max_head: usize) -> Parsed {
+pub(crate) fn parse_head(buf: &mut BytesMut, max_head: usize, form: Form) -> Parsed {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut slots);
     let (plain, n) = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) if n <= max_head => match plain_head(buf, &req) {
+        Ok(httparse::Status::Complete(n)) if n <= max_head => match plain_head(buf, &req, form) {
             Some(p) => (p, n),
             None => return Parsed::Handoff,
         },
@@ -55,9 +75,16 @@ pub(super) fn parse_head(buf: &mut BytesMut, max_head: usize) -> Parsed {
     // next read into it would then allocate a new one.
     let raw = bytes::Bytes::copy_from_slice(&buf[..n]);
     let (start, end) = plain.path;
-    let Ok(path) = PathAndQuery::from_maybe_shared(raw.slice(start..end)) else {
-        // a target the http types refuse: handed off whole, nothing taken off the buffer
-        return Parsed::Handoff;
+    // a target the http types refuse: handed off whole, nothing taken off the buffer
+    let (path, authority) = match form {
+        Form::Origin => match PathAndQuery::from_maybe_shared(raw.slice(start..end)) {
+            Ok(path) => (path, None),
+            Err(_) => return Parsed::Handoff,
+        },
+        Form::Absolute { own_port } => match absolute(raw.slice(start..end), own_port) {
+            Some((path, authority)) => (path, Some(authority)),
+            None => return Parsed::Handoff,
+        },
     };
     buf.advance(n);
     let mut fields = plain.fields;
@@ -65,6 +92,7 @@ pub(super) fn parse_head(buf: &mut BytesMut, max_head: usize) -> Parsed {
     Parsed::Take(Head {
         method: plain.method,
         path,
+        authority,
         fields,
         body_len: plain.body_len,
         close: plain.close,
@@ -80,14 +108,40 @@ struct Plain {
     close: bool,
 }
 
+/// An absolute-form `http://` target as the path sent upstream and the authority it names;
+/// `None` for one the HTTP server reads instead (user info, a port that is not a number,
+/// the proxy's own port, no host).
+fn absolute(target: bytes::Bytes, own_port: u16) -> Option<(PathAndQuery, Authority)> {
+    let uri = http::Uri::from_maybe_shared(target).ok()?;
+    let authority = uri.authority()?;
+    if uri.scheme_str() != Some("http") || authority.as_str().contains('@') {
+        return None;
+    }
+    let port = crate::lanes::target::authority_port(authority.as_str(), 80)?;
+    let host = authority.host();
+    if port == own_port || host.trim().is_empty() {
+        return None;
+    }
+    let host = crate::policy::normalize_host(host);
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    Some((path, Authority { host, port }))
+}
+
 /// The head as the relay carries it, or `None` when it is not one the relay takes.
-fn plain_head(buf: &[u8], req: &httparse::Request<'_, '_>) -> Option<Plain> {
+fn plain_head(buf: &[u8], req: &httparse::Request<'_, '_>, form: Form) -> Option<Plain> {
     if req.version != Some(1) {
         return None;
     }
     let method = Method::from_bytes(req.method?.as_bytes()).ok()?;
     let path = req.path?;
-    if method == Method::CONNECT || !path.starts_with('/') {
+    let taken = match form {
+        Form::Origin => path.starts_with('/'),
+        Form::Absolute { .. } => path.starts_with("http://"),
+    };
+    if method == Method::CONNECT || !taken {
         return None;
     }
     let start = (path.as_ptr() as usize).checked_sub(buf.as_ptr() as usize)?;
@@ -321,7 +375,7 @@ pub(super) fn response_head(
 #[doc(hidden)]
 pub fn fuzz_heads(data: &[u8]) {
     let mut buf = BytesMut::from(data);
-    if let Parsed::Take(head) = parse_head(&mut buf, 64 * 1024) {
+    if let Parsed::Take(head) = parse_head(&mut buf, 64 * 1024, Form::Origin) {
         let used = data.len() - buf.len();
         assert!(used > 0 && head.body_len <= BODY_LIMIT);
         let _ = head.fields.to_map();
@@ -354,7 +408,7 @@ mod tests {
     /// The parse, and how many bytes it took off the buffer.
     fn parse_at(raw: &str, cap: usize) -> (Parsed, usize) {
         let mut buf = BytesMut::from(raw.as_bytes());
-        let parsed = parse_head(&mut buf, cap);
+        let parsed = parse_head(&mut buf, cap, Form::Origin);
         (parsed, raw.len() - buf.len())
     }
 
@@ -377,6 +431,55 @@ mod tests {
             Parsed::Handoff => {}
             other => panic!("expected a handoff for {raw:?}, got {other:?}"),
         }
+    }
+
+    fn absolute(raw: &str) -> Parsed {
+        let mut buf = BytesMut::from(raw.as_bytes());
+        parse_head(&mut buf, CAP, Form::Absolute { own_port: 3128 })
+    }
+
+    #[test]
+    fn an_absolute_http_target_is_taken_with_its_host_port_and_path() {
+        let cases = [
+            (
+                "http://Example.COM:8080/a?b=1",
+                "example.com",
+                8080,
+                "/a?b=1",
+            ),
+            ("http://[::1]/v6", "::1", 80, "/v6"),
+            ("http://origin.test", "origin.test", 80, "/"),
+        ];
+        for (target, host, port, path) in cases {
+            let raw = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+            let Parsed::Take(head) = absolute(&raw) else {
+                panic!("expected the relay to take {target}");
+            };
+            let a = head.authority.expect("an authority");
+            assert_eq!((a.host.as_str(), a.port), (host, port), "{target}");
+            assert_eq!(head.path.as_str(), path, "{target}");
+        }
+    }
+
+    #[test]
+    fn targets_the_plain_relay_does_not_take_go_to_the_http_server() {
+        for target in [
+            "/origin-form",
+            "https://origin.test/",
+            "HTTP://origin.test/",
+            "http://user:pw@origin.test/",
+            "http://origin.test:99999/",
+            "http://origin.test:/",
+            "http://127.0.0.1:3128/v1/provider/x",
+            "*",
+        ] {
+            let raw = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert!(matches!(absolute(&raw), Parsed::Handoff), "{target}");
+        }
+        let connect = "CONNECT origin.test:443 HTTP/1.1\r\nHost: origin.test:443\r\n\r\n";
+        assert!(matches!(absolute(connect), Parsed::Handoff));
+        // and a tunnel's relay takes no absolute target
+        handed_off("GET http://origin.test/ HTTP/1.1\r\nHost: origin.test\r\n\r\n");
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! Plain HTTP lane: hyper HTTP/1.1 server with keep-alive; every request is attributed
-//! and decided on its own, nothing inherited from the connection's first request
-//! (docs/decisions.md, P1). CONNECT requests and provider routes go to their lanes.
+//! Plain HTTP lane: the HTTP/1.1 relay ([`relay`]) for the absolute-form requests it takes
+//! exactly, and from the first one it does not, a hyper HTTP/1.1 server with keep-alive;
+//! every request is attributed and decided on its own, nothing inherited from the
+//! connection's first request (docs/decisions.md, P1). CONNECT requests and provider routes
+//! go to their lanes.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,11 +23,20 @@ use crate::lanes::forward::{forward, Upstream, Who};
 use crate::lanes::target::head_size;
 use crate::phases::Target;
 use crate::policy::normalize_host;
+use crate::prefixed::Prefixed;
 use crate::record::RecordBase;
 use crate::state::{ConnGuard, Shared};
 use crate::traits::{Lane, Phase};
 
+mod relay;
+
 pub(crate) async fn serve(stream: TcpStream, shared: Arc<Shared>, conn: ConnGuard) {
+    // Absolute-form requests the relay takes exactly go through it; from the first request
+    // it does not take, the HTTP server serves the connection.
+    let Some((read, stream)) = relay::serve(&shared, &conn, stream).await else {
+        return;
+    };
+    let stream = Prefixed::new(read, stream);
     // This connection's upstream connections, driven in this task.
     let local = Arc::new(ConnPool::default());
     // The watch on the request framing hyper reads (an absurd chunk size: 400 at once).
@@ -139,7 +150,11 @@ async fn handle(
         Some(h) if !h.trim().is_empty() => normalize_host(h),
         _ => return Denial::bad_request(reason::MALFORMED).to_response(),
     };
-    let port = uri.port_u16().unwrap_or(80);
+    // a port that is not one is refused, not read as the default
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let Some(port) = crate::lanes::target::authority_port(authority, 80) else {
+        return Denial::bad_request(reason::MALFORMED).to_response();
+    };
     let path = uri
         .path_and_query()
         .map(|p| p.as_str().to_string())

@@ -9,14 +9,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::wire::{parse_response, RespHead, MAX_HEADERS};
 use super::{CLIENT_BUF_CAP, MAX_RESPONSE_HEAD, READ_CHUNK};
-use crate::conn_pool::{Early, EarlyDial, Key};
 use crate::deny::{Denial, DenyClass};
-use crate::lanes::forward::TunnelUpstream;
-use crate::state::Shared;
-use crate::upstream::UpstreamTls;
 
 /// The client's side: its stream and the bytes read from it not consumed yet.
-pub(super) struct ClientSide<IO> {
+pub(crate) struct ClientSide<IO> {
     pub(super) io: IO,
     pub(super) buf: BytesMut,
 }
@@ -70,23 +66,29 @@ impl BodyError {
     }
 }
 
-/// A kept upstream connection and the bytes read from it not relayed yet.
-pub(in crate::lanes::intercept) struct UpConn {
-    pub(super) tls: UpstreamTls,
+/// A kept upstream connection (TLS in a tunnel, TCP for plain HTTP) and the bytes read from
+/// it not relayed yet.
+pub(crate) struct UpConn<S> {
+    pub(crate) io: S,
     pub(super) buf: BytesMut,
 }
 
-impl UpConn {
-    fn new(tls: UpstreamTls) -> Box<UpConn> {
+impl<S: AsyncRead + AsyncWrite + Unpin> UpConn<S> {
+    pub(crate) fn new(io: S) -> Box<UpConn<S>> {
         Box::new(UpConn {
-            tls,
+            io,
             buf: BytesMut::with_capacity(READ_CHUNK),
         })
     }
 
+    /// Nothing read and not relayed: the stream can go back to a pool as it is.
+    pub(crate) fn drained(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
         self.buf.reserve(READ_CHUNK);
-        self.tls.read_buf(&mut self.buf).await
+        self.io.read_buf(&mut self.buf).await
     }
 
     /// Move up to `left` body bytes already read into `out`; how many moved.
@@ -99,7 +101,7 @@ impl UpConn {
     }
 
     /// Still open and silent (an idle connection the upstream closed reads its end at once).
-    pub(super) fn idle_and_open(&mut self) -> bool {
+    pub(crate) fn idle_and_open(&mut self) -> bool {
         if !self.buf.is_empty() {
             return false;
         }
@@ -107,7 +109,7 @@ impl UpConn {
         let mut byte = [0u8; 1];
         let mut rb = ReadBuf::new(&mut byte);
         matches!(
-            Pin::new(&mut self.tls).poll_read(&mut cx, &mut rb),
+            Pin::new(&mut self.io).poll_read(&mut cx, &mut rb),
             Poll::Pending
         )
     }
@@ -122,12 +124,13 @@ pub(super) enum UpRead {
 
 /// Read from the upstream, watching the client meanwhile (its end drops the request, as the
 /// HTTP server lane does; a pipelined next request is kept).
-pub(super) async fn read_up<IO>(
-    up: &mut UpConn,
+pub(super) async fn read_up<IO, S>(
+    up: &mut UpConn<S>,
     client: &mut ClientSide<IO>,
 ) -> Result<usize, UpRead>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     loop {
         if client.buf.len() >= CLIENT_BUF_CAP {
@@ -145,9 +148,9 @@ where
 }
 
 /// The upstream's answer to one request, on the connection that carries its body.
-pub(super) struct Answered {
+pub(crate) struct Answered<S> {
     /// Boxed: the connection (a TLS session) moves through the request's steps.
-    pub(super) conn: Box<UpConn>,
+    pub(super) conn: Box<UpConn<S>>,
     pub(super) head: RespHead,
 }
 
@@ -161,19 +164,20 @@ pub(super) enum Failed {
 }
 
 /// Write `out` and read the response head (1xx answers skipped).
-pub(super) async fn exchange<IO>(
-    conn: &mut UpConn,
+pub(super) async fn exchange<IO, S>(
+    conn: &mut UpConn<S>,
     client: &mut ClientSide<IO>,
     out: &[u8],
     head: bool,
 ) -> Result<RespHead, Failed>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
-    if let Err(e) = conn.tls.write_all(out).await {
+    if let Err(e) = conn.io.write_all(out).await {
         return Err(Failed::Silent(e));
     }
-    if let Err(e) = conn.tls.flush().await {
+    if let Err(e) = conn.io.flush().await {
         return Err(Failed::Silent(e));
     }
     let mut answered = false;
@@ -228,66 +232,4 @@ where
             Err(UpRead::ClientGone) => return Err(Failed::ClientGone),
         }
     }
-}
-
-/// A new upstream connection: the address validated at CONNECT, the name verified, HTTP/1.1.
-pub(super) async fn dial(shared: &Shared, up: &TunnelUpstream) -> Result<Box<UpConn>, Denial> {
-    let Key::Tls(addr, name) = &up.key else {
-        return Err(Denial::bad_request(crate::deny::reason::MALFORMED));
-    };
-    let tls = shared
-        .up
-        .dial_tls(*addr, name, shared.up.tls_h1.clone())
-        .await
-        .map_err(|e| Denial::upstream(crate::dial::classify_io(&e), e))?;
-    Ok(UpConn::new(tls))
-}
-
-/// The relay's upstream connection between requests.
-pub(in crate::lanes::intercept) enum Kept {
-    /// None yet, or the last one could not be kept.
-    None,
-    /// Being dialled since the client's handshake began (the first request awaits it).
-    Dialling(EarlyDial),
-    /// Kept from the last answer.
-    Ready(Box<UpConn>),
-}
-
-impl Kept {
-    /// Start dialling the tunnel's upstream now, on this thread, while the client's TLS
-    /// handshake and its first request are still on their way.
-    pub(in crate::lanes::intercept) fn dial_early(shared: &Shared, up: &TunnelUpstream) -> Kept {
-        match EarlyDial::start(&shared.up, &up.key, shared.up.tls_h1.clone()) {
-            Some(d) => Kept::Dialling(d),
-            None => Kept::None,
-        }
-    }
-
-    /// A connection to send on that is open and silent, if there is one: a dial under way
-    /// is awaited, and one that failed or a connection the upstream closed gives `None`
-    /// (the request then dials itself, as if nothing had been kept).
-    pub(super) async fn take_open(&mut self) -> Option<Box<UpConn>> {
-        let mut conn = match std::mem::replace(self, Kept::None) {
-            Kept::None => return None,
-            Kept::Ready(c) => c,
-            Kept::Dialling(d) => UpConn::new(d.finish().await?),
-        };
-        conn.idle_and_open().then_some(conn)
-    }
-}
-
-/// Hand the relay's upstream connection (open and idle, or still being dialled) to the HTTP
-/// server lane's pool for the tunnel: that lane's next request goes on it.
-pub(in crate::lanes::intercept) fn hand_over(kept: Kept, up: &TunnelUpstream) {
-    let early = match kept {
-        Kept::None => return,
-        Kept::Dialling(d) => Early::Dialling(d),
-        Kept::Ready(mut c) => {
-            if !c.idle_and_open() {
-                return;
-            }
-            Early::Ready(Box::new(c.tls))
-        }
-    };
-    up.local.give_early(&up.key, early);
 }

@@ -1,0 +1,151 @@
+//! The plain-HTTP lane's side of the HTTP/1.1 relay ([`crate::lanes::h1`]): each request
+//! attributed by its own `Proxy-Authorization` and decided alone (nothing inherited from the
+//! connection's earlier requests), its host validated by the SSRF floor, and the upstream
+//! connection of the last answer kept for the next request to the same address. Only
+//! absolute-form `http://` targets are taken; CONNECT, provider routes and everything else
+//! go to the HTTP server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+
+use crate::attribution::{authorize, token_from_proxy_authorization};
+use crate::deny::{reason, Denial};
+use crate::lanes::h1::{self, Fields, Form, Head, Side, UpConn};
+use crate::phases::Target;
+use crate::record::RecordBase;
+use crate::state::{ConnGuard, Shared};
+use crate::traits::{Lane, Phase, Principal};
+
+/// Serve the connection's requests until it closes (`None`) or one needs the HTTP server:
+/// then the bytes read and not served yet, and the stream.
+pub(super) async fn serve(
+    shared: &Arc<Shared>,
+    conn: &ConnGuard,
+    stream: TcpStream,
+) -> Option<(Vec<u8>, TcpStream)> {
+    let mut side = Plain {
+        shared,
+        conn,
+        kept: None,
+    };
+    let end = h1::serve(&mut side, stream).await;
+    if let Some((addr, up)) = side.kept.take() {
+        retire(shared, addr, *up);
+    }
+    end
+}
+
+/// A kept connection that is still open and idle goes to the process-wide idle sockets.
+fn retire(shared: &Shared, addr: SocketAddr, mut up: UpConn<TcpStream>) {
+    if up.drained() && up.idle_and_open() {
+        shared.up.idle_tcp.put(addr, up.io);
+    }
+}
+
+/// The client connection as the relay sees it.
+struct Plain<'a> {
+    shared: &'a Arc<Shared>,
+    conn: &'a ConnGuard,
+    /// The upstream connection of the last answer, and the address it goes to.
+    kept: Option<(SocketAddr, Box<UpConn<TcpStream>>)>,
+}
+
+/// The token of the first `Proxy-Authorization` field.
+fn token(fields: &Fields) -> Option<String> {
+    fields
+        .values("proxy-authorization")
+        .next()
+        .and_then(token_from_proxy_authorization)
+}
+
+impl Side for Plain<'_> {
+    type Stream = TcpStream;
+
+    fn shared(&self) -> &Arc<Shared> {
+        self.shared
+    }
+
+    fn form(&self) -> Form {
+        Form::Absolute {
+            own_port: self.shared.own_port,
+        }
+    }
+
+    /// The first request with a token the host knows moves the connection under the overall
+    /// cap; 503 when the cap is full. A request without a known token goes on (and is
+    /// refused by the attribution step).
+    async fn gate(&mut self, head: &Head) -> Option<&'static [u8]> {
+        if self.conn.is_authenticated() {
+            return None;
+        }
+        let token = token(&head.fields);
+        let attribution = self.shared.svc.attribution.as_ref();
+        if authorize(attribution, token.as_deref()).await.is_err() || self.conn.authenticated() {
+            return None;
+        }
+        Some(crate::listener::BUSY_503.as_bytes())
+    }
+
+    fn target(&self, head: &Head) -> Result<Target, Denial> {
+        let Some(a) = &head.authority else {
+            return Err(Denial::bad_request(reason::MALFORMED));
+        };
+        Ok(Target {
+            base: Arc::new(RecordBase {
+                lane: Lane::Http,
+                phase: "http",
+                method: Some(head.method.as_str().to_string()),
+                path: Some(head.path.as_str().to_string()),
+                host: a.host.clone(),
+                port: a.port,
+                is_intercepted: false,
+            }),
+            check_port: Some(a.port),
+            route: None,
+            request_phase: Some(Phase::Http),
+            response_phase: Some(Phase::HttpResponse),
+        })
+    }
+
+    async fn attribute(&self, fields: &Fields) -> Result<Principal, Denial> {
+        let token = token(fields);
+        authorize(self.shared.svc.attribution.as_ref(), token.as_deref()).await
+    }
+
+    fn validated(&self) -> Option<SocketAddr> {
+        None
+    }
+
+    fn on_held_slot(&self) -> bool {
+        false
+    }
+
+    /// The connection kept for `addr`, else an idle socket to it left by another client
+    /// connection. A kept connection to another address goes to the idle sockets.
+    async fn take(&mut self, addr: SocketAddr) -> Option<Box<UpConn<TcpStream>>> {
+        if let Some((at, mut up)) = self.kept.take() {
+            if at != addr {
+                retire(self.shared, at, *up);
+            } else if up.idle_and_open() {
+                return Some(up);
+            }
+        }
+        let tcp = self.shared.up.idle_tcp.take(addr)?;
+        Some(UpConn::new(tcp))
+    }
+
+    async fn dial(&self, addr: SocketAddr) -> Result<Box<UpConn<TcpStream>>, Denial> {
+        let up = &self.shared.up;
+        let tcp = crate::dial::connect(up.dialer.as_ref(), up.connect_timeout, addr).await?;
+        let _ = tcp.set_nodelay(true);
+        Ok(UpConn::new(tcp))
+    }
+
+    fn keep(&mut self, addr: SocketAddr, conn: Box<UpConn<TcpStream>>) {
+        if let Some((at, up)) = self.kept.replace((addr, conn)) {
+            retire(self.shared, at, *up);
+        }
+    }
+}
