@@ -374,14 +374,17 @@ pub(super) fn response_head(
 /// response; none may panic, and a taken head's length lies within the input.
 #[doc(hidden)]
 pub fn fuzz_heads(data: &[u8]) {
-    let mut buf = BytesMut::from(data);
-    if let Parsed::Take(head) = parse_head(&mut buf, 64 * 1024, Form::Origin) {
-        let used = data.len() - buf.len();
-        assert!(used > 0 && head.body_len <= BODY_LIMIT);
-        let _ = head.fields.to_map();
-        let mut relayed = Vec::new();
-        head.fields
-            .each_relayed(|n, v| super::fields::write_field(&mut relayed, n, v));
+    for form in [Form::Origin, Form::Absolute { own_port: 3128 }] {
+        let mut buf = BytesMut::from(data);
+        if let Parsed::Take(head) = parse_head(&mut buf, 64 * 1024, form) {
+            let used = data.len() - buf.len();
+            assert!(used > 0 && head.body_len <= BODY_LIMIT);
+            assert_eq!(head.authority.is_some(), form != Form::Origin);
+            let _ = head.fields.to_map();
+            let mut relayed = Vec::new();
+            head.fields
+                .each_relayed(|n, v| super::fields::write_field(&mut relayed, n, v));
+        }
     }
     let _ = decimal(data);
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
