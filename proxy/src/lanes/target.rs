@@ -43,13 +43,27 @@ pub fn parse_authority(s: &str) -> Option<(String, u16)> {
 /// The port an absolute URI's authority names: `default` when it names none, `None` when
 /// what follows its `:` is not a port (`http://h:99999/`, `http://h:/`).
 pub(crate) fn authority_port(authority: &str, default: u16) -> Option<u16> {
-    // after an IPv6 literal's bracket
-    let tail = &authority[authority.rfind(']').map_or(0, |i| i + 1)..];
-    match tail.split_once(':') {
-        Some((_, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p.parse().ok(),
-        Some(_) => None,
-        None => Some(default),
+    let b = authority.as_bytes();
+    // the last `:` not inside an IPv6 literal's brackets (a hand loop: this runs per request)
+    let Some(colon) = b.iter().rposition(|&c| c == b':' || c == b']') else {
+        return Some(default);
+    };
+    if b[colon] == b']' {
+        return Some(default);
     }
+    let digits = &b[colon + 1..];
+    if digits.is_empty() {
+        return None;
+    }
+    let mut port: u32 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        // leading zeros are allowed; past 65535 it stays past it
+        port = (port * 10 + u32::from(d - b'0')).min(70_000);
+    }
+    u16::try_from(port).ok()
 }
 
 /// Approximate size of a request head (names, values, separators).
@@ -88,6 +102,10 @@ mod tests {
         assert_eq!(authority_port("h:99999", 80), None);
         assert_eq!(authority_port("h:", 80), None);
         assert_eq!(authority_port("h:+1", 80), None);
+        assert_eq!(authority_port("h:65535", 80), Some(65535));
+        assert_eq!(authority_port("h:65536", 80), None);
+        assert_eq!(authority_port("h:000080", 80), Some(80));
+        assert_eq!(authority_port("h:99999999999999999999", 80), None);
     }
 
     #[test]

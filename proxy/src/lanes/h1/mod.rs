@@ -74,7 +74,10 @@ pub(crate) trait Side: Send {
     /// What the steps check for this request, or why it is refused before them.
     fn target(&self, head: &Head) -> Result<Target, Denial>;
     /// Who asks.
-    fn attribute(&self, fields: &Fields) -> impl Future<Output = Result<Principal, Denial>> + Send;
+    fn attribute(
+        &mut self,
+        fields: &Fields,
+    ) -> impl Future<Output = Result<Principal, Denial>> + Send;
     /// The address validated before the request (at CONNECT), if any.
     fn validated(&self) -> Option<SocketAddr>;
     /// The requests run on a slot the lane holds already.

@@ -29,6 +29,7 @@ pub(super) async fn serve(
         shared,
         conn,
         kept: None,
+        tokens: Tokens::default(),
     };
     let end = h1::serve(&mut side, stream).await;
     if let Some((addr, up)) = side.kept.take() {
@@ -50,14 +51,28 @@ struct Plain<'a> {
     conn: &'a ConnGuard,
     /// The upstream connection of the last answer, and the address it goes to.
     kept: Option<(SocketAddr, Box<UpConn<TcpStream>>)>,
+    tokens: Tokens,
 }
 
-/// The token of the first `Proxy-Authorization` field.
-fn token(fields: &Fields) -> Option<String> {
-    fields
-        .values("proxy-authorization")
-        .next()
-        .and_then(token_from_proxy_authorization)
+/// The token of a request's first `Proxy-Authorization` field. A client sends the same value
+/// on every request of a connection: it is decoded once, and again only when it changes (the
+/// token is still looked up for every request).
+#[derive(Default)]
+struct Tokens {
+    raw: Vec<u8>,
+    token: Option<String>,
+}
+
+impl Tokens {
+    fn of(&mut self, fields: &Fields) -> Option<&str> {
+        let raw = fields.values("proxy-authorization").next()?;
+        if raw != self.raw.as_slice() {
+            self.raw.clear();
+            self.raw.extend_from_slice(raw);
+            self.token = token_from_proxy_authorization(raw);
+        }
+        self.token.as_deref()
+    }
 }
 
 impl Side for Plain<'_> {
@@ -80,9 +95,9 @@ impl Side for Plain<'_> {
         if self.conn.is_authenticated() {
             return None;
         }
-        let token = token(&head.fields);
+        let token = self.tokens.of(&head.fields);
         let attribution = self.shared.svc.attribution.as_ref();
-        if authorize(attribution, token.as_deref()).await.is_err() || self.conn.authenticated() {
+        if authorize(attribution, token).await.is_err() || self.conn.authenticated() {
             return None;
         }
         Some(crate::listener::BUSY_503.as_bytes())
@@ -109,9 +124,9 @@ impl Side for Plain<'_> {
         })
     }
 
-    async fn attribute(&self, fields: &Fields) -> Result<Principal, Denial> {
-        let token = token(fields);
-        authorize(self.shared.svc.attribution.as_ref(), token.as_deref()).await
+    async fn attribute(&mut self, fields: &Fields) -> Result<Principal, Denial> {
+        let token = self.tokens.of(fields);
+        authorize(self.shared.svc.attribution.as_ref(), token).await
     }
 
     fn validated(&self) -> Option<SocketAddr> {

@@ -90,7 +90,7 @@ impl Side for Tunnel<'_> {
         })
     }
 
-    async fn attribute(&self, _: &Fields) -> Result<Principal, Denial> {
+    async fn attribute(&mut self, _: &Fields) -> Result<Principal, Denial> {
         Ok(self.t.principal.clone())
     }
 
