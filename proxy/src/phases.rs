@@ -36,7 +36,9 @@ use crate::filters::run_filters;
 use crate::policy::{decide_or_learn, Allowed, DecideInput};
 use crate::record::{emit_denial_of, AllowRecord, RecordBase};
 use crate::state::{SessionSlot, Shared};
-use crate::traits::{DecisionSink, FilterCtx, NetworkFilter, Phase, Principal, ProviderCredential};
+use crate::traits::{
+    DecisionSink, FilterCtx, Lane, NetworkFilter, Phase, Principal, ProviderCredential,
+};
 
 /// The steps, in order; a lane's answer to a refusal may depend on where it happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,55 @@ pub(crate) struct Target {
     pub request_phase: Option<Phase>,
     /// Filter phase of the response (`None`: no response filters on this lane).
     pub response_phase: Option<Phase>,
+}
+
+impl Target {
+    /// A plain-HTTP request: the lane's record fields and filter phases; `check_port` for the
+    /// policy's port checks (`None` inside a CONNECT tunnel, whose port CONNECT checked).
+    pub(crate) fn http(
+        method: &str,
+        path: String,
+        host: String,
+        port: u16,
+        check_port: Option<u16>,
+    ) -> Target {
+        Target::request(Lane::Http, method, path, host, port, check_port)
+    }
+
+    /// An intercepted HTTPS request inside a tunnel (its port checked at CONNECT).
+    pub(crate) fn intercepted(method: &str, path: String, host: String, port: u16) -> Target {
+        Target::request(Lane::Https, method, path, host, port, None)
+    }
+
+    fn request(
+        lane: Lane,
+        method: &str,
+        path: String,
+        host: String,
+        port: u16,
+        check_port: Option<u16>,
+    ) -> Target {
+        let https = lane == Lane::Https;
+        Target {
+            base: Arc::new(RecordBase {
+                lane,
+                phase: if https { "https" } else { "http" },
+                method: Some(method.to_string()),
+                path: Some(path),
+                host,
+                port,
+                is_intercepted: https,
+            }),
+            check_port,
+            route: None,
+            request_phase: Some(if https { Phase::Https } else { Phase::Http }),
+            response_phase: Some(if https {
+                Phase::HttpsResponse
+            } else {
+                Phase::HttpResponse
+            }),
+        }
+    }
 }
 
 /// What request filters see besides the target.

@@ -24,9 +24,7 @@ use crate::lanes::target::head_size;
 use crate::phases::Target;
 use crate::policy::normalize_host;
 use crate::prefixed::Prefixed;
-use crate::record::RecordBase;
 use crate::state::{ConnGuard, Shared};
-use crate::traits::{Lane, Phase};
 
 mod relay;
 
@@ -159,21 +157,7 @@ async fn handle(
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
-    let target = Target {
-        base: Arc::new(RecordBase {
-            lane: Lane::Http,
-            phase: "http",
-            method: Some(req.method().as_str().to_string()),
-            path: Some(path),
-            host,
-            port,
-            is_intercepted: false,
-        }),
-        check_port: Some(port),
-        route: None,
-        request_phase: Some(Phase::Http),
-        response_phase: Some(Phase::HttpResponse),
-    };
+    let target = Target::http(req.method().as_str(), path, host, port, Some(port));
     let who = Who::Token(token_from_headers(req.headers()));
     let upstream = Upstream::Plain { local: Some(local) };
     forward(&shared, target, who, req, upstream, Some(conn), Some(watch)).await

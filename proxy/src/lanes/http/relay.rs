@@ -14,9 +14,8 @@ use crate::attribution::{authorize, token_from_proxy_authorization};
 use crate::deny::{reason, Denial};
 use crate::lanes::h1::{self, Fields, Form, Head, Side, UpConn};
 use crate::phases::Target;
-use crate::record::RecordBase;
 use crate::state::{ConnGuard, Shared};
-use crate::traits::{Lane, Phase, Principal};
+use crate::traits::Principal;
 
 /// Serve the connection's requests until it closes (`None`) or one needs the HTTP server:
 /// then the bytes read and not served yet, and the stream.
@@ -107,21 +106,15 @@ impl Side for Plain<'_> {
         let Some(a) = &head.authority else {
             return Err(Denial::bad_request(reason::MALFORMED));
         };
-        Ok(Target {
-            base: Arc::new(RecordBase {
-                lane: Lane::Http,
-                phase: "http",
-                method: Some(head.method.as_str().to_string()),
-                path: Some(head.path.as_str().to_string()),
-                host: a.host.clone(),
-                port: a.port,
-                is_intercepted: false,
-            }),
-            check_port: Some(a.port),
-            route: None,
-            request_phase: Some(Phase::Http),
-            response_phase: Some(Phase::HttpResponse),
-        })
+        let path = head.path.as_str().to_string();
+        let method = head.method.as_str();
+        Ok(Target::http(
+            method,
+            path,
+            a.host.clone(),
+            a.port,
+            Some(a.port),
+        ))
     }
 
     async fn attribute(&mut self, fields: &Fields) -> Result<Principal, Denial> {

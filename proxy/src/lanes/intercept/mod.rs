@@ -32,7 +32,7 @@ use crate::policy::Allowed;
 use crate::prefixed::{sniff, Inner, Prefixed};
 use crate::record::{AllowRecord, RecordBase};
 use crate::state::{ConnGuard, Shared};
-use crate::traits::{Lane, Phase, Principal};
+use crate::traits::{Lane, Principal};
 use crate::upstream::TunnelTlsConnector;
 
 /// What CONNECT decided for an intercepted tunnel.
@@ -367,44 +367,21 @@ async fn inner(t: Arc<Inside>, req: Request<Incoming>) -> Response<ProxyBody> {
     if !path.starts_with('/') {
         return Denial::bad_request(reason::MALFORMED).to_response();
     }
-    let (lane, phase, req_phase, resp_phase, is_intercepted, upstream) = match &t.up {
+    let (method, host) = (req.method().as_str(), t.host.clone());
+    let (target, upstream) = match &t.up {
         InnerUpstream::Tls(u) => (
-            Lane::Https,
-            "https",
-            Phase::Https,
-            Phase::HttpsResponse,
-            true,
+            Target::intercepted(method, path, host, t.port),
             Upstream::Tunnel(u.clone()),
         ),
         // plain HTTP inside a CONNECT tunnel: the plain lane's rules and filter phases,
-        // sent to the address validated at CONNECT
+        // sent to the address validated at CONNECT (whose port CONNECT checked)
         InnerUpstream::Plain(local, addr) => (
-            Lane::Http,
-            "http",
-            Phase::Http,
-            Phase::HttpResponse,
-            false,
+            Target::http(method, path, host, t.port, None),
             Upstream::PlainAt {
                 local: local.clone(),
                 addr: *addr,
             },
         ),
-    };
-    let target = Target {
-        base: Arc::new(RecordBase {
-            lane,
-            phase,
-            method: Some(req.method().as_str().to_string()),
-            path: Some(path),
-            host: t.host.clone(),
-            port: t.port,
-            is_intercepted,
-        }),
-        // the port was checked at CONNECT
-        check_port: None,
-        route: None,
-        request_phase: Some(req_phase),
-        response_phase: Some(resp_phase),
     };
     let who = Who::Known(t.principal.clone());
     let conn = Some(t.conn.clone());

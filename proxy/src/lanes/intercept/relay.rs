@@ -12,9 +12,8 @@ use crate::deny::Denial;
 use crate::lanes::forward::TunnelUpstream;
 use crate::lanes::h1::{self, Fields, Form, Head, Side, UpConn};
 use crate::phases::Target;
-use crate::record::RecordBase;
 use crate::state::Shared;
-use crate::traits::{Lane, Phase, Principal};
+use crate::traits::Principal;
 use crate::upstream::UpstreamTls;
 
 /// How the relay left the client connection.
@@ -72,22 +71,9 @@ impl Side for Tunnel<'_> {
                 t.host
             )));
         }
-        Ok(Target {
-            base: Arc::new(RecordBase {
-                lane: Lane::Https,
-                phase: "https",
-                method: Some(head.method.as_str().to_string()),
-                path: Some(head.path.as_str().to_string()),
-                host: t.host.clone(),
-                port: t.port,
-                is_intercepted: true,
-            }),
-            // the port was checked at CONNECT
-            check_port: None,
-            route: None,
-            request_phase: Some(Phase::Https),
-            response_phase: Some(Phase::HttpsResponse),
-        })
+        let path = head.path.as_str().to_string();
+        let method = head.method.as_str();
+        Ok(Target::intercepted(method, path, t.host.clone(), t.port))
     }
 
     async fn attribute(&mut self, _: &Fields) -> Result<Principal, Denial> {
