@@ -81,11 +81,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> UpConn<S> {
         })
     }
 
-    /// Nothing read and not relayed: the stream can go back to a pool as it is.
-    pub(crate) fn drained(&self) -> bool {
-        self.buf.is_empty()
-    }
-
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
         self.buf.reserve(READ_CHUNK);
         self.io.read_buf(&mut self.buf).await

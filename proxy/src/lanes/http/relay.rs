@@ -37,9 +37,10 @@ pub(super) async fn serve(
     end
 }
 
-/// A kept connection that is still open and idle goes to the process-wide idle sockets.
+/// A kept connection that is still open and idle (nothing read and not relayed) goes to the
+/// process-wide idle sockets.
 fn retire(shared: &Shared, addr: SocketAddr, mut up: UpConn<TcpStream>) {
-    if up.drained() && up.idle_and_open() {
+    if up.idle_and_open() {
         shared.up.idle_tcp.put(addr, up.io);
     }
 }
